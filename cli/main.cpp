@@ -1,0 +1,130 @@
+// attnbench: the command line. Each subcommand parses its options and calls into the folders
+// that do the work; nothing here computes anything of its own.
+//
+// Exit codes: 0 every supported case passed, 1 a case failed, 2 bad usage or bad input.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "core/case_sets.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "impls/registry.hpp"
+#include "reports/context.hpp"
+#include "reports/verify_report.hpp"
+
+namespace {
+
+constexpr int exit_pass = 0, exit_fail = 1, exit_usage = 2;
+
+struct VerifyArgs {
+  std::vector<std::string> implementations;
+  std::string cases = "default";
+  std::string single_case;
+  std::optional<std::uint64_t> seed;
+  std::string json_path = "results/verify.json";
+  double k = attn::PassRule{}.k;
+  double floor_ulps = attn::PassRule{}.floor_ulps;
+  int threads = 0;
+};
+
+std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
+  if (names.empty()) return registry.all();
+  std::vector<const attn::Implementation*> chosen;
+  for (const auto& name : names) {
+    const auto* impl = registry.find(name);
+    if (impl == nullptr)
+      throw attn::InputError(fmt::format("unknown implementation '{}' (known: {})", name, fmt::join(registry.names(), ", ")));
+    chosen.push_back(impl);
+  }
+  return chosen;
+}
+
+int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
+  auto implementations = select(registry, args.implementations);
+  std::vector<attn::Problem> cases = args.single_case.empty() ? attn::load_cases(args.cases)
+                                                              : std::vector<attn::Problem>{attn::parse_problem(args.single_case)};
+  if (args.seed)
+    for (auto& p : cases) p.seed = *args.seed;
+  if (!(args.k >= 0) || !(args.floor_ulps >= 0)) throw attn::InputError("--k and --floor-ulps must be non-negative");
+
+  attn::VerifyOptions options;
+  options.rule = {args.k, args.floor_ulps};
+  options.reference.threads = args.threads;
+  const auto context = attn::run_context(args.threads > 0 ? args.threads : attn::default_thread_count());
+
+  fmt::print("attnbench verify: {} implementation(s) x {} case(s); pass rule: max abs error <= {} x naive + {} ulps\n\n",
+             implementations.size(), cases.size(), args.k, args.floor_ulps);
+  attn::print_verify_header(std::cout);
+  // Save after every case, so a run that dies keeps what it measured.
+  auto on_record = [&](const attn::VerifyRun& run, const attn::Record& record) {
+    attn::print_verify_row(std::cout, record);
+    std::cout.flush();
+    const bool case_done = record.implementation == implementations.back()->name();
+    if (case_done && !args.json_path.empty()) attn::write_json_file(args.json_path, attn::verify_to_json(run, options, context));
+  };
+  const attn::VerifyRun run = attn::verify(implementations, cases, options, on_record);
+  if (!args.json_path.empty()) attn::write_json_file(args.json_path, attn::verify_to_json(run, options, context));
+  attn::print_verify_summary(std::cout, run);
+  if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
+  return run.failed() > 0 ? exit_fail : exit_pass;
+}
+
+int run_list(const attn::Registry& registry) {
+  for (const auto* impl : registry.all()) {
+    const auto caps = impl->describe();
+    std::vector<std::string> dtypes;
+    for (auto d : caps.dtypes) dtypes.emplace_back(attn::to_string(d));
+    fmt::print("{}\n  {}\n  device: {}; dtypes: {}; returns LSE: {}; returns weights: {}; deterministic: {}; fully masked rows: {}\n",
+               impl->name(), caps.summary, caps.device, fmt::join(dtypes, ", "), caps.returns_lse ? "yes" : "no",
+               caps.returns_weights ? "yes" : "no", caps.deterministic ? "yes" : "no", attn::to_string(caps.fully_masked));
+  }
+  return exit_pass;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attnbench: verify and benchmark scaled dot-product attention implementations"};
+  app.require_subcommand(1);
+
+  VerifyArgs verify_args;
+  auto* verify = app.add_subcommand("verify", "Run implementations on a case set against the high-precision reference");
+  verify->add_option("--impl", verify_args.implementations, "Implementation to verify (repeatable; default: all)");
+  verify->add_option("--cases", verify_args.cases, "Case set: default, quick, or a file of repro strings")->capture_default_str();
+  verify->add_option("--case", verify_args.single_case, "Run exactly one case, given as its repro string");
+  verify->add_option("--seed", verify_args.seed, "Override every case's seed (draws new data)");
+  verify->add_option("--json", verify_args.json_path, "Where to write the JSON results ('' to skip)")->capture_default_str();
+  verify->add_option("--k", verify_args.k, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
+  verify->add_option("--floor-ulps", verify_args.floor_ulps, "Pass rule: ulp floor of the tolerance")->capture_default_str();
+  verify->add_option("--threads", verify_args.threads, "Threads for the reference (default: all cores)");
+  verify->get_option("--case")->excludes(verify->get_option("--cases"));
+
+  auto* list = app.add_subcommand("list", "List the implementations and what each supports");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? exit_pass : exit_usage;
+  }
+
+  try {
+    attn::Registry registry;
+    attn::register_builtin_implementations(registry);
+    if (verify->parsed()) return run_verify(registry, verify_args);
+    if (list->parsed()) return run_list(registry);
+  } catch (const attn::InputError& e) {
+    fmt::print(stderr, "attnbench: error: {}\n", e.what());
+    return exit_usage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attnbench: internal error: {}\n", e.what());
+    return exit_fail;
+  }
+  return exit_usage;
+}

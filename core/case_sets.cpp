@@ -1,0 +1,159 @@
+#include "core/case_sets.hpp"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attn {
+namespace {
+
+struct Shape {
+  std::int64_t batch, h_q, h_kv, n_q, n_k, d_k, d_v;
+};
+
+enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal };
+
+void apply_mask(Problem& p, MaskKind kind) {
+  auto pad_per_batch = [&] {
+    p.padding.kind = KeyPadding::Kind::per_batch;
+    for (std::int64_t b = 0; b < p.batch; ++b) p.padding.valid_len.push_back(p.n_k * (b + 1) / (p.batch + 1) + b);
+  };
+  switch (kind) {
+    case MaskKind::none: break;
+    case MaskKind::causal_tl: p.causal = Causal::top_left; break;
+    case MaskKind::causal_br: p.causal = Causal::bottom_right; break;
+    case MaskKind::pad: pad_per_batch(); break;
+    case MaskKind::padq:
+      // Lengths cycle through 0 (a fully masked row), short, and full.
+      p.padding.kind = KeyPadding::Kind::per_query;
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        for (std::int64_t i = 0; i < p.n_q; ++i) p.padding.valid_len.push_back((i * 7 + b * 3) % (p.n_k + 1));
+      break;
+    case MaskKind::bool_half: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}; break;
+    case MaskKind::bias: p.bias = {true, 1.0, Broadcast::per_head}; break;
+    case MaskKind::causal_br_pad_bias:
+      p.causal = Causal::bottom_right;
+      pad_per_batch();
+      p.bias = {true, 2.0, Broadcast::per_batch_head};
+      break;
+    case MaskKind::sparse_bool_causal:
+      // Keeping 1 pair in 20 leaves many rows with no visible key.
+      p.causal = Causal::top_left;
+      p.bool_mask = {true, 0.05, Broadcast::shared};
+      break;
+  }
+}
+
+struct Scenario {
+  Shape shape;
+  MaskKind mask;
+  Regime regime;
+  double scale = 0;  // 0: the default 1/sqrt(d_k)
+};
+
+std::vector<Problem> expand(const std::vector<Scenario>& scenarios, std::uint64_t seed_base) {
+  std::vector<Problem> cases;
+  const DType dtypes[] = {DType::f64, DType::f32, DType::f16, DType::bf16};
+  for (std::size_t s = 0; s < scenarios.size(); ++s) {
+    for (std::size_t d = 0; d < 4; ++d) {
+      const Scenario& sc = scenarios[s];
+      Problem p;
+      p.batch = sc.shape.batch, p.h_q = sc.shape.h_q, p.h_kv = sc.shape.h_kv;
+      p.n_q = sc.shape.n_q, p.n_k = sc.shape.n_k, p.d_k = sc.shape.d_k, p.d_v = sc.shape.d_v;
+      p.dtype = dtypes[d];
+      p.regime = sc.regime;
+      if (sc.scale > 0) p.scale = sc.scale;
+      apply_mask(p, sc.mask);
+      p.seed = seed_base + s * 10 + d;
+      p.validate();
+      cases.push_back(std::move(p));
+    }
+  }
+  return cases;
+}
+
+// Shapes: single token; square MHA; GQA 4:1 around a 128 tile; MQA with n_q > n_k; primes with
+// d_k != d_v; a long prime sequence; d = 256; odd small dims; decode-like n_q << n_k; n_q >> n_k.
+constexpr Shape one{1, 1, 1, 1, 1, 64, 64};
+constexpr Shape square{2, 4, 4, 64, 64, 64, 64};
+constexpr Shape gqa{1, 8, 2, 127, 129, 64, 64};
+constexpr Shape mqa{1, 4, 1, 129, 65, 32, 32};
+constexpr Shape primes{2, 2, 2, 97, 97, 128, 64};
+constexpr Shape long_prime{1, 2, 2, 1013, 1013, 64, 64};
+constexpr Shape wide{1, 2, 1, 256, 512, 256, 256};
+constexpr Shape odd{1, 3, 3, 33, 17, 16, 40};
+constexpr Shape decode{2, 4, 2, 16, 300, 64, 64};
+constexpr Shape prefill{1, 2, 2, 300, 16, 64, 64};
+
+}  // namespace
+
+std::vector<Problem> default_cases() {
+  using M = MaskKind;
+  using R = Regime;
+  return expand({{one, M::none, R::diffuse},
+                 {one, M::causal_tl, R::saturated},
+                 {square, M::none, R::diffuse},
+                 {square, M::causal_tl, R::peaked},
+                 {square, M::causal_br, R::saturated},
+                 {square, M::bool_half, R::sparse_int},
+                 {square, M::bias, R::uniform01, 0.05},
+                 {gqa, M::causal_br, R::diffuse},
+                 {gqa, M::causal_tl, R::large},
+                 {gqa, M::pad, R::uniform01},
+                 {gqa, M::causal_br_pad_bias, R::large},
+                 {mqa, M::causal_tl, R::peaked},
+                 {mqa, M::causal_br, R::diffuse},
+                 {mqa, M::bias, R::large},
+                 {primes, M::none, R::peaked},
+                 {primes, M::padq, R::saturated},
+                 {primes, M::causal_br_pad_bias, R::diffuse, 0.3},
+                 {long_prime, M::causal_br, R::diffuse},
+                 {long_prime, M::none, R::large},
+                 {wide, M::causal_tl, R::peaked},
+                 {odd, M::sparse_bool_causal, R::sparse_int},
+                 {odd, M::bool_half, R::uniform01},
+                 {decode, M::causal_br, R::saturated},
+                 {decode, M::padq, R::peaked},
+                 {prefill, M::causal_tl, R::diffuse},
+                 {prefill, M::causal_br_pad_bias, R::sparse_int}},
+                1000);
+}
+
+std::vector<Problem> quick_cases() {
+  using M = MaskKind;
+  using R = Regime;
+  constexpr Shape small{2, 4, 2, 19, 23, 16, 24};
+  return expand({{one, M::none, R::diffuse},
+                 {small, M::causal_tl, R::peaked},
+                 {small, M::causal_br, R::saturated},
+                 {small, M::padq, R::large},
+                 {small, M::bool_half, R::sparse_int},
+                 {odd, M::causal_br_pad_bias, R::uniform01}},
+                5000);
+}
+
+std::vector<Problem> load_cases(std::string_view name_or_path) {
+  if (name_or_path == "default") return default_cases();
+  if (name_or_path == "quick") return quick_cases();
+  const std::string path(name_or_path);
+  std::ifstream file(path);
+  if (!file) throw InputError(fmt::format("cannot open case file '{}' (expected default, quick or a readable file)", path));
+  std::vector<Problem> cases;
+  std::string line;
+  for (int number = 1; std::getline(file, line); ++number) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    try {
+      cases.push_back(parse_problem(line));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}:{}: {}", path, number, e.what()));
+    }
+  }
+  if (file.bad()) throw InputError(fmt::format("error reading case file '{}'", path));
+  if (cases.empty()) throw InputError(fmt::format("case file '{}' holds no cases", path));
+  return cases;
+}
+
+}  // namespace attn

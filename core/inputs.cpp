@@ -1,0 +1,120 @@
+#include "core/inputs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/parallel.hpp"
+#include "core/rng.hpp"
+
+namespace attn {
+namespace {
+
+constexpr std::int64_t chunk_elements = 4096;
+
+// Fills t[e] = round(draw(e, rng)) chunk by chunk; chunk c always uses Rng(seed, stream, c),
+// so the result does not depend on the number of threads.
+template <class Draw>
+void fill(Tensor& t, std::uint64_t seed, std::uint64_t stream, Draw draw) {
+  const std::int64_t n = t.numel();
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+  parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      Rng rng(seed, stream, static_cast<std::uint64_t>(c));
+      for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e) t.set(e, draw(e, rng));
+    }
+  });
+}
+
+// Standard deviation of Q and K entries that gives scaled scores the wanted variance:
+// var(scale * q.k) = scale^2 * d_k * sigma^4. sqrt is exact-rounded IEEE, unlike pow.
+double qk_sigma(const Problem& p, double score_variance) {
+  const double s = p.effective_scale();
+  return std::sqrt(std::sqrt(score_variance / (s * s * double(p.d_k))));
+}
+
+double sparse_int(Rng& rng) {
+  if (rng.uniform() < 0.6) return 0.0;
+  constexpr double values[] = {-2.0, -1.0, 1.0, 2.0};
+  return values[rng.below(4)];
+}
+
+}  // namespace
+
+CaseInputs generate_inputs(const Problem& p) {
+  CaseInputs in{Tensor(p.dtype, {p.batch, p.h_q, p.n_q, p.d_k}), Tensor(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_k}),
+                Tensor(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_v}), Mask(p)};
+  const std::uint64_t seed = p.seed;
+  auto normal = [](double sigma) { return [sigma](std::int64_t, Rng& rng) { return sigma * rng.normal(); }; };
+
+  switch (p.regime) {
+    case Regime::diffuse:
+    case Regime::peaked: {
+      const double sigma = qk_sigma(p, p.regime == Regime::diffuse ? 1.0 : 64.0);
+      fill(in.q, seed, stream_q, normal(sigma));
+      fill(in.k, seed, stream_k, normal(sigma));
+      fill(in.v, seed, stream_v, normal(1.0));
+      break;
+    }
+    case Regime::saturated: {
+      // Per kv head, queries cluster around a direction u and one key j* is a multiple of u
+      // whose score is about 24 above the others (which are unit-variance): weights near one-hot.
+      const double sigma = qk_sigma(p, 1.0);
+      const double gamma = 24.0 / std::sqrt(double(p.d_k));
+      std::vector<double> u(static_cast<std::size_t>(p.batch * p.h_kv * p.d_k));
+      std::vector<std::int64_t> dominant(static_cast<std::size_t>(p.batch * p.h_kv));
+      Rng structure(seed, stream_structure);
+      for (auto& x : u) x = sigma * structure.normal();
+      for (auto& j : dominant) j = static_cast<std::int64_t>(structure.below(static_cast<std::uint64_t>(p.n_k)));
+      fill(in.q, seed, stream_q, [&](std::int64_t e, Rng& rng) {
+        const std::int64_t c = e % p.d_k, h = (e / (p.d_k * p.n_q)) % p.h_q, b = e / (p.d_k * p.n_q * p.h_q);
+        return u[static_cast<std::size_t>((b * p.h_kv + p.kv_head(h)) * p.d_k + c)] + 0.25 * sigma * rng.normal();
+      });
+      fill(in.k, seed, stream_k, [&](std::int64_t e, Rng& rng) {
+        const std::int64_t c = e % p.d_k, j = (e / p.d_k) % p.n_k, bg = e / (p.d_k * p.n_k);
+        const double noise = sigma * rng.normal();  // drawn either way, so j* does not shift the stream
+        return j == dominant[static_cast<std::size_t>(bg)] ? gamma * u[static_cast<std::size_t>(bg * p.d_k + c)] : noise;
+      });
+      fill(in.v, seed, stream_v, normal(1.0));
+      break;
+    }
+    case Regime::large: {
+      // Typical |q.k| of max_finite / 16 before scaling: scores far beyond exp's range, so a
+      // kernel that does not subtract the row max (or computes scores in the input type) fails.
+      const double m = std::sqrt(max_finite(p.dtype) / (16.0 * std::sqrt(double(p.d_k))));
+      fill(in.q, seed, stream_q, normal(m));
+      fill(in.k, seed, stream_k, normal(m));
+      fill(in.v, seed, stream_v, normal(1.0));
+      break;
+    }
+    case Regime::sparse_int: {
+      auto draw = [](std::int64_t, Rng& rng) { return sparse_int(rng); };
+      fill(in.q, seed, stream_q, draw);
+      fill(in.k, seed, stream_k, draw);
+      fill(in.v, seed, stream_v, draw);
+      break;
+    }
+    case Regime::uniform01: {
+      auto draw = [](std::int64_t, Rng& rng) { return rng.uniform(); };
+      fill(in.q, seed, stream_q, draw);
+      fill(in.k, seed, stream_k, draw);
+      fill(in.v, seed, stream_v, draw);
+      break;
+    }
+  }
+  return in;
+}
+
+Tensor make_output(const Problem& p) {
+  Tensor out(p.dtype, {p.batch, p.h_q, p.n_q, p.d_v});
+  out.poison();
+  return out;
+}
+
+Tensor make_lse(const Problem& p) {
+  Tensor lse(p.dtype == DType::f64 ? DType::f64 : DType::f32, {p.batch, p.h_q, p.n_q, 1});
+  lse.poison();
+  return lse;
+}
+
+}  // namespace attn

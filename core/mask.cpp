@@ -1,0 +1,83 @@
+#include "core/mask.hpp"
+
+#include <algorithm>
+
+#include "core/parallel.hpp"
+#include "core/rng.hpp"
+
+namespace attn {
+namespace {
+
+constexpr std::int64_t chunk_elements = 4096;
+
+bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
+bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
+
+}  // namespace
+
+Mask::Mask(const Problem& p)
+    : batch_(p.batch), h_q_(p.h_q), n_q_(p.n_q), n_k_(p.n_k), causal_(p.causal), padding_(p.padding) {
+  if (p.bool_mask.enabled) {
+    bool_batch_ = varies_over_batch(p.bool_mask.broadcast);
+    bool_head_ = varies_over_head(p.bool_mask.broadcast);
+    const std::int64_t n = (bool_batch_ ? p.batch : 1) * (bool_head_ ? p.h_q : 1) * p.n_q * p.n_k;
+    bool_flags_.resize(static_cast<std::size_t>(n));
+    const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+    parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t c = begin; c < end; ++c) {
+        Rng rng(p.seed, stream_bool_mask, static_cast<std::uint64_t>(c));
+        for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
+          bool_flags_[static_cast<std::size_t>(e)] = rng.uniform() < p.bool_mask.keep ? 1 : 0;
+      }
+    });
+  }
+  if (p.bias.enabled) {
+    bias_batch_ = varies_over_batch(p.bias.broadcast);
+    bias_head_ = varies_over_head(p.bias.broadcast);
+    bias_ = Tensor(p.dtype, {bias_batch_ ? p.batch : 1, bias_head_ ? p.h_q : 1, p.n_q, p.n_k});
+    const std::int64_t n = bias_.numel();
+    const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+    parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t c = begin; c < end; ++c) {
+        Rng rng(p.seed, stream_bias, static_cast<std::uint64_t>(c));
+        for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
+          bias_.set(e, rng.normal() * p.bias.stddev);
+      }
+    });
+  }
+}
+
+std::int64_t Mask::key_limit(std::int64_t b, std::int64_t i) const {
+  std::int64_t limit = n_k_;
+  if (causal_ == Causal::top_left) limit = std::min(limit, i + 1);
+  if (causal_ == Causal::bottom_right) limit = std::min(limit, i + 1 + (n_k_ - n_q_));
+  if (padding_.kind == KeyPadding::Kind::per_batch) limit = std::min(limit, padding_.valid_len[static_cast<std::size_t>(b)]);
+  if (padding_.kind == KeyPadding::Kind::per_query)
+    limit = std::min(limit, padding_.valid_len[static_cast<std::size_t>(b * n_q_ + i)]);
+  return std::max<std::int64_t>(limit, 0);
+}
+
+bool Mask::row_fully_masked(std::int64_t b, std::int64_t h, std::int64_t i) const {
+  const std::int64_t limit = key_limit(b, i);
+  if (bool_flags_.empty()) return limit == 0;
+  for (std::int64_t j = 0; j < limit; ++j)
+    if (bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))]) return false;
+  return true;
+}
+
+std::int64_t Mask::count_visible() const {
+  std::int64_t total = 0;
+  for (std::int64_t b = 0; b < batch_; ++b)
+    for (std::int64_t i = 0; i < n_q_; ++i) {
+      const std::int64_t limit = key_limit(b, i);
+      if (bool_flags_.empty()) {
+        total += limit * h_q_;
+        continue;
+      }
+      for (std::int64_t h = 0; h < h_q_; ++h)
+        for (std::int64_t j = 0; j < limit; ++j) total += bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))];
+    }
+  return total;
+}
+
+}  // namespace attn

@@ -1,0 +1,51 @@
+#pragma once
+// The mask of a problem, materialised: which keys each query sees and the additive bias.
+// Every part composes by intersection (DESIGN.md); a masked key is excluded exactly.
+//   causal top_left:     query i sees key j iff j <= i
+//   causal bottom_right: query i sees key j iff j <= i + (n_k - n_q)
+//   key padding:         query i of batch b sees key j iff j < valid_len
+//   boolean mask:        drawn from the problem's seed, broadcast over batch and/or head
+#include <cstdint>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+
+namespace attn {
+
+class Mask {
+ public:
+  explicit Mask(const Problem& problem);  // generates the boolean mask and bias from the seed
+
+  // Keys j >= key_limit(b, i) are masked by causality or padding (the bool mask may mask more).
+  std::int64_t key_limit(std::int64_t b, std::int64_t i) const;
+  bool visible(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    if (j >= key_limit(b, i)) return false;
+    return bool_flags_.empty() || bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))] != 0;
+  }
+  bool has_bias() const { return bias_.numel() > 0; }
+  double bias(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return has_bias() ? bias_.get(bias_.offset(bias_batch_ ? b : 0, bias_head_ ? h : 0, i, j)) : 0.0;
+  }
+  bool row_fully_masked(std::int64_t b, std::int64_t h, std::int64_t i) const;
+  std::int64_t count_visible() const;
+
+  // The materialised parts, for implementations that pass them on (e.g. to a device).
+  const std::vector<std::uint8_t>& bool_flags() const { return bool_flags_; }  // [bb, hh, n_q, n_k]
+  const Tensor& bias_tensor() const { return bias_; }                           // [bb, hh, n_q, n_k]
+
+ private:
+  std::int64_t flag_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return (((bool_batch_ ? b : 0) * (bool_head_ ? h_q_ : 1) + (bool_head_ ? h : 0)) * n_q_ + i) * n_k_ + j;
+  }
+
+  std::int64_t batch_, h_q_, n_q_, n_k_;
+  Causal causal_;
+  KeyPadding padding_;
+  std::vector<std::uint8_t> bool_flags_;
+  bool bool_batch_ = false, bool_head_ = false;
+  Tensor bias_;
+  bool bias_batch_ = false, bias_head_ = false;
+};
+
+}  // namespace attn

@@ -1,0 +1,100 @@
+#include "core/metrics.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace attn {
+
+std::string_view to_string(FullyMaskedPolicy policy) {
+  return policy == FullyMaskedPolicy::zeros ? "zeros" : "nan";
+}
+
+std::string output_coordinates(const Problem& p, std::int64_t flat) {
+  if (flat < 0) return "-";
+  const std::int64_t c = flat % p.d_v, i = (flat / p.d_v) % p.n_q, h = (flat / (p.d_v * p.n_q)) % p.h_q,
+                     b = flat / (p.d_v * p.n_q * p.h_q);
+  return fmt::format("b={} h={} i={} c={}", b, h, i, c);
+}
+
+ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expected, const Tensor& out, const Tensor* lse,
+                     FullyMaskedPolicy policy) {
+  ErrorMetrics m;
+  const std::int64_t d_v = p.d_v;
+
+  // Census over every row.
+  for (std::int64_t row = 0; row < p.rows(); ++row) {
+    const std::int64_t i = row % p.n_q, h = (row / p.n_q) % p.h_q, b = row / (p.n_q * p.h_q);
+    const bool fully_masked = mask.row_fully_masked(b, h, i);
+    m.fully_masked_rows += fully_masked;
+    bool violates = false;
+    for (std::int64_t c = 0; c < d_v; ++c) {
+      const std::int64_t e = row * d_v + c;
+      if (out.is_poisoned(e)) {
+        ++m.unwritten;
+        continue;
+      }
+      const double x = out.get(e);
+      if (fully_masked) {
+        violates |= policy == FullyMaskedPolicy::zeros ? x != 0.0 : !std::isnan(x);
+      } else if (std::isnan(x)) {
+        ++m.nan;
+      } else if (std::isinf(x)) {
+        ++(x > 0 ? m.pos_inf : m.neg_inf);
+      }
+    }
+    m.fully_masked_violations += violates;
+  }
+
+  // Errors over the expected rows.
+  for (std::size_t r = 0; r < expected.rows.size(); ++r)
+    if (!expected.fully_masked[r])
+      for (std::int64_t c = 0; c < d_v; ++c)
+        m.reference_max_abs = std::max(m.reference_max_abs, std::fabs(expected.out[r * d_v + c]));
+  m.rel_floor = std::max(min_normal(p.dtype), m.reference_max_abs / 1024.0);
+  double err_sq = 0, ref_sq = 0;
+  for (std::size_t r = 0; r < expected.rows.size(); ++r) {
+    if (expected.fully_masked[r]) continue;
+    for (std::int64_t c = 0; c < d_v; ++c) {
+      const std::int64_t e = expected.rows[r] * d_v + c;
+      const double want = expected.out[r * d_v + c];
+      const double got = out.is_poisoned(e) ? std::numeric_limits<double>::quiet_NaN() : out.get(e);
+      ++m.compared;
+      const double err = std::isfinite(got) ? std::fabs(got - want) : std::numeric_limits<double>::infinity();
+      const double rel = err / std::max(std::fabs(want), m.rel_floor);
+      const std::uint64_t ulps = ulp_distance(p.dtype, got, want);
+      if (err > m.max_abs || m.max_abs_index < 0) m.max_abs = err, m.max_abs_index = e;
+      if (rel > m.max_rel || m.max_rel_index < 0) m.max_rel = rel, m.max_rel_index = e;
+      if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
+      err_sq += err * err;
+      ref_sq += want * want;
+    }
+  }
+  if (m.compared > 0) {
+    m.rms = std::sqrt(err_sq / double(m.compared));
+    m.normwise_rel = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+  }
+
+  if (lse != nullptr) {
+    m.has_lse = true;
+    for (std::size_t r = 0; r < expected.rows.size(); ++r) {
+      const std::int64_t row = expected.rows[r];
+      const double got = lse->is_poisoned(row) ? std::numeric_limits<double>::quiet_NaN() : lse->get(row);
+      const double want = expected.lse[r];
+      if (expected.fully_masked[r]) {
+        const bool ok = (std::isinf(got) && got < 0) || (policy == FullyMaskedPolicy::nan && std::isnan(got));
+        m.lse_violations += !ok;
+        continue;
+      }
+      if (!std::isfinite(got)) {
+        ++m.lse_violations;
+        continue;
+      }
+      m.lse_max_abs = std::max(m.lse_max_abs, std::fabs(got - want));
+      m.lse_reference_max_abs = std::max(m.lse_reference_max_abs, std::fabs(want));
+    }
+  }
+  return m;
+}
+
+}  // namespace attn

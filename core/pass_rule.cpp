@@ -1,0 +1,38 @@
+#include "core/pass_rule.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace attn {
+
+Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline) {
+  Verdict v;
+  auto fail = [&](std::string reason) {
+    v.pass = false;
+    v.reasons.push_back(std::move(reason));
+  };
+  const double floor = rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
+  v.tolerance = rule.k * baseline.max_abs + floor;
+  v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
+                                 : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  if (m.unwritten > 0) fail(fmt::format("{} output elements never written", m.unwritten));
+  if (m.nan > 0) fail(fmt::format("{} NaN where the reference is finite", m.nan));
+  if (m.pos_inf + m.neg_inf > 0) fail(fmt::format("{} Inf where the reference is finite", m.pos_inf + m.neg_inf));
+  if (m.fully_masked_violations > 0)
+    fail(fmt::format("{} of {} fully masked rows break the declared policy", m.fully_masked_violations, m.fully_masked_rows));
+  if (!(m.max_abs <= v.tolerance))
+    fail(fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps)", m.max_abs, v.tolerance,
+                     rule.k, baseline.max_abs, rule.floor_ulps));
+  if (m.has_lse) {
+    const DType lse_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+    const double lse_tolerance = rule.k * baseline.lse_max_abs + rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
+    if (m.lse_violations > 0) fail(fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
+    if (!(m.lse_max_abs <= lse_tolerance))
+      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g}", m.lse_max_abs, lse_tolerance));
+  }
+  return v;
+}
+
+}  // namespace attn

@@ -1,0 +1,113 @@
+#pragma once
+// The one problem description passed everywhere: shapes, mask, scale, dtype, input regime and
+// seed. It validates itself, prints as a one-line repro string that parse_problem reads back
+// to an equal problem, and serialises to JSON. Derived figures (visible pairs, FLOPs, bytes)
+// are methods so every report counts them the same way.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/dtype.hpp"
+
+namespace attn {
+
+enum class Causal { none, top_left, bottom_right };
+
+// How the inputs are drawn (DESIGN.md, "Input regimes matter more than tolerances").
+enum class Regime {
+  diffuse,     // scores with unit variance
+  peaked,      // scores with standard deviation 8 (what unscaled d_k = 64 gives)
+  saturated,   // one dominant key per head: weights close to one-hot
+  large,       // scores near the dtype's overflow
+  sparse_int,  // small integers in [-2, 2], mostly zero: every input exactly representable
+  uniform01,   // every input uniform in [0, 1)
+};
+
+// Which query heads and batches a generated boolean mask or bias varies over; the other
+// dimensions broadcast (extent 1).
+enum class Broadcast { shared, per_batch, per_head, per_batch_head };
+
+struct KeyPadding {
+  enum class Kind { none, per_batch, per_query };
+  Kind kind = Kind::none;
+  // per_batch: valid_len[b]; per_query: valid_len[b * n_q + i]. Leading keys are visible.
+  std::vector<std::int64_t> valid_len;
+  bool operator==(const KeyPadding&) const = default;
+};
+
+// A boolean mask drawn from the problem's seed: each (query, key) is kept with probability keep.
+struct BoolMaskSpec {
+  bool enabled = false;
+  double keep = 1.0;
+  Broadcast broadcast = Broadcast::shared;
+  bool operator==(const BoolMaskSpec&) const = default;
+};
+
+// An additive float bias drawn from the problem's seed: normal with standard deviation stddev,
+// rounded to the problem's dtype.
+struct BiasSpec {
+  bool enabled = false;
+  double stddev = 1.0;
+  Broadcast broadcast = Broadcast::shared;
+  bool operator==(const BiasSpec&) const = default;
+};
+
+struct Problem {
+  std::int64_t batch = 1;
+  std::int64_t h_q = 1;
+  std::int64_t h_kv = 1;
+  std::int64_t n_q = 1;
+  std::int64_t n_k = 1;
+  std::int64_t d_k = 64;
+  std::int64_t d_v = 64;
+  DType dtype = DType::f32;
+  Causal causal = Causal::none;
+  KeyPadding padding;
+  BoolMaskSpec bool_mask;
+  BiasSpec bias;
+  std::optional<double> scale;  // unset: 1/sqrt(d_k)
+  Regime regime = Regime::diffuse;
+  std::uint64_t seed = 0;
+
+  bool operator==(const Problem&) const = default;
+
+  double effective_scale() const;
+  // Query head h reads kv head kv_head(h) (MHA, GQA and MQA are one rule).
+  std::int64_t kv_head(std::int64_t h) const { return h / (h_q / h_kv); }
+  std::int64_t rows() const { return batch * h_q * n_q; }  // output rows, one per (b, h, i)
+  bool has_mask() const;
+
+  // Throws InputError naming the first offending field.
+  void validate() const;
+
+  // One line, `key=value` tokens separated by spaces; parse_problem reads it back exactly.
+  std::string repro() const;
+  // A short human label for tables: shape, dtype, mask and regime, no data.
+  std::string label() const;
+
+  // Exact count of visible (query, key) pairs over all batches and query heads.
+  std::int64_t visible_pairs() const;
+  // 2 * b * h_q * P * (d_k + d_v) with P the exact visible pairs.
+  double flops() const;
+  // The published convention: 4 * b * h * n_q * n_k * d (d = (d_k + d_v) / 2), halved for causal.
+  double flops_published() const;
+  // Reading Q, K, V (and the mask or bias) once and writing O once.
+  double bytes_min() const;
+};
+
+Problem parse_problem(std::string_view repro);  // throws InputError naming the token
+
+std::string_view to_string(Causal causal);
+std::string_view to_string(Regime regime);
+std::string_view to_string(Broadcast broadcast);
+Regime parse_regime(std::string_view text);
+const std::vector<Regime>& all_regimes();
+
+void to_json(nlohmann::json& j, const Problem& p);
+void from_json(const nlohmann::json& j, Problem& p);
+
+}  // namespace attn

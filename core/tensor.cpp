@@ -1,0 +1,69 @@
+#include "core/tensor.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace attn {
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
+  numel_ = 1;
+  for (auto extent : shape) {
+    if (extent < 0) throw InputError("tensor extent must not be negative");
+    numel_ *= extent;
+  }
+  storage_.assign((bytes() + 7) / 8, 0);
+}
+
+std::uint64_t Tensor::bits(std::int64_t index) const {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(storage_.data());
+  switch (dtype_) {
+    case DType::f64: { std::uint64_t b; std::memcpy(&b, bytes + index * 8, 8); return b; }
+    case DType::f32: { std::uint32_t b; std::memcpy(&b, bytes + index * 4, 4); return b; }
+    case DType::f16:
+    case DType::bf16: { std::uint16_t b; std::memcpy(&b, bytes + index * 2, 2); return b; }
+  }
+  return 0;
+}
+
+void Tensor::set_bits(std::int64_t index, std::uint64_t bits) {
+  auto* bytes = reinterpret_cast<unsigned char*>(storage_.data());
+  switch (dtype_) {
+    case DType::f64: std::memcpy(bytes + index * 8, &bits, 8); break;
+    case DType::f32: { auto b = static_cast<std::uint32_t>(bits); std::memcpy(bytes + index * 4, &b, 4); break; }
+    case DType::f16:
+    case DType::bf16: { auto b = static_cast<std::uint16_t>(bits); std::memcpy(bytes + index * 2, &b, 2); break; }
+  }
+}
+
+double Tensor::get(std::int64_t index) const {
+  switch (dtype_) {
+    case DType::f64: return as<double>()[index];
+    case DType::f32: return as<float>()[index];
+    case DType::f16: return f16_bits_to_double(as<std::uint16_t>()[index]);
+    case DType::bf16: return bf16_bits_to_double(as<std::uint16_t>()[index]);
+  }
+  return 0.0;
+}
+
+void Tensor::set(std::int64_t index, double value) {
+  switch (dtype_) {
+    case DType::f64: as<double>()[index] = value; break;
+    // round_to gives the float value (overflow to Inf included); the cast is then exact.
+    case DType::f32: as<float>()[index] = static_cast<float>(round_to(DType::f32, value)); break;
+    case DType::f16: as<std::uint16_t>()[index] = f16_bits_from_double(value); break;
+    case DType::bf16: as<std::uint16_t>()[index] = bf16_bits_from_double(value); break;
+  }
+}
+
+void Tensor::poison() {
+  const std::uint64_t p = poison_bits(dtype_);
+  for (std::int64_t i = 0; i < numel_; ++i) set_bits(i, p);
+}
+
+bool Tensor::operator==(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
+         std::memcmp(storage_.data(), other.storage_.data(), bytes()) == 0;
+}
+
+}  // namespace attn

@@ -1,0 +1,108 @@
+#include "impls/cpu_naive/cpu_naive.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace attn {
+namespace {
+
+template <class Acc>
+void run_in(const RunArgs& a) {
+  const Problem& p = a.problem;
+  const CaseInputs& in = a.inputs;
+  const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
+  const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
+  if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
+  // Workspace: the score matrix, then Q, K and V of one head widened to Acc.
+  Acc* scores = reinterpret_cast<Acc*>(a.workspace.data());
+  Acc* q = scores + nq * nk;
+  Acc* k = q + nq * dk;
+  Acc* v = k + nk * dk;
+  const Acc scale = static_cast<Acc>(p.effective_scale());
+  constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
+
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.h_q; ++h) {
+      const std::int64_t g = p.kv_head(h);
+      for (std::size_t e = 0; e < nq * dk; ++e) q[e] = static_cast<Acc>(in.q.get(in.q.offset(b, h, 0, 0) + std::int64_t(e)));
+      for (std::size_t e = 0; e < nk * dk; ++e) k[e] = static_cast<Acc>(in.k.get(in.k.offset(b, g, 0, 0) + std::int64_t(e)));
+      for (std::size_t e = 0; e < nk * dv; ++e) v[e] = static_cast<Acc>(in.v.get(in.v.offset(b, g, 0, 0) + std::int64_t(e)));
+
+      for (std::size_t i = 0; i < nq; ++i) {
+        Acc* s = scores + i * nk;
+        // Scores, scaled and masked.
+        for (std::size_t j = 0; j < nk; ++j) {
+          if (!in.mask.visible(b, h, std::int64_t(i), std::int64_t(j))) {
+            s[j] = excluded;
+            continue;
+          }
+          Acc dot = 0;
+          for (std::size_t t = 0; t < dk; ++t) dot += q[i * dk + t] * k[j * dk + t];
+          s[j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
+        }
+        Acc m = excluded;
+        for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
+        const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
+        if (m == excluded) {  // every key masked: zeros, LSE -inf
+          for (std::size_t c = 0; c < dv; ++c) a.out.set(row * p.d_v + std::int64_t(c), 0.0);
+          if (a.lse) a.lse->set(row, -std::numeric_limits<double>::infinity());
+          if (a.weights)
+            for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), 0.0);
+          continue;
+        }
+        // Softmax: subtract the row max, exponentiate, normalise.
+        Acc sum = 0;
+        for (std::size_t j = 0; j < nk; ++j) {
+          s[j] = std::exp(s[j] - m);
+          sum += s[j];
+        }
+        for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;
+        // Weighted sum of V.
+        for (std::size_t c = 0; c < dv; ++c) {
+          Acc o = 0;
+          for (std::size_t j = 0; j < nk; ++j) o += s[j] * v[j * dv + c];
+          a.out.set(row * p.d_v + std::int64_t(c), static_cast<double>(o));
+        }
+        if (a.lse) a.lse->set(row, static_cast<double>(m + std::log(sum)));
+        if (a.weights)
+          for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
+      }
+    }
+  }
+}
+
+class CpuNaive final : public Implementation {
+ public:
+  std::string name() const override { return "cpu_naive"; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.summary = "textbook softmax(QK^T * scale + mask) V with the score matrix materialised; f64, or f32 for f32/f16/bf16";
+    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    c.returns_lse = true;
+    c.returns_weights = true;
+    return c;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem& p) const override { return naive_workspace_bytes(p); }
+  void run(const RunArgs& args) const override { naive_attention(args); }
+};
+
+}  // namespace
+
+std::size_t naive_workspace_bytes(const Problem& p) {
+  const std::size_t element = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
+  return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v));
+}
+
+void naive_attention(const RunArgs& args) {
+  if (args.problem.dtype == DType::f64)
+    run_in<double>(args);
+  else
+    run_in<float>(args);
+}
+
+void register_cpu_naive(Registry& registry) { registry.add(std::make_unique<CpuNaive>()); }
+
+}  // namespace attn

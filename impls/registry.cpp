@@ -1,0 +1,44 @@
+#include "impls/registry.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "impls/cpu_naive/cpu_naive.hpp"
+
+namespace attn {
+
+Tensor make_weights(const Problem& p) {
+  Tensor w(p.dtype == DType::f64 ? DType::f64 : DType::f32, {p.batch, p.h_q, p.n_q, p.n_k});
+  w.poison();
+  return w;
+}
+
+void Registry::add(std::unique_ptr<Implementation> implementation) {
+  if (find(implementation->name()) != nullptr)
+    throw std::invalid_argument("implementation '" + implementation->name() + "' is registered twice");
+  implementations_.push_back(std::move(implementation));
+}
+
+const Implementation* Registry::find(std::string_view name) const {
+  for (const auto& impl : implementations_)
+    if (impl->name() == name) return impl.get();
+  return nullptr;
+}
+
+std::vector<const Implementation*> Registry::all() const {
+  std::vector<const Implementation*> out;
+  for (const auto& impl : implementations_) out.push_back(impl.get());
+  return out;
+}
+
+std::vector<std::string> Registry::names() const {
+  std::vector<std::string> out;
+  for (const auto& impl : implementations_) out.push_back(impl->name());
+  return out;
+}
+
+void register_builtin_implementations(Registry& registry) {
+  register_cpu_naive(registry);
+}
+
+}  // namespace attn

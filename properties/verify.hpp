@@ -1,0 +1,61 @@
+#pragma once
+// Verification: every selected implementation on every case, against the high-precision
+// reference, under the pass rule. The pass rule's yardstick is the naive algorithm in the same
+// precision (cpu_naive's code), whose own error is first checked against the a-priori bound
+// the reference derives for it, so a broken yardstick cannot hide a broken kernel.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/pass_rule.hpp"
+#include "impls/registry.hpp"
+#include "reference/reference.hpp"
+
+namespace attn {
+
+enum class Status { pass, fail, skip };
+std::string_view to_string(Status status);
+
+struct VerifyOptions {
+  PassRule rule;
+  ReferenceOptions reference;
+};
+
+// The reference and baseline facts of one case, shared by every implementation run on it.
+struct CaseContext {
+  std::size_t index = 0;
+  Problem problem;
+  std::int64_t rows_total = 0;
+  std::int64_t rows_checked = 0;
+  bool sampled = false;
+  double reference_self_bound_ulps = 0;  // the reference's stated error, in output ulps
+  ErrorMetrics baseline;                 // the naive algorithm's error
+  double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)
+  std::string baseline_problem;          // empty when the baseline is sound, else what broke
+  double reference_seconds = 0;
+};
+
+struct Record {
+  std::string implementation;
+  const CaseContext* context = nullptr;  // owned by the VerifyRun
+  Status status = Status::skip;
+  std::string skip_reason;
+  ErrorMetrics metrics;
+  Verdict verdict;
+  double seconds = 0;  // wall time of the implementation's run (not a benchmark)
+};
+
+struct VerifyRun {
+  std::vector<std::unique_ptr<CaseContext>> cases;
+  std::vector<Record> records;
+  int passed() const;
+  int failed() const;
+  int skipped() const;
+};
+
+// Runs implementations × cases in case order. on_record is called as each record is made,
+// so a caller can print and save progressively.
+VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
+                 const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record = {});
+
+}  // namespace attn

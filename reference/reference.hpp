@@ -1,0 +1,57 @@
+#pragma once
+// The high-precision reference: attention computed from the exact stored inputs in
+// Boost.Multiprecision's float128 (113-bit significand, unit roundoff u = 2^-113), then rounded
+// once to the problem's dtype.
+//
+// Its own error is stated, not assumed. For each output element the reference also returns a
+// rigorous first-principles bound on |reference before rounding - exact|, from:
+//   * each score s_j = scale * (q . k_j) + bias_j carries at most gamma(d_k + 2) * A_j error,
+//     A_j = scale * sum_t |q_t k_jt| + |bias_j| (products of stored inputs are exact at 113 bits);
+//   * exp(s_j - m) adds u * |s_j - m| to the argument and 2u relative error;
+//   * so each exponent is off by at most eta_j, and the weights move by at most
+//     err_j = min(w_j * r, w_j * exp(max(0, eta_j + eta_j0 - ln w_j0)))   (j0: the largest weight)
+//     with r = expm1(2 eta_max) / (1 - expm1(2 eta_max)); for j0, exp(eta_j0 + LSE_{k != j0}(ln w_k + eta_k));
+//   * the weighted sum of V adds gamma(2 n + 4) * sum_j (w_j + err_j) |v_j|.
+// The bound is  sum_j err_j |v_jc| + gamma(2 n + 4) sum_j (w_j + err_j) |v_jc|; in the default cases it
+// is below 1e-25 ulps of every output dtype, so the rounded reference is the correctly rounded exact
+// result. tests/reference_test.cpp checks it against the same computation at 256 bits.
+//
+// The same analysis with the unit roundoff of the naive algorithm in the case's working
+// precision (f32 for f32/f16/bf16, f64 for f64) gives an a-priori bound on the naive baseline's
+// error, which the pass rule uses to check that the baseline itself is sound.
+#include <cstdint>
+#include <vector>
+
+#include "core/inputs.hpp"
+#include "core/problem.hpp"
+
+namespace attn {
+
+struct ReferenceOptions {
+  // Multiply-adds in 113-bit arithmetic a case may take before the reference verifies a seeded
+  // sample of rows instead of all of them (about 80 ns each on one core).
+  double max_work = 3.0e6;
+  std::int64_t min_sampled_rows = 48;
+  bool weights = false;  // also return the softmax weights of every computed row
+  int threads = 0;       // 0: every core
+};
+
+struct ReferenceResult {
+  std::vector<std::int64_t> rows;  // computed rows, ascending; row r = (b * h_q + h) * n_q + i
+  bool sampled = false;            // fewer rows than the problem has
+  std::vector<double> out;         // rows.size() * d_v, rounded once to the problem's dtype
+  std::vector<double> lse;         // rows.size(), natural log, -inf for fully masked rows
+  std::vector<std::uint8_t> fully_masked;  // rows.size()
+  std::vector<double> weights;     // rows.size() * n_k when requested
+  std::vector<double> naive_bound; // rows.size() * d_v: a-priori bound on |naive - out| (both rounded)
+  double self_bound_max_abs = 0;   // max over elements of the bound on the reference's own error
+  double self_bound_max_ulps = 0;  // the same in ulps of the output dtype at each element
+};
+
+ReferenceResult compute_reference(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});
+
+// The rows the reference computes for this problem under these options (seeded, deterministic):
+// every row when the work fits, else a sample that always includes the first and last row.
+std::vector<std::int64_t> reference_rows(const Problem& problem, const ReferenceOptions& options);
+
+}  // namespace attn

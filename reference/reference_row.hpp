@@ -1,0 +1,164 @@
+#pragma once
+// One output row of the reference in any Boost.Multiprecision real type. Shared by
+// reference.cpp (float128) and the test that checks the stated error bound (256 bits).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/inputs.hpp"
+
+namespace attn::detail {
+
+template <class Real>
+struct ReferenceRow {
+  bool fully_masked = false;
+  std::vector<Real> out;         // d_v, unrounded
+  Real lse = 0;
+  std::vector<Real> weights;     // n_k (zeros for masked keys), when requested
+  std::vector<double> bound;     // d_v: bound on |out - exact| for unit roundoff u
+  std::vector<double> naive_bound;  // d_v: the same analysis for the naive algorithm's precision
+};
+
+inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
+
+// Bound on |computed weighted sum of V - exact| for one row, given each weight's exponent
+// perturbation eta_j (see reference.hpp). ln_w: log weights; v(j, c): values.
+template <class VAt>
+void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<double>& eta, const std::vector<std::int64_t>& keys,
+                        std::int64_t d_v, double u, double underflow, VAt v_at, std::vector<double>& bound) {
+  const std::size_t n = keys.size();
+  std::size_t j0 = 0;
+  double eta_max = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (ln_w[j] > ln_w[j0]) j0 = j;
+    eta_max = std::max(eta_max, eta[j]);
+  }
+  const double a = std::expm1(2 * eta_max);
+  const double r = a < 1 ? a / (1 - a) : std::numeric_limits<double>::infinity();
+  // LSE over k != j0 of (ln w_k + eta_k), computed stably.
+  double top = -std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < n; ++k)
+    if (k != j0) top = std::max(top, ln_w[k] + eta[k]);
+  double rest = 0;
+  if (std::isfinite(top))
+    for (std::size_t k = 0; k < n; ++k)
+      if (k != j0) rest += std::exp(ln_w[k] + eta[k] - top);
+  const double lse_rest = std::isfinite(top) ? top + std::log(rest) : top;
+
+  std::vector<double> err(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double w = std::exp(ln_w[j]);
+    const double linear = w * r;
+    const double nonlinear = j == j0 ? std::exp(eta[j0] + lse_rest)
+                                     : std::exp(ln_w[j] + std::max(0.0, eta[j] + eta[j0] - ln_w[j0]));
+    err[j] = std::min(std::isnan(linear) ? nonlinear : linear, nonlinear);
+  }
+  const double g = gamma_n(2.0 * double(n) + 4.0, u);
+  for (std::int64_t c = 0; c < d_v; ++c) {
+    double weighted = 0, perturbation = 0, vmax = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double av = std::fabs(v_at(keys[j], c));
+      weighted += (std::exp(ln_w[j]) + err[j]) * av;
+      perturbation += err[j] * av;
+      vmax = std::max(vmax, av);
+    }
+    // 1.01: headroom for the double arithmetic of this bound itself.
+    bound[static_cast<std::size_t>(c)] = 1.01 * (perturbation + g * weighted + double(n) * underflow * vmax);
+  }
+}
+
+template <class Real>
+ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::int64_t row, double u, bool want_weights) {
+  using std::exp;
+  using std::log;
+  const std::int64_t i = row % p.n_q;
+  const std::int64_t h = (row / p.n_q) % p.h_q;
+  const std::int64_t b = row / (p.n_q * p.h_q);
+  const std::int64_t g = p.kv_head(h);
+  const double scale = p.effective_scale();
+  ReferenceRow<Real> result;
+  result.out.assign(static_cast<std::size_t>(p.d_v), Real(0));
+  result.bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
+  result.naive_bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
+  if (want_weights) result.weights.assign(static_cast<std::size_t>(p.n_k), Real(0));
+
+  std::vector<std::int64_t> keys;
+  for (std::int64_t j = 0; j < in.mask.key_limit(b, i); ++j)
+    if (in.mask.visible(b, h, i, j)) keys.push_back(j);
+  if (keys.empty()) {
+    result.fully_masked = true;
+    result.lse = -std::numeric_limits<Real>::infinity();
+    return result;
+  }
+
+  const std::size_t n = keys.size();
+  std::vector<Real> s(n);
+  std::vector<double> magnitude(n);  // A_j = scale * sum |q k| + |bias|
+  const std::int64_t q0 = in.q.offset(b, h, i, 0);
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    const std::int64_t k0 = in.k.offset(b, g, keys[jj], 0);
+    Real dot = 0;
+    double abs_dot = 0;
+    for (std::int64_t t = 0; t < p.d_k; ++t) {
+      const double qv = in.q.get(q0 + t), kv = in.k.get(k0 + t);
+      dot += Real(qv) * Real(kv);  // exact product at >= 106 bits
+      abs_dot += std::fabs(qv * kv);
+    }
+    const double bias = in.mask.bias(b, h, i, keys[jj]);
+    s[jj] = Real(scale) * dot + Real(bias);
+    magnitude[jj] = (scale * abs_dot + std::fabs(bias)) * (1 + 0x1p-50);
+  }
+  Real m = *std::max_element(s.begin(), s.end());
+  std::vector<Real> e(n);
+  Real sum = 0;
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    e[jj] = exp(s[jj] - m);
+    sum += e[jj];
+  }
+  result.lse = m + log(sum);
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    const Real w = e[jj] / sum;
+    if (want_weights) result.weights[static_cast<std::size_t>(keys[jj])] = w;
+    const std::int64_t v0 = in.v.offset(b, g, keys[jj], 0);
+    for (std::int64_t c = 0; c < p.d_v; ++c) result.out[static_cast<std::size_t>(c)] += w * Real(in.v.get(v0 + c));
+  }
+
+  // Error bounds: for this computation (unit roundoff u) and for the naive algorithm in the
+  // problem's working precision (which also rounds the scale and can underflow in exp).
+  std::vector<double> ln_w(n), eta(n), eta_naive(n);
+  const double m_d = static_cast<double>(m);
+  const double u_naive = accumulation_unit_roundoff(p.dtype);
+  const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    ln_w[jj] = static_cast<double>(s[jj] - result.lse);
+    const double spread = std::fabs(static_cast<double>(s[jj]) - m_d);
+    eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u;
+    eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * spread * 1.01 + 2 * u_naive;
+  }
+  auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
+  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound);
+  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
+  return result;
+}
+
+// Rounds x once to dtype (the double conversion can only mislead at an exact tie of the
+// target format, which the exact value then breaks).
+template <class Real>
+double round_once(DType dtype, const Real& x) {
+  const double r = static_cast<double>(x);
+  if (dtype == DType::f64 || !std::isfinite(r)) return r;
+  const double y = round_to(dtype, r);
+  const double q = ulp_at(dtype, r);
+  const double lo = std::floor(r / q) * q;
+  if (r - lo == q / 2) {  // r is a tie in dtype
+    const Real exact_r = Real(r);
+    if (x > exact_r) return round_to(dtype, r + q / 4);
+    if (x < exact_r) return round_to(dtype, r - q / 4);
+  }
+  return y;
+}
+
+}  // namespace attn::detail

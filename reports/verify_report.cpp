@@ -1,0 +1,132 @@
+#include "reports/verify_report.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+namespace attn {
+namespace {
+
+// JSON has no NaN or Inf: non-finite figures become strings.
+nlohmann::json number(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+nlohmann::json metrics_json(const Problem& p, const ErrorMetrics& m) {
+  nlohmann::json j{{"compared", m.compared},
+                   {"reference_max_abs", number(m.reference_max_abs)},
+                   {"max_abs", number(m.max_abs)},
+                   {"max_abs_at", output_coordinates(p, m.max_abs_index)},
+                   {"max_rel", number(m.max_rel)},
+                   {"rel_floor", number(m.rel_floor)},
+                   {"max_rel_at", output_coordinates(p, m.max_rel_index)},
+                   {"normwise_rel", number(m.normwise_rel)},
+                   {"rms", number(m.rms)},
+                   {"max_ulps", m.max_ulps},
+                   {"max_ulps_at", output_coordinates(p, m.max_ulps_index)},
+                   {"nan", m.nan},
+                   {"pos_inf", m.pos_inf},
+                   {"neg_inf", m.neg_inf},
+                   {"unwritten", m.unwritten},
+                   {"fully_masked_rows", m.fully_masked_rows},
+                   {"fully_masked_violations", m.fully_masked_violations}};
+  if (m.has_lse) j["lse"] = {{"max_abs", number(m.lse_max_abs)}, {"violations", m.lse_violations}};
+  return j;
+}
+
+std::string format_error(double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : fmt::format("{}", x); }
+
+std::string format_ulps(std::uint64_t ulps) {
+  return ulps == std::numeric_limits<std::uint64_t>::max() ? "nan" : (ulps > 999999 ? fmt::format("{:.1e}", double(ulps)) : std::to_string(ulps));
+}
+
+}  // namespace
+
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context) {
+  nlohmann::json records = nlohmann::json::array();
+  for (const Record& r : run.records) {
+    const CaseContext& c = *r.context;
+    nlohmann::json j{{"implementation", r.implementation},
+                     {"case_index", c.index},
+                     {"label", c.problem.label()},
+                     {"repro", c.problem.repro()},
+                     {"problem", c.problem},
+                     {"status", to_string(r.status)},
+                     {"reference",
+                      {{"rows_total", c.rows_total},
+                       {"rows_checked", c.rows_checked},
+                       {"sampled", c.sampled},
+                       {"self_error_bound_ulps", number(c.reference_self_bound_ulps)},
+                       {"seconds", c.reference_seconds}}},
+                     {"baseline",
+                      {{"algorithm", "cpu_naive in the same precision"},
+                       {"metrics", metrics_json(c.problem, c.baseline)},
+                       {"error_over_a_priori_bound", number(c.baseline_bound_ratio)}}}};
+    if (r.status == Status::skip) {
+      j["skip_reason"] = r.skip_reason;
+    } else {
+      j["metrics"] = metrics_json(c.problem, r.metrics);
+      j["tolerance"] = number(r.verdict.tolerance);
+      j["ratio_to_baseline"] = number(r.verdict.ratio);
+      j["reasons"] = r.verdict.reasons;
+      j["seconds"] = r.seconds;
+    }
+    records.push_back(std::move(j));
+  }
+  return {{"schema", "attnbench.verify"},
+          {"schema_version", verify_schema_version},
+          {"context", context},
+          {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
+          {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.cases.size()}}},
+          {"records", records}};
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& document) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::filesystem::path temporary = target.string() + ".tmp";
+  {
+    std::ofstream file(temporary);
+    if (!file) throw std::runtime_error("cannot write " + temporary.string());
+    file << document.dump(2) << '\n';
+    if (!file) throw std::runtime_error("error writing " + temporary.string());
+  }
+  std::filesystem::rename(temporary, target);
+}
+
+void print_verify_header(std::ostream& os) {
+  fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", "impl", "case", "problem", "max abs", "ulps", "ratio", "verdict");
+}
+
+void print_verify_row(std::ostream& os, const Record& r) {
+  const CaseContext& c = *r.context;
+  std::string label = c.problem.label();
+  if (c.sampled) label += fmt::format(" [{}/{} rows]", c.rows_checked, c.rows_total);
+  if (r.status == Status::skip) {
+    fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  skip: {}\n", r.implementation, c.index, label, "-", "-", "-", r.skip_reason);
+    return;
+  }
+  const std::string ratio = std::isfinite(r.verdict.ratio) ? fmt::format("{:.2f}", r.verdict.ratio) : "inf";
+  fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs),
+             format_ulps(r.metrics.max_ulps), ratio, r.status == Status::pass ? "PASS" : "FAIL");
+}
+
+void print_verify_summary(std::ostream& os, const VerifyRun& run) {
+  fmt::print(os, "\n{} passed, {} failed, {} skipped over {} cases\n", run.passed(), run.failed(), run.skipped(), run.cases.size());
+  for (const Record& r : run.records) {
+    if (r.status != Status::fail) continue;
+    fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());
+    for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
+    if (r.metrics.max_abs_index >= 0)
+      fmt::print(os, "  worst element: {}\n", output_coordinates(r.context->problem, r.metrics.max_abs_index));
+    fmt::print(os, "  rerun: attnbench verify --impl {} --case '{}'\n", r.implementation, r.context->problem.repro());
+  }
+}
+
+}  // namespace attn

@@ -1,0 +1,23 @@
+#pragma once
+// Verify results as JSON (schema "attnbench.verify", version 1) and as a console table.
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "properties/verify.hpp"
+
+namespace attn {
+
+inline constexpr int verify_schema_version = 1;
+
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context);
+// Writes atomically (temporary file, then rename), so a reader never sees half a file.
+void write_json_file(const std::string& path, const nlohmann::json& document);
+
+void print_verify_header(std::ostream& os);
+void print_verify_row(std::ostream& os, const Record& record);
+// Totals, then each failure with its reasons and repro string.
+void print_verify_summary(std::ostream& os, const VerifyRun& run);
+
+}  // namespace attn
