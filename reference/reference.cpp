@@ -57,10 +57,15 @@ ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const 
       for (std::size_t c = 0; c < d_v; ++c) {
         const double rounded = detail::round_once(p.dtype, row.out[c]);
         result.out[r * d_v + c] = rounded;
-        const double magnitude = std::fabs(rounded) + row.naive_bound[c];
-        result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype, magnitude);
+        // Both sides round to the dtype: one ulp at the larger of the two values covers it (the
+        // extra ulp covers a reference that rounded down below a binade boundary).
+        const double larger = std::fabs(rounded) + row.naive_bound[c] + ulp_at(p.dtype, rounded);
+        result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype, larger);
         self_abs[r] = std::max(self_abs[r], row.bound[c]);
-        self_ulps[r] = std::max(self_ulps[r], row.bound[c] / ulp_at(p.dtype, rounded));
+        // In ulps at the scale of the summed terms: near an output that cancels to zero, ulps of
+        // the output itself would measure the cancellation, not the reference.
+        const double scale = std::max(std::fabs(rounded), row.magnitude[c]);
+        if (row.bound[c] > 0) self_ulps[r] = std::max(self_ulps[r], row.bound[c] / ulp_at(p.dtype, scale));
       }
       if (options.weights)
         for (std::size_t j = 0; j < static_cast<std::size_t>(p.n_k); ++j)

@@ -45,7 +45,8 @@ struct ReferenceResult {
   std::vector<double> weights;     // rows.size() * n_k when requested
   std::vector<double> naive_bound; // rows.size() * d_v: a-priori bound on |naive - out| (both rounded)
   double self_bound_max_abs = 0;   // max over elements of the bound on the reference's own error
-  double self_bound_max_ulps = 0;  // the same in ulps of the output dtype at each element
+  double self_bound_max_ulps = 0;  // the same in ulps of the output dtype, at each element's scale
+                                   // (max of |out| and sum_j w_j |v_jc|)
 };
 
 ReferenceResult compute_reference(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});

@@ -20,6 +20,7 @@ struct ReferenceRow {
   std::vector<Real> weights;     // n_k (zeros for masked keys), when requested
   std::vector<double> bound;     // d_v: bound on |out - exact| for unit roundoff u
   std::vector<double> naive_bound;  // d_v: the same analysis for the naive algorithm's precision
+  std::vector<double> magnitude;    // d_v: sum_j w_j |v_jc|, the scale of the terms each output sums
 };
 
 inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
@@ -28,7 +29,8 @@ inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
 // perturbation eta_j (see reference.hpp). ln_w: log weights; v(j, c): values.
 template <class VAt>
 void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<double>& eta, const std::vector<std::int64_t>& keys,
-                        std::int64_t d_v, double u, double underflow, VAt v_at, std::vector<double>& bound) {
+                        std::int64_t d_v, double u, double underflow, VAt v_at, std::vector<double>& bound,
+                        std::vector<double>* magnitude = nullptr) {
   const std::size_t n = keys.size();
   std::size_t j0 = 0;
   double eta_max = 0;
@@ -58,15 +60,17 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
   }
   const double g = gamma_n(2.0 * double(n) + 4.0, u);
   for (std::int64_t c = 0; c < d_v; ++c) {
-    double weighted = 0, perturbation = 0, vmax = 0;
+    double weighted = 0, perturbation = 0, vmax = 0, plain = 0;
     for (std::size_t j = 0; j < n; ++j) {
       const double av = std::fabs(v_at(keys[j], c));
+      plain += std::exp(ln_w[j]) * av;
       weighted += (std::exp(ln_w[j]) + err[j]) * av;
       perturbation += err[j] * av;
       vmax = std::max(vmax, av);
     }
     // 1.01: headroom for the double arithmetic of this bound itself.
     bound[static_cast<std::size_t>(c)] = 1.01 * (perturbation + g * weighted + double(n) * underflow * vmax);
+    if (magnitude) (*magnitude)[static_cast<std::size_t>(c)] = plain;
   }
 }
 
@@ -83,6 +87,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   result.out.assign(static_cast<std::size_t>(p.d_v), Real(0));
   result.bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
   result.naive_bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
+  result.magnitude.assign(static_cast<std::size_t>(p.d_v), 0.0);
   if (want_weights) result.weights.assign(static_cast<std::size_t>(p.n_k), Real(0));
 
   std::vector<std::int64_t> keys;
@@ -139,7 +144,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * spread * 1.01 + 2 * u_naive;
   }
   auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
-  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound);
+  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound, &result.magnitude);
   weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
   return result;
 }

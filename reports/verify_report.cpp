@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/error.hpp"
+
 namespace attn {
 namespace {
 
@@ -89,15 +91,19 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
 
 void write_json_file(const std::string& path, const nlohmann::json& document) {
   const std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
   const std::filesystem::path temporary = target.string() + ".tmp";
-  {
-    std::ofstream file(temporary);
-    if (!file) throw std::runtime_error("cannot write " + temporary.string());
-    file << document.dump(2) << '\n';
-    if (!file) throw std::runtime_error("error writing " + temporary.string());
+  try {
+    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+    {
+      std::ofstream file(temporary);
+      if (!file) throw InputError("cannot open " + temporary.string() + " for writing");
+      file << document.dump(2) << '\n';
+      if (!file) throw InputError("error writing " + temporary.string());
+    }
+    std::filesystem::rename(temporary, target);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw InputError(std::string("cannot write results to '") + path + "': " + e.what());
   }
-  std::filesystem::rename(temporary, target);
 }
 
 void print_verify_header(std::ostream& os) {
