@@ -95,7 +95,12 @@ CaseInputs generate_inputs(const Problem& p) {
       break;
     }
     case Regime::uniform01: {
-      auto draw = [](std::int64_t, Rng& rng) { return rng.uniform(); };
+      // The top significand_bits(dtype) random bits: a uniform grid of multiples of 2^-bits in
+      // [0, 1), every point exactly representable. Rounding a finer draw to nearest would turn
+      // draws just below 1 into 1.0 (in f16 about 1 in 4096, in bf16 about 1 in 512).
+      const int bits = significand_bits(p.dtype);
+      const double step = std::ldexp(1.0, -bits);
+      auto draw = [bits, step](std::int64_t, Rng& rng) { return static_cast<double>(rng.next() >> (64 - bits)) * step; };
       fill(in.q, seed, stream_q, draw);
       fill(in.k, seed, stream_k, draw);
       fill(in.v, seed, stream_v, draw);

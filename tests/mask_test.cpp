@@ -1,0 +1,423 @@
+// core/mask.hpp: visibility of each mask kind on small hand-drawn cases, their intersection,
+// fully masked rows, the seeded boolean mask and bias (determinism, density, broadcast,
+// rounding), and count_visible against a brute-force count.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/dtype.hpp"
+#include "core/mask.hpp"
+#include "core/problem.hpp"
+
+namespace attn {
+
+void PrintTo(const Problem& p, std::ostream* os) { *os << p.repro(); }
+
+namespace {
+
+// The visibility of one (batch, head) as rows of '0'/'1', one row per query, rows joined by '\n'.
+std::string render(const Mask& m, const Problem& p, std::int64_t b, std::int64_t h) {
+  std::string s;
+  for (std::int64_t i = 0; i < p.n_q; ++i) {
+    if (i) s += '\n';
+    for (std::int64_t j = 0; j < p.n_k; ++j) s += m.visible(b, h, i, j) ? '1' : '0';
+  }
+  return s;
+}
+
+Problem shape(std::int64_t n_q, std::int64_t n_k, std::int64_t batch = 1, std::int64_t h_q = 1) {
+  Problem p;
+  p.batch = batch, p.h_q = h_q, p.h_kv = 1, p.n_q = n_q, p.n_k = n_k, p.d_k = 8, p.d_v = 8;
+  return p;
+}
+
+std::int64_t brute_force_count(const Mask& m, const Problem& p) {
+  std::int64_t n = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i)
+        for (std::int64_t j = 0; j < p.n_k; ++j) n += m.visible(b, h, i, j);
+  return n;
+}
+
+// row_fully_masked must agree with "no key visible" on every row.
+void expect_fully_masked_rows_consistent(const Mask& m, const Problem& p) {
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i) {
+        bool any = false;
+        for (std::int64_t j = 0; j < p.n_k; ++j) any = any || m.visible(b, h, i, j);
+        ASSERT_EQ(m.row_fully_masked(b, h, i), !any) << "b " << b << " h " << h << " i " << i;
+      }
+}
+
+// ---------------------------------------------------------------------------------------
+// Each kind alone, drawn by hand.
+
+TEST(MaskVisibility, NoMaskSeesEverything) {
+  const Problem p = shape(2, 3);
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0), "111\n111");
+  EXPECT_FALSE(m.has_bias());
+  EXPECT_EQ(m.bias(0, 0, 1, 2), 0.0);
+  EXPECT_TRUE(m.bool_flags().empty());
+}
+
+// Top-left: query i sees keys 0..i, whatever n_k is (PyTorch is_causal).
+TEST(MaskVisibility, CausalTopLeftWithFewerQueriesThanKeys) {
+  Problem p = shape(3, 5);
+  p.causal = Causal::top_left;
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "10000\n"
+            "11000\n"
+            "11100");
+  EXPECT_EQ(m.key_limit(0, 0), 1);
+  EXPECT_EQ(m.key_limit(0, 2), 3);
+}
+
+TEST(MaskVisibility, CausalTopLeftWithMoreQueriesThanKeys) {
+  Problem p = shape(5, 3);
+  p.causal = Causal::top_left;
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "100\n"
+            "110\n"
+            "111\n"
+            "111\n"
+            "111");
+  EXPECT_EQ(m.key_limit(0, 4), 3);  // clamped to n_k
+}
+
+// Bottom-right: the diagonal ends in the bottom-right corner; query i sees j <= i + (n_k - n_q)
+// (FlashAttention >= 2.1). With n_q < n_k the last query sees every key.
+TEST(MaskVisibility, CausalBottomRightWithFewerQueriesThanKeys) {
+  Problem p = shape(3, 5);
+  p.causal = Causal::bottom_right;
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "11100\n"
+            "11110\n"
+            "11111");
+}
+
+// With n_q > n_k the first n_q - n_k rows see no key at all: fully masked rows.
+TEST(MaskVisibility, CausalBottomRightWithMoreQueriesThanKeysMasksLeadingRows) {
+  Problem p = shape(5, 3);
+  p.causal = Causal::bottom_right;
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "000\n"
+            "000\n"
+            "100\n"
+            "110\n"
+            "111");
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 0));
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 1));
+  EXPECT_FALSE(m.row_fully_masked(0, 0, 2));
+  EXPECT_FALSE(m.row_fully_masked(0, 0, 4));
+  EXPECT_EQ(m.key_limit(0, 0), 0);  // never negative
+  EXPECT_EQ(m.count_visible(), 6);
+}
+
+TEST(MaskVisibility, CausalAlignmentsAgreeWhenSquare) {
+  Problem tl = shape(4, 4), br = shape(4, 4);
+  tl.causal = Causal::top_left;
+  br.causal = Causal::bottom_right;
+  EXPECT_EQ(render(Mask(tl), tl, 0, 0), "1000\n1100\n1110\n1111");
+  EXPECT_EQ(render(Mask(br), br, 0, 0), "1000\n1100\n1110\n1111");
+}
+
+TEST(MaskVisibility, KeyPaddingPerBatch) {
+  Problem p = shape(2, 4, /*batch=*/3, /*h_q=*/2);
+  p.padding = {KeyPadding::Kind::per_batch, {3, 0, 4}};
+  const Mask m(p);
+  for (std::int64_t h = 0; h < 2; ++h) {  // padding is the same for every head
+    EXPECT_EQ(render(m, p, 0, h), "1110\n1110");
+    EXPECT_EQ(render(m, p, 1, h), "0000\n0000");  // valid length 0: every row fully masked
+    EXPECT_EQ(render(m, p, 2, h), "1111\n1111");
+    EXPECT_TRUE(m.row_fully_masked(1, h, 0));
+    EXPECT_TRUE(m.row_fully_masked(1, h, 1));
+    EXPECT_FALSE(m.row_fully_masked(0, h, 0));
+  }
+  EXPECT_EQ(m.count_visible(), 2 * (2 * 3 + 0 + 2 * 4));
+}
+
+TEST(MaskVisibility, KeyPaddingPerQuery) {
+  Problem p = shape(3, 4, /*batch=*/2);
+  p.padding = {KeyPadding::Kind::per_query, {4, 0, 2, 1, 3, 0}};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "1111\n"
+            "0000\n"
+            "1100");
+  EXPECT_EQ(render(m, p, 1, 0),
+            "1000\n"
+            "1110\n"
+            "0000");
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 1));
+  EXPECT_TRUE(m.row_fully_masked(1, 0, 2));
+  EXPECT_FALSE(m.row_fully_masked(1, 0, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// Intersections: every part can only remove keys.
+
+TEST(MaskIntersection, CausalTopLeftAndPerBatchPadding) {
+  Problem p = shape(4, 4, /*batch=*/2);
+  p.causal = Causal::top_left;
+  p.padding = {KeyPadding::Kind::per_batch, {2, 4}};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0), "1000\n1100\n1100\n1100");
+  EXPECT_EQ(render(m, p, 1, 0), "1000\n1100\n1110\n1111");
+}
+
+TEST(MaskIntersection, CausalBottomRightAndPerQueryPadding) {
+  Problem p = shape(2, 4);
+  p.causal = Causal::bottom_right;  // alone: "1110\n1111"
+  p.padding = {KeyPadding::Kind::per_query, {1, 4}};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0), "1000\n1111");
+}
+
+TEST(MaskIntersection, CausalBottomRightAndPaddingCanEmptyARow) {
+  Problem p = shape(4, 3);
+  p.causal = Causal::bottom_right;  // alone: "000\n100\n110\n111"
+  p.padding = {KeyPadding::Kind::per_query, {3, 3, 0, 2}};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0), "000\n100\n000\n110");
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 0));
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 2));
+  EXPECT_FALSE(m.row_fully_masked(0, 0, 3));
+}
+
+TEST(MaskIntersection, BoolMaskOnlyRemovesKeysThatCausalityAndPaddingAllow) {
+  Problem p = shape(16, 20, /*batch=*/2, /*h_q=*/3);
+  p.causal = Causal::top_left;
+  p.padding = {KeyPadding::Kind::per_batch, {20, 9}};
+  p.bool_mask = {true, 0.5, Broadcast::per_batch_head};
+  Problem structural = p;
+  structural.bool_mask = {};
+  const Mask m(p), s(structural);
+  std::int64_t removed = 0;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 3; ++h)
+      for (std::int64_t i = 0; i < 16; ++i)
+        for (std::int64_t j = 0; j < 20; ++j) {
+          if (m.visible(b, h, i, j)) {
+            ASSERT_TRUE(s.visible(b, h, i, j)) << b << h << i << j;
+          }
+          removed += s.visible(b, h, i, j) && !m.visible(b, h, i, j);
+        }
+  EXPECT_GT(removed, 0);  // and it does remove some
+  expect_fully_masked_rows_consistent(m, p);
+}
+
+// ---------------------------------------------------------------------------------------
+// The seeded boolean mask.
+
+TEST(MaskBool, IsDeterministicForASeedAndChangesWithIt) {
+  Problem p = shape(33, 65, 2, 2);
+  p.bool_mask = {true, 0.5, Broadcast::per_batch_head};
+  p.seed = 77;
+  EXPECT_EQ(Mask(p).bool_flags(), Mask(p).bool_flags());
+  Problem other = p;
+  other.seed = 78;
+  EXPECT_NE(Mask(p).bool_flags(), Mask(other).bool_flags());
+}
+
+TEST(MaskBool, DensityIsCloseToKeep) {
+  for (double keep : {0.05, 0.3, 0.5, 0.9}) {
+    Problem p = shape(128, 128);  // 16384 flags over four generation chunks
+    p.bool_mask = {true, keep, Broadcast::shared};
+    p.seed = 5;
+    const Mask m(p);
+    const double density = double(m.count_visible()) / double(128 * 128);
+    // Binomial standard deviation is at most 0.004 here; 0.02 is five of them.
+    EXPECT_NEAR(density, keep, 0.02) << "keep " << keep;
+  }
+}
+
+TEST(MaskBool, KeepZeroMasksEverythingAndKeepOneNothing) {
+  Problem p = shape(7, 9, 2, 2);
+  p.bool_mask = {true, 0.0, Broadcast::per_batch_head};
+  const Mask none(p);
+  EXPECT_EQ(none.count_visible(), 0);
+  for (std::int64_t i = 0; i < 7; ++i) EXPECT_TRUE(none.row_fully_masked(1, 1, i));
+  p.bool_mask.keep = 1.0;
+  EXPECT_EQ(Mask(p).count_visible(), 2 * 2 * 7 * 9);
+}
+
+// Which dimensions a generated mask varies over, as stated by its broadcast.
+struct Variation {
+  bool over_batch, over_head;
+};
+
+Variation variation_of(const Mask& m, const Problem& p) {
+  auto same = [&](std::int64_t b0, std::int64_t h0, std::int64_t b1, std::int64_t h1) {
+    for (std::int64_t i = 0; i < p.n_q; ++i)
+      for (std::int64_t j = 0; j < p.n_k; ++j)
+        if (m.visible(b0, h0, i, j) != m.visible(b1, h1, i, j)) return false;
+    return true;
+  };
+  Variation v{false, false};
+  for (std::int64_t b = 1; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h) v.over_batch = v.over_batch || !same(0, h, b, h);
+  for (std::int64_t h = 1; h < p.h_q; ++h)
+    for (std::int64_t b = 0; b < p.batch; ++b) v.over_head = v.over_head || !same(b, 0, b, h);
+  return v;
+}
+
+TEST(MaskBool, RespectsItsBroadcast) {
+  struct Case {
+    Broadcast broadcast;
+    bool over_batch, over_head;
+    std::size_t flags;  // materialised size: [bb, hh, n_q, n_k]
+  };
+  const Case cases[] = {{Broadcast::shared, false, false, 12 * 10},
+                        {Broadcast::per_batch, true, false, 3 * 12 * 10},
+                        {Broadcast::per_head, false, true, 4 * 12 * 10},
+                        {Broadcast::per_batch_head, true, true, 3 * 4 * 12 * 10}};
+  for (const auto& c : cases) {
+    Problem p = shape(12, 10, /*batch=*/3, /*h_q=*/4);
+    p.h_kv = 2;  // broadcast is over query heads, not kv heads
+    p.bool_mask = {true, 0.5, c.broadcast};
+    p.seed = 11;
+    SCOPED_TRACE(std::string(to_string(c.broadcast)));
+    const Mask m(p);
+    EXPECT_EQ(m.bool_flags().size(), c.flags);
+    const Variation v = variation_of(m, p);
+    EXPECT_EQ(v.over_batch, c.over_batch);
+    EXPECT_EQ(v.over_head, c.over_head);
+    EXPECT_EQ(m.count_visible(), brute_force_count(m, p));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The seeded bias.
+
+TEST(MaskBias, IsRoundedToTheDTypeAndHasTheRequestedSpread) {
+  for (DType d : {DType::f16, DType::bf16, DType::f32}) {
+    Problem p = shape(64, 64, 1, 2);
+    p.dtype = d;
+    p.bias = {true, 3.0, Broadcast::per_head};
+    p.seed = 3;
+    const Mask m(p);
+    SCOPED_TRACE(std::string(to_string(d)));
+    ASSERT_TRUE(m.has_bias());
+    EXPECT_EQ(m.bias_tensor().dtype(), d);
+    double sum = 0, sum_sq = 0;
+    bool finer_than_f16 = false;  // for f32: the values are not secretly on a coarser grid
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 64; ++i)
+        for (std::int64_t j = 0; j < 64; ++j) {
+          const double x = m.bias(0, h, i, j);
+          ASSERT_TRUE(std::isfinite(x));
+          ASSERT_EQ(round_to(d, x), x) << "bias not representable in the dtype";
+          finer_than_f16 = finer_than_f16 || round_to(DType::f16, x) != x;
+          sum += x, sum_sq += x * x;
+        }
+    const double n = 2 * 64 * 64, mean = sum / n, sd = std::sqrt(sum_sq / n - mean * mean);
+    EXPECT_NEAR(mean, 0.0, 0.15);
+    EXPECT_NEAR(sd, 3.0, 0.3);
+    if (d == DType::f32) {
+      EXPECT_TRUE(finer_than_f16) << "f32 bias is suspiciously coarse";
+    }
+  }
+}
+
+TEST(MaskBias, BroadcastsOverBatchAndHeadAsRequested) {
+  struct Case {
+    Broadcast broadcast;
+    bool over_batch, over_head;
+  };
+  const Case cases[] = {{Broadcast::shared, false, false},
+                        {Broadcast::per_batch, true, false},
+                        {Broadcast::per_head, false, true},
+                        {Broadcast::per_batch_head, true, true}};
+  for (const auto& c : cases) {
+    Problem p = shape(6, 7, /*batch=*/2, /*h_q=*/3);
+    p.dtype = DType::f16;
+    p.bias = {true, 1.0, c.broadcast};
+    SCOPED_TRACE(std::string(to_string(c.broadcast)));
+    const Mask m(p);
+    const Tensor::Shape expected_shape{c.over_batch ? 2 : 1, c.over_head ? 3 : 1, 6, 7};
+    EXPECT_EQ(m.bias_tensor().shape(), expected_shape);
+    bool varies_b = false, varies_h = false;
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t h = 0; h < 3; ++h)
+        for (std::int64_t i = 0; i < 6; ++i)
+          for (std::int64_t j = 0; j < 7; ++j) {
+            varies_b = varies_b || m.bias(b, h, i, j) != m.bias(0, h, i, j);
+            varies_h = varies_h || m.bias(b, h, i, j) != m.bias(b, 0, i, j);
+          }
+    EXPECT_EQ(varies_b, c.over_batch);
+    EXPECT_EQ(varies_h, c.over_head);
+    EXPECT_EQ(m.count_visible(), 2 * 3 * 6 * 7);  // a bias hides nothing
+  }
+}
+
+TEST(MaskBias, IsDeterministicAndIndependentOfTheBoolMask) {
+  Problem p = shape(9, 11, 2, 2);
+  p.dtype = DType::bf16;
+  p.bias = {true, 2.0, Broadcast::per_batch_head};
+  p.seed = 99;
+  EXPECT_EQ(Mask(p).bias_tensor(), Mask(p).bias_tensor());
+  Problem with_bool = p;  // adding a bool mask must not shift the bias's random stream
+  with_bool.bool_mask = {true, 0.5, Broadcast::shared};
+  EXPECT_EQ(Mask(p).bias_tensor(), Mask(with_bool).bias_tensor());
+  Problem other = p;
+  other.seed = 100;
+  EXPECT_NE(Mask(p).bias_tensor(), Mask(other).bias_tensor());
+}
+
+// ---------------------------------------------------------------------------------------
+// count_visible against brute force, on compositions of everything.
+
+TEST(MaskCount, MatchesABruteForceCount) {
+  std::vector<Problem> problems;
+  {
+    Problem p = shape(13, 29, 2, 4);
+    p.h_kv = 2;
+    p.causal = Causal::bottom_right;
+    p.padding.kind = KeyPadding::Kind::per_query;
+    for (int k = 0; k < 26; ++k) p.padding.valid_len.push_back((k * 11) % 30);
+    p.bool_mask = {true, 0.4, Broadcast::per_batch_head};
+    problems.push_back(p);
+  }
+  {
+    Problem p = shape(31, 7, 3, 2);
+    p.causal = Causal::top_left;
+    p.padding = {KeyPadding::Kind::per_batch, {7, 0, 3}};
+    p.bool_mask = {true, 0.7, Broadcast::per_head};
+    problems.push_back(p);
+  }
+  {
+    Problem p = shape(31, 7, 3, 2);
+    p.causal = Causal::bottom_right;
+    p.padding = {KeyPadding::Kind::per_batch, {7, 0, 3}};
+    problems.push_back(p);
+  }
+  {
+    Problem p = shape(64, 64, 1, 1);
+    p.causal = Causal::top_left;
+    p.bool_mask = {true, 0.05, Broadcast::shared};
+    problems.push_back(p);
+  }
+  for (const Problem& p : problems) {
+    SCOPED_TRACE(p.repro());
+    ASSERT_NO_THROW(p.validate());
+    const Mask m(p);
+    const std::int64_t count = brute_force_count(m, p);
+    EXPECT_GT(count, 0);
+    EXPECT_EQ(m.count_visible(), count);
+    EXPECT_EQ(p.visible_pairs(), count);
+    expect_fully_masked_rows_consistent(m, p);
+  }
+}
+
+}  // namespace
+}  // namespace attn
