@@ -76,6 +76,7 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
 
 template <class Real>
 ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::int64_t row, double u, bool want_weights) {
+  using std::abs;
   using std::exp;
   using std::log;
   const std::int64_t i = row % p.n_q;
@@ -101,20 +102,21 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
 
   const std::size_t n = keys.size();
   std::vector<Real> s(n);
-  std::vector<double> magnitude(n);  // A_j = scale * sum |q k| + |bias|
+  // A_j = scale * sum_t |q_t k_jt| + |bias_j|, kept in Real: with f64 inputs near overflow it can
+  // exceed the double range even though every score fits.
+  std::vector<Real> magnitude(n);
   const std::int64_t q0 = in.q.offset(b, h, i, 0);
   for (std::size_t jj = 0; jj < n; ++jj) {
     const std::int64_t k0 = in.k.offset(b, g, keys[jj], 0);
-    Real dot = 0;
-    double abs_dot = 0;
+    Real dot = 0, abs_dot = 0;
     for (std::int64_t t = 0; t < p.d_k; ++t) {
-      const double qv = in.q.get(q0 + t), kv = in.k.get(k0 + t);
-      dot += Real(qv) * Real(kv);  // exact product at >= 106 bits
-      abs_dot += std::fabs(qv * kv);
+      const Real product = Real(in.q.get(q0 + t)) * Real(in.k.get(k0 + t));  // exact at >= 106 bits
+      dot += product;
+      abs_dot += abs(product);
     }
     const double bias = in.mask.bias(b, h, i, keys[jj]);
     s[jj] = Real(scale) * dot + Real(bias);
-    magnitude[jj] = (scale * abs_dot + std::fabs(bias)) * (1 + 0x1p-50);
+    magnitude[jj] = (Real(scale) * abs_dot + Real(std::fabs(bias))) * Real(1 + 0x1p-50);
   }
   Real m = *std::max_element(s.begin(), s.end());
   std::vector<Real> e(n);
@@ -134,14 +136,15 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   // Error bounds: for this computation (unit roundoff u) and for the naive algorithm in the
   // problem's working precision (which also rounds the scale and can underflow in exp).
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
-  const double m_d = static_cast<double>(m);
   const double u_naive = accumulation_unit_roundoff(p.dtype);
   const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
   for (std::size_t jj = 0; jj < n; ++jj) {
     ln_w[jj] = static_cast<double>(s[jj] - result.lse);
-    const double spread = std::fabs(static_cast<double>(s[jj]) - m_d);
-    eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u;
-    eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * spread * 1.01 + 2 * u_naive;
+    // In Real until scaled by a unit roundoff: magnitude and spread may exceed the double range.
+    const Real spread = abs(s[jj] - m);
+    eta[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * magnitude[jj] + Real(u) * spread) + 2 * u;
+    eta_naive[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * magnitude[jj] +
+                                        Real(u_naive * 1.01) * spread) + 2 * u_naive;
   }
   auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
   weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound, &result.magnitude);

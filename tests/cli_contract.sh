@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The attnbench command's contract: exit codes (0 pass, 1 a case failed, 2 bad usage or input)
+# and messages that name the problem. Usage: cli_contract.sh path/to/attnbench
+set -u
+
+bin=${1:?usage: cli_contract.sh path/to/attnbench}
+case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+[ -x "$bin" ] || { echo "cli_contract: '$bin' is not an executable" >&2; exit 2; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 2  # a stray default --json path lands here, not in the source tree
+
+failures=0
+checks=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# run NAME ARGS...: runs attnbench, keeping its exit code in $rc and its streams in files.
+run() {
+  local name=$1
+  shift
+  "$bin" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  rc=$?
+  last=$name
+}
+
+show() {
+  echo "  command output (stdout, then stderr) of '$last':"
+  sed 's/^/    | /' "$tmp/$last.out" | tail -n 20
+  sed 's/^/    ! /' "$tmp/$last.err" | tail -n 20
+}
+
+expect_rc() {
+  checks=$((checks + 1))
+  if [ "$rc" -ne "$1" ]; then
+    fail "$last: exit code $rc, expected $1"
+    show
+    return 1
+  fi
+}
+
+# expect_in STREAM TEXT: the stream (out or err) of the last run contains TEXT (fixed string).
+expect_in() {
+  checks=$((checks + 1))
+  if ! grep -qF -- "$2" "$tmp/$last.$1"; then
+    fail "$last: std$1 does not contain '$2'"
+    show
+    return 1
+  fi
+}
+
+expect_empty() {
+  checks=$((checks + 1))
+  if [ -s "$tmp/$last.$1" ]; then
+    fail "$last: std$1 is not empty"
+    show
+    return 1
+  fi
+}
+
+# bad_input NAME EXPECTED_TEXT ARGS...: exits 2 with an error on stderr naming the problem,
+# and nothing of a run on stdout.
+bad_input() {
+  local name=$1 text=$2
+  shift 2
+  run "$name" "$@"
+  expect_rc 2
+  expect_in err "$text"
+  checks=$((checks + 1))
+  if grep -q "attnbench verify:" "$tmp/$name.out"; then
+    fail "$name: started a verify run despite bad input"
+    show
+  fi
+}
+
+# --- list -----------------------------------------------------------------------------------
+run list list
+expect_rc 0
+expect_in out "cpu_naive"
+expect_in out "dtypes: f64, f32, f16, bf16"
+
+# --- verify on the quick cases, with JSON -----------------------------------------------------
+run quick verify --cases quick --json "$tmp/q.json"
+expect_rc 0
+expect_in out "24 case(s)"
+expect_in out "results: $tmp/q.json"
+checks=$((checks + 1))
+if [ ! -s "$tmp/q.json" ]; then
+  fail "verify --cases quick did not write $tmp/q.json"
+else
+  # Every one of the 24 quick cases has a record with its repro string and metrics; the first
+  # record's repro string goes to the next check.
+  if ! python3 - "$tmp/q.json" >"$tmp/repro.txt" 2>"$tmp/json.err" <<'EOF'
+import json, sys
+with open(sys.argv[1]) as f:
+    doc = json.load(f)
+assert doc["schema"] == "attnbench.verify", doc.get("schema")
+records = doc["records"]
+assert doc["summary"]["cases"] == 24, doc["summary"]
+assert doc["summary"]["failed"] == 0, doc["summary"]
+indices = sorted({r["case_index"] for r in records})
+assert indices == list(range(24)), indices
+for r in records:
+    assert isinstance(r.get("repro"), str) and r["repro"], r
+    assert r["status"] in ("pass", "skip"), (r["status"], r["repro"])
+    if r["status"] == "pass":
+        assert isinstance(r.get("metrics"), dict), r["repro"]
+        assert "max_abs" in r["metrics"] and "max_ulps" in r["metrics"], r["repro"]
+naive = [r for r in records if r["implementation"] == "cpu_naive"]
+assert len(naive) == 24, len(naive)
+print(naive[7]["repro"])
+EOF
+  then
+    fail "verify --cases quick: the JSON does not hold what it should"
+    sed 's/^/    ! /' "$tmp/json.err"
+  fi
+fi
+
+# --- verify one case given by its repro string ------------------------------------------------
+repro=$(cat "$tmp/repro.txt" 2>/dev/null)
+checks=$((checks + 1))
+if [ -z "$repro" ]; then
+  fail "no repro string to try (see the JSON check above)"
+else
+  run single verify --case "$repro" --json ''
+  expect_rc 0
+  expect_in out "x 1 case(s)"
+  expect_in out "passed"
+  checks=$((checks + 1))
+  if grep -q "^results:" "$tmp/single.out"; then
+    fail "single: --json '' still wrote results"
+  fi
+  checks=$((checks + 1))
+  if [ -e "$tmp/results" ]; then
+    fail "single: --json '' created $tmp/results"
+  fi
+fi
+
+# --- bad input: exit 2 with a message that names the problem -----------------------------------
+bad_input zero_batch "b must be positive" verify --case 'b=0' --json ''
+bad_input heads "hq = 3 is not a multiple of hkv = 2" verify --case 'hq=3 hkv=2' --json ''
+bad_input garbage "'garbage'" verify --case 'garbage' --json ''
+bad_input unknown_key "unknown repro key 'frobnicate'" verify --case 'b=1 frobnicate=2' --json ''
+bad_input bad_dtype "unknown dtype 'f8'" verify --case 'dtype=f8' --json ''
+bad_input missing_file "/nonexistent" verify --cases /nonexistent --json ''
+
+printf '# a comment\nb=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=8 dtype=f32\nb=1 nq=x\n' >"$tmp/bad_line.txt"
+bad_input bad_line "$tmp/bad_line.txt:3:" verify --cases "$tmp/bad_line.txt" --json ''
+expect_in err "nq"
+printf 'b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=8 dtype=f32\nb=1 hq=3 hkv=2\n' >"$tmp/line2.txt"
+bad_input line2 "$tmp/line2.txt:2:" verify --cases "$tmp/line2.txt" --json ''
+expect_in err "not a multiple"
+
+: >"$tmp/empty.txt"
+bad_input empty_file "$tmp/empty.txt" verify --cases "$tmp/empty.txt" --json ''
+expect_in err "no cases"
+printf '# only comments\n\n   \n' >"$tmp/comments.txt"
+bad_input comments_only "no cases" verify --cases "$tmp/comments.txt" --json ''
+
+bad_input unknown_impl "unknown implementation 'nosuch'" verify --impl nosuch --cases quick --json ''
+expect_in err "cpu_naive"  # the message lists what is known
+bad_input bad_k "--k" verify --case 'b=1' --k -1 --json ''
+bad_input unknown_option "--bogus" verify --bogus
+bad_input no_subcommand "subcommand" 
+bad_input unknown_subcommand "subcommand" frobnicate  # CLI11 says "A subcommand is required"
+checks=$((checks + 1))
+if [ -e "$tmp/results" ]; then
+  fail "a rejected command wrote $tmp/results"
+fi
+
+# --- help is not an error ----------------------------------------------------------------------
+run help --help
+expect_rc 0
+expect_in out "verify"
+
+echo "cli_contract: $checks checks, $failures failed"
+[ "$failures" -eq 0 ]
