@@ -107,6 +107,18 @@ int main(int argc, char** argv) {
 
   auto* list = app.add_subcommand("list", "List the implementations and what each supports");
 
+  // CLI11 would only say "a subcommand is required"; name the word it did not know.
+  auto is_subcommand = [&](const char* word) {
+    try {
+      return app.get_subcommand(word) != nullptr;
+    } catch (const CLI::OptionNotFound&) {
+      return false;
+    }
+  };
+  if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
+    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list; see --help)\n", argv[1]);
+    return exit_usage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -44,7 +44,10 @@ struct BoolMaskSpec {
   bool enabled = false;
   double keep = 1.0;
   Broadcast broadcast = Broadcast::shared;
-  bool operator==(const BoolMaskSpec&) const = default;
+  // A disabled mask's settings mean nothing (and are not in the repro string).
+  bool operator==(const BoolMaskSpec& o) const {
+    return enabled == o.enabled && (!enabled || (keep == o.keep && broadcast == o.broadcast));
+  }
 };
 
 // An additive float bias drawn from the problem's seed: normal with standard deviation stddev,
@@ -53,7 +56,9 @@ struct BiasSpec {
   bool enabled = false;
   double stddev = 1.0;
   Broadcast broadcast = Broadcast::shared;
-  bool operator==(const BiasSpec&) const = default;
+  bool operator==(const BiasSpec& o) const {
+    return enabled == o.enabled && (!enabled || (stddev == o.stddev && broadcast == o.broadcast));
+  }
 };
 
 struct Problem {

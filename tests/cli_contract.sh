@@ -165,7 +165,7 @@ expect_in err "cpu_naive"  # the message lists what is known
 bad_input bad_k "--k" verify --case 'b=1' --k -1 --json ''
 bad_input unknown_option "--bogus" verify --bogus
 bad_input no_subcommand "subcommand" 
-bad_input unknown_subcommand "subcommand" frobnicate  # CLI11 says "A subcommand is required"
+bad_input unknown_subcommand "unknown subcommand 'frobnicate'" frobnicate
 checks=$((checks + 1))
 if [ -e "$tmp/results" ]; then
   fail "a rejected command wrote $tmp/results"
