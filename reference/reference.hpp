@@ -31,7 +31,7 @@ namespace attn {
 struct ReferenceOptions {
   // Multiply-adds in 113-bit arithmetic a case may take before the reference verifies a seeded
   // sample of rows instead of all of them (about 80 ns each on one core).
-  double max_work = 3.0e6;
+  double max_work = 6.0e6;
   std::int64_t min_sampled_rows = 48;
   bool weights = false;  // also return the softmax weights of every computed row
   int threads = 0;       // 0: every core
