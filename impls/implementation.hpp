@@ -38,6 +38,7 @@ struct RunArgs {
   Tensor* lse = nullptr;            // [b, h_q, n_q, 1], f64 for f64 problems else f32; null: not wanted
   Tensor* weights = nullptr;        // [b, h_q, n_q, n_k], same dtype as lse; null: not wanted
   std::span<std::byte> workspace;   // workspace_bytes(problem) bytes
+  int threads = 0;                  // CPU threads to use; 0: every core
 };
 
 class Implementation {
@@ -46,6 +47,7 @@ class Implementation {
   virtual std::string name() const = 0;
   virtual Capabilities describe() const = 0;
   virtual Support supports(const Problem& problem) const = 0;
+  // Scratch memory run needs, for up to every core of this machine.
   virtual std::size_t workspace_bytes(const Problem& problem) const = 0;
   // Throws std::exception with a message naming the failure; the harness turns it into that
   // case's failure.
