@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "impls/cpu_blocked/cpu_blocked.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 
 namespace attn {
@@ -39,6 +40,7 @@ std::vector<std::string> Registry::names() const {
 
 void register_builtin_implementations(Registry& registry) {
   register_cpu_naive(registry);
+  register_cpu_blocked(registry);
 }
 
 }  // namespace attn
