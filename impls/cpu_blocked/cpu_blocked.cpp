@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -106,7 +107,10 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     const Acc* v_rows = rows_as<Acc>(in.v, in.v.offset(b, g, j0, 0), tk * dv, w.v);
     Eigen::Map<const RowMajor<Acc>> k(k_rows, tk, dk);
     Eigen::Map<const RowMajor<Acc>> v(v_rows, tk, dv);
-    Eigen::Map<RowMajor<Acc>> s(w.s, tq, tk);
+    // Rows of S start key_tile apart (64-byte aligned) whatever tk is: Eigen's vectorised row
+    // reductions peel to alignment, so the summation order, and the bits, would otherwise
+    // depend on where the buffer lies.
+    Eigen::Map<RowMajor<Acc>, 0, Eigen::OuterStride<>> s(w.s, tq, tk, Eigen::OuterStride<>(key_tile));
     s.noalias() = q * k.transpose();
 
     // Which entries of this tile are masked: none when the tile lies inside every row's limit
@@ -178,7 +182,11 @@ template <class Acc>
 void forward(const RunArgs& a) {
   const Problem& p = a.problem;
   const std::size_t per_thread = Scratch<Acc>::bytes(p);
-  const auto available = static_cast<std::int64_t>(a.workspace.size() / per_thread);
+  // Every thread's scratch starts on a 64-byte boundary, so results do not depend on the
+  // workspace's address (see the note on S's stride).
+  const std::size_t shift = (alignment - reinterpret_cast<std::uintptr_t>(a.workspace.data()) % alignment) % alignment;
+  std::byte* const base = a.workspace.data() + shift;
+  const auto available = static_cast<std::int64_t>((a.workspace.size() - std::min(shift, a.workspace.size())) / per_thread);
   if (available < 1) throw std::runtime_error("cpu_blocked: workspace smaller than one thread's tiles");
   const int threads = static_cast<int>(std::min<std::int64_t>(a.threads > 0 ? a.threads : default_thread_count(), available));
   const std::int64_t tiles_per_head = (p.n_q + query_tile - 1) / query_tile;
@@ -187,7 +195,7 @@ void forward(const RunArgs& a) {
   // Dynamic scheduling: under a causal mask later query tiles cost more.
   parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t t = first; t < last; ++t) {
-      Scratch<Acc> scratch(a.workspace.data() + std::size_t(t) * per_thread, p);
+      Scratch<Acc> scratch(base + std::size_t(t) * per_thread, p);
       for (std::int64_t item = next++; item < items; item = next++) {
         const std::int64_t tile = item % tiles_per_head, bh = item / tiles_per_head;
         query_tile_forward<Acc>(a, scratch, bh / p.h_q, bh % p.h_q, tile * query_tile);
@@ -210,7 +218,7 @@ class CpuBlocked final : public Implementation {
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem& p) const override {
     const std::size_t per_thread = p.dtype == DType::f64 ? Scratch<double>::bytes(p) : Scratch<float>::bytes(p);
-    return per_thread * std::size_t(default_thread_count());
+    return per_thread * std::size_t(default_thread_count()) + alignment;
   }
   void run(const RunArgs& args) const override {
     if (args.problem.dtype == DType::f64)
