@@ -1,0 +1,535 @@
+#!/usr/bin/env python3
+"""Times the CPU attention of the peers a user would pick instead of attnbench's kernels.
+
+Peers: ONNX Runtime's com.microsoft MultiHeadAttention contrib operator (a one-node model
+built with onnx.helper) and JAX's jax.nn.dot_product_attention (implementation='xla').
+Same problem list and FLOP conventions as `attnbench bench`: b=1, h=8, d=64, f32,
+n_q = n_k = n for n = 128, 256, ..., 8192, masks none and causal (top-left).
+
+Before timing, each peer is checked against a float64 oracle on small cases under the
+pass rule of DESIGN.md; a peer that fails is recorded as not a valid target.
+
+Run from the repository root after `bash ci/install-peers.sh`:
+
+    .venv/bin/python benchmarks/peers/cpu_peers.py [--min-n 128] [--max-n 8192]
+        [--threads N] [--repetitions R] [--out results/peers.json]
+
+Exit codes: 0 every peer that ran passed its checks, 1 a peer failed its checks,
+2 bad usage or no peer could run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+# --------------------------------------------------------------------------------------
+# Problems, FLOPs and bytes (the conventions of DESIGN.md and core/problem.cpp)
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    b: int
+    h: int
+    n_q: int
+    n_k: int
+    d_k: int
+    d_v: int
+    causal: str  # "none" or "top_left"
+    regime: str = "diffuse"
+    seed: int = 0
+    dtype: str = "f32"
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.d_k)
+
+    def repro(self) -> str:
+        return (f"b={self.b} hq={self.h} hkv={self.h} nq={self.n_q} nk={self.n_k} dk={self.d_k} "
+                f"dv={self.d_v} dtype={self.dtype} causal={self.causal} regime={self.regime} seed={self.seed}")
+
+    def visible_pairs(self) -> int:
+        """Exact count of visible (query, key) pairs over all batches and heads."""
+        if self.causal == "none":
+            per_head = self.n_q * self.n_k
+        else:  # top-left: query i sees keys j <= i
+            per_head = sum(min(i + 1, self.n_k) for i in range(self.n_q))
+        return self.b * self.h * per_head
+
+    def flops_exact(self) -> float:
+        return 2.0 * self.visible_pairs() * (self.d_k + self.d_v)
+
+    def flops_published(self) -> float:
+        full = 2.0 * self.b * self.h * self.n_q * self.n_k * (self.d_k + self.d_v)  # = 4·b·h·n_q·n_k·d
+        return full if self.causal == "none" else full / 2.0
+
+    def bytes_min(self) -> float:
+        e = 4.0  # f32
+        return e * self.b * (self.h * self.n_q * self.d_k + self.h * self.n_k * (self.d_k + self.d_v)
+                             + self.h * self.n_q * self.d_v)
+
+    def to_json(self) -> dict:
+        return {"repro": self.repro(), "b": self.b, "h_q": self.h, "h_kv": self.h, "n_q": self.n_q,
+                "n_k": self.n_k, "d_k": self.d_k, "d_v": self.d_v, "dtype": self.dtype,
+                "causal": self.causal, "scale": self.scale, "scale_is_default": True,
+                "regime": self.regime, "seed": self.seed, "visible_pairs": self.visible_pairs(),
+                "flops_exact": self.flops_exact(), "flops_published": self.flops_published(),
+                "bytes_min": self.bytes_min()}
+
+
+def make_inputs(p: Problem):
+    """Q, K, V in BSH layout ([b, n, h*d]), float32.
+
+    Same distributions as attnbench's regimes (core/inputs.cpp): diffuse gives scaled scores of
+    unit variance, peaked of variance 64, large puts q.k near FLT_MAX / 16 (far beyond exp's
+    range, so a masked key leaks unless it is excluded, not merely offset); V is standard normal. Drawn with numpy's generator, so
+    the same distribution as the C++ side, not the same bits.
+    """
+    import numpy as np
+    if p.regime == "large":  # typical |q.k| of FLT_MAX / 16 before scaling
+        sigma = math.sqrt(float(np.finfo(np.float32).max) / (16.0 * math.sqrt(p.d_k)))
+    else:
+        score_variance = {"diffuse": 1.0, "peaked": 64.0}[p.regime]
+        sigma = math.sqrt(math.sqrt(score_variance / (p.scale * p.scale * p.d_k)))
+    rng = np.random.default_rng(p.seed)
+    q = (sigma * rng.standard_normal((p.b, p.n_q, p.h * p.d_k))).astype(np.float32)
+    k = (sigma * rng.standard_normal((p.b, p.n_k, p.h * p.d_k))).astype(np.float32)
+    v = rng.standard_normal((p.b, p.n_k, p.h * p.d_v)).astype(np.float32)
+    return q, k, v
+
+
+# --------------------------------------------------------------------------------------
+# Oracle, naive baseline and the pass rule
+# --------------------------------------------------------------------------------------
+
+def textbook_attention(p: Problem, q, k, v, dtype):
+    """softmax(Q Kᵀ · scale, masked by exclusion) V in `dtype`; BSH in, BSH out."""
+    import numpy as np
+    Q = q.reshape(p.b, p.n_q, p.h, p.d_k).transpose(0, 2, 1, 3).astype(dtype)
+    K = k.reshape(p.b, p.n_k, p.h, p.d_k).transpose(0, 2, 1, 3).astype(dtype)
+    V = v.reshape(p.b, p.n_k, p.h, p.d_v).transpose(0, 2, 1, 3).astype(dtype)
+    s = (Q @ K.transpose(0, 1, 3, 2)) * dtype(p.scale)
+    if p.causal == "top_left":
+        visible = np.arange(p.n_k)[None, :] <= np.arange(p.n_q)[:, None]
+        s = np.where(visible, s, dtype(-np.inf))  # exp(-inf - m) == 0: excluded exactly
+    s = s - s.max(axis=-1, keepdims=True)
+    w = np.exp(s)
+    w = w / w.sum(axis=-1, keepdims=True)
+    o = w @ V
+    return o.transpose(0, 2, 1, 3).reshape(p.b, p.n_q, p.h * p.d_v)
+
+
+def f32_quantum(x: float) -> float:
+    """Spacing of float32 numbers at magnitude x (core/dtype.cpp's ulp_at for f32)."""
+    a = abs(x)
+    if a < 2.0 ** -126:
+        return 2.0 ** -149
+    return 2.0 ** (math.floor(math.log2(a)) - 23)
+
+
+def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0) -> dict:
+    import numpy as np
+    out = np.asarray(peer_out, dtype=np.float64)
+    nonfinite = int(np.count_nonzero(~np.isfinite(out)))
+    err = float(np.max(np.abs(out - ref64))) if nonfinite == 0 else float("inf")
+    naive_err = float(np.max(np.abs(naive32.astype(np.float64) - ref64)))
+    ref_max = float(np.max(np.abs(ref64)))
+    tolerance = k * naive_err + floor_ulps * f32_quantum(ref_max)
+    verdict = {"max_abs_error": err, "naive_f32_max_abs_error": naive_err, "reference_max_abs": ref_max,
+               "tolerance": tolerance, "ratio_to_naive": (err / naive_err) if naive_err > 0 else None,
+               "nonfinite": nonfinite, "pass": nonfinite == 0 and err <= tolerance}
+    return verdict
+
+
+CHECK_CASES = [Problem(1, 8, n, n, 64, 64, causal, regime, seed=7)
+               for n in (64, 129) for causal in ("none", "top_left") for regime in ("diffuse", "peaked", "large")]
+
+
+# --------------------------------------------------------------------------------------
+# Peers
+# --------------------------------------------------------------------------------------
+
+class OnnxRuntimePeer:
+    name = "onnxruntime"
+
+    def __init__(self, threads: int, causal_method: str):
+        import numpy as np
+        import onnxruntime as ort
+        self.np, self.ort = np, ort
+        self.version = ort.__version__
+        self.threads = threads
+        self.causal_method = causal_method
+        self.sessions = {}
+
+    def mask_method(self, causal: str) -> str:
+        if causal == "none":
+            return "none (no mask input; ORT runs its MLAS flash-attention kernel)"
+        if self.causal_method == "unidirectional":
+            return ("MultiHeadAttention attribute unidirectional=1 (top-left causal; masked keys excluded "
+                    "exactly, independent of mask_filter_value; the large-regime checks would catch a finite offset; "
+                    "ORT runs its unfused kernel "
+                    "that materialises the n_q x n_k scores)")
+        return ("additive attention_bias input [1,1,n_q,n_k], -inf above the diagonal "
+                "(unidirectional left 0; ORT runs its unfused kernel)")
+
+    def _session(self, h: int, causal: str):
+        key = (h, causal)
+        if key in self.sessions:
+            return self.sessions[key]
+        import onnx
+        from onnx import TensorProto, helper
+        use_bias = causal != "none" and self.causal_method == "bias"
+        attrs = {"num_heads": h}
+        if causal != "none" and self.causal_method == "unidirectional":
+            attrs["unidirectional"] = 1
+        # Inputs in order: query, key, value, bias, key_padding_mask, attention_bias; "" skips one.
+        inputs = ["query", "key", "value"] + (["", "", "attention_bias"] if use_bias else [])
+        node = helper.make_node("MultiHeadAttention", inputs, ["output"], domain="com.microsoft", **attrs)
+        dims = {"query": ["b", "n_q", "hd_k"], "key": ["b", "n_k", "hd_k"], "value": ["b", "n_k", "hd_v"]}
+        graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in dims.items()]
+        if use_bias:
+            graph_inputs.append(helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT,
+                                                              [1, 1, "n_q", "n_k"]))
+        graph = helper.make_graph([node], "mha", graph_inputs,
+                                  [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["b", "n_q", "hd_v"])])
+        # IR version 10: the onnx package writes a newer default than this ORT may read.
+        model = helper.make_model(graph, ir_version=10,
+                                  opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        onnx.checker.check_model(model)
+        so = self.ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = self.ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        sess = self.ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        self.sessions[key] = sess
+        return sess
+
+    def prepare(self, p: Problem, q, k, v):
+        """Returns a zero-argument callable that runs the peer once and returns the output."""
+        np = self.np
+        sess = self._session(p.h, p.causal)
+        binding = sess.io_binding()
+        binding.bind_cpu_input("query", q)
+        binding.bind_cpu_input("key", k)
+        binding.bind_cpu_input("value", v)
+        keep = [q, k, v]
+        if p.causal != "none" and self.causal_method == "bias":
+            bias = np.zeros((1, 1, p.n_q, p.n_k), np.float32)
+            bias[0, 0][np.arange(p.n_k)[None, :] > np.arange(p.n_q)[:, None]] = -np.inf
+            binding.bind_cpu_input("attention_bias", bias)
+            keep.append(bias)
+        out = np.empty((p.b, p.n_q, p.h * p.d_v), np.float32)
+        binding.bind_output("output", "cpu", 0, np.float32, list(out.shape), out.ctypes.data)
+        keep.append(out)
+
+        def run():
+            _ = keep  # inputs and output must outlive the binding
+            sess.run_with_iobinding(binding)
+            return out
+        return run
+
+    def close(self):
+        self.sessions.clear()
+
+
+class JaxPeer:
+    name = "jax"
+
+    def __init__(self, threads: int):
+        import jax
+        import jax.numpy as jnp
+        self.jax, self.jnp = jax, jnp
+        self.version = jax.__version__
+        self.threads = threads
+        self.fns = {}
+
+    def mask_method(self, causal: str) -> str:
+        if causal == "none":
+            return "none"
+        return ("jax.nn.dot_product_attention(is_causal=True, implementation='xla'): top-left causal; the "
+                "XLA path replaces masked logits by a finite -0.7*FLT_MAX before softmax (exact exclusion "
+                "in practice while a visible logit exists) and materialises the n_q x n_k scores")
+
+    def prepare(self, p: Problem, q, k, v):
+        jax = self.jax
+        causal = p.causal != "none"
+        if causal not in self.fns:
+            self.fns[causal] = jax.jit(lambda a, b, c, _c=causal: jax.nn.dot_product_attention(
+                a, b, c, is_causal=_c, implementation="xla"))
+        fn = self.fns[causal]
+        # BSH -> BTNH ([batch, seq, heads, head_dim]) is a free reshape.
+        qd = jax.device_put(q.reshape(p.b, p.n_q, p.h, p.d_k))
+        kd = jax.device_put(k.reshape(p.b, p.n_k, p.h, p.d_k))
+        vd = jax.device_put(v.reshape(p.b, p.n_k, p.h, p.d_v))
+        fn.lower(qd, kd, vd).compile()  # compile outside the timed loop (also cached by jit)
+
+        def run():
+            return fn(qd, kd, vd).block_until_ready()
+
+        def fetch(o):
+            import numpy as np
+            return np.asarray(o).reshape(p.b, p.n_q, p.h * p.d_v)
+        run.fetch = fetch
+        return run
+
+    def close(self):
+        self.fns.clear()
+
+
+def output_of(run):
+    out = run()
+    fetch = getattr(run, "fetch", None)
+    return fetch(out) if fetch else out.copy()
+
+
+# --------------------------------------------------------------------------------------
+# Checks and timing
+# --------------------------------------------------------------------------------------
+
+def check_peer(peer) -> list[dict]:
+    import numpy as np
+    results = []
+    for p in CHECK_CASES:
+        q, k, v = make_inputs(p)
+        ref64 = textbook_attention(p, q, k, v, np.float64)
+        naive32 = textbook_attention(p, q, k, v, np.float32)
+        try:
+            got = output_of(peer.prepare(p, q, k, v))
+            verdict = judge(got, ref64, naive32)
+        except Exception as e:  # a peer that cannot run a case fails it
+            verdict = {"pass": False, "error": f"{type(e).__name__}: {e}"}
+        results.append({"problem": p.repro(), "mask_method": peer.mask_method(p.causal), **verdict})
+    return results
+
+
+def time_peer(run, repetitions: int, min_repetition_seconds: float) -> dict:
+    # Warm-up outside the timed loop; also calibrates how many calls make one repetition.
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run()
+    second = time.perf_counter() - t0
+    calls = max(1, math.ceil(min_repetition_seconds / max(second, 1e-9))) if second < min_repetition_seconds else 1
+    times = []
+    for _ in range(repetitions):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        times.append((time.perf_counter() - t0) / calls)
+    return {"times": times, "median_seconds": statistics.median(times), "min_seconds": min(times),
+            "calls_per_repetition": calls, "warmup_seconds": [first, second]}
+
+
+# --------------------------------------------------------------------------------------
+# Context and output
+# --------------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_revision() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return None
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def context(args, threads: int, xla_flags: str) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "threads": threads,
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": {n: package_version(n) for n in ("numpy", "onnxruntime", "onnx", "jax", "jaxlib")},
+        "xla_flags": xla_flags,
+        "git_revision": git_revision(),
+        "repetitions": args.repetitions,
+        "min_repetition_seconds": args.min_repetition_seconds,
+        "timing": "warm-up (2 calls) outside the timed loop; each repetition times `calls_per_repetition` "
+                  "back-to-back calls and records their mean; median and min over repetitions",
+        "flops_exact": "2*b*h*P*(d_k+d_v), P = visible (query, key) pairs counted exactly",
+        "flops_published": "4*b*h*n_q*n_k*d with d=(d_k+d_v)/2, halved for causal",
+        "bytes": "read Q, K, V once and write O once, 4 bytes per f32 element",
+    }
+
+
+def print_checks(peer_name: str, checks: list[dict]) -> None:
+    for c in checks:
+        status = "pass" if c["pass"] else "FAIL"
+        if "error" in c:
+            print(f"  {peer_name:<12} {status}  {c['problem']}: {c['error']}")
+        else:
+            ratio = c["ratio_to_naive"]
+            print(f"  {peer_name:<12} {status}  {c['problem']}: max abs err {c['max_abs_error']:.3g} "
+                  f"(naive f32 {c['naive_f32_max_abs_error']:.3g}, tol {c['tolerance']:.3g}, "
+                  f"{'n/a' if ratio is None else f'{ratio:.2f}'} x naive)")
+
+
+def print_table(records: list[dict]) -> None:
+    header = f"{'peer':<12} {'mask':<9} {'n':>6} {'median ms':>11} {'min ms':>10} {'GFLOP/s exact':>14} " \
+             f"{'GFLOP/s publ.':>14} {'GB/s':>7}  valid"
+    print(header)
+    print("-" * len(header))
+    for r in records:
+        p = r["problem"]
+        print(f"{r['peer']:<12} {p['causal']:<9} {p['n_q']:>6} {r['median_seconds'] * 1e3:>11.3f} "
+              f"{r['min_seconds'] * 1e3:>10.3f} {r['gflops_exact']:>14.2f} {r['gflops_published']:>14.2f} "
+              f"{r['gbytes_per_second']:>7.3f}  { {True: 'yes', False: 'NO', None: 'unchecked'}[r['valid_target']] }")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--min-n", type=int, default=128, help="smallest n (powers of two from here; default 128)")
+    ap.add_argument("--max-n", type=int, default=8192, help="largest n (default 8192)")
+    ap.add_argument("--threads", type=int, default=None, help="threads per peer (default: all usable cores)")
+    ap.add_argument("--repetitions", type=int, default=5, help="timed repetitions per problem (default 5)")
+    ap.add_argument("--min-repetition-seconds", type=float, default=0.05,
+                    help="a repetition repeats the call until it lasts at least this long (default 0.05)")
+    ap.add_argument("--out", default="results/peers.json", help="JSON output path (default results/peers.json)")
+    ap.add_argument("--peers", default="onnxruntime,jax", help="comma-separated subset of onnxruntime,jax")
+    ap.add_argument("--masks", default="none,causal", help="comma-separated subset of none,causal")
+    ap.add_argument("--ort-causal", choices=("unidirectional", "bias"), default="unidirectional",
+                    help="how ORT's MultiHeadAttention gets the causal mask: its unidirectional attribute "
+                         "(default) or an additive -inf attention_bias")
+    ap.add_argument("--skip-checks", action="store_true", help="do not check the peers against the oracle")
+    args = ap.parse_args(argv)
+    if args.min_n < 1 or args.max_n < args.min_n:
+        ap.error("need 1 <= --min-n <= --max-n")
+    if args.repetitions < 1:
+        ap.error("--repetitions must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be at least 1")
+    peers = [s for s in args.peers.split(",") if s]
+    if not peers or any(s not in ("onnxruntime", "jax") for s in peers):
+        ap.error("--peers takes a comma-separated subset of onnxruntime,jax")
+    masks = [s for s in args.masks.split(",") if s]
+    if not masks or any(s not in ("none", "causal") for s in masks):
+        ap.error("--masks takes a comma-separated subset of none,causal")
+    args.peer_list, args.mask_list = peers, masks
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = args.threads or usable
+
+    # XLA reads its flags when jax is first imported, so they are set before any import of jax.
+    # XLA has no intra-op thread-count flag on CPU; its thread pool is sized by the CPUs the
+    # process may use, so with fewer threads than usable cores the process is also pinned.
+    xla_flags = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + xla_flags).strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if threads < usable and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
+
+    ns = []
+    n = args.min_n
+    while n <= args.max_n:
+        ns.append(n)
+        n *= 2
+    causals = [{"none": "none", "causal": "top_left"}[m] for m in args.mask_list]
+
+    ctx = context(args, threads, os.environ["XLA_FLAGS"])
+    print(f"cpu_peers: {ctx['cpu_model']}, {threads} thread(s), python {ctx['python']}, "
+          + ", ".join(f"{k} {v}" for k, v in ctx["packages"].items() if v))
+    print(f"problems: b=1 h=8 d=64 f32, n = {ns[0]} .. {ns[-1]}, masks {', '.join(args.mask_list)}; "
+          f"{args.repetitions} repetitions\n")
+
+    makers = {"onnxruntime": lambda: OnnxRuntimePeer(threads, args.ort_causal), "jax": lambda: JaxPeer(threads)}
+    records, peers_json, any_failed, any_ran = [], [], False, False
+    for name in args.peer_list:
+        try:
+            peer = makers[name]()
+        except Exception as e:  # not installed, or broken: a skip with a reason
+            print(f"{name}: skipped ({type(e).__name__}: {e})\n")
+            peers_json.append({"peer": name, "skipped": f"{type(e).__name__}: {e}"})
+            continue
+        any_ran = True
+        checks = [] if args.skip_checks else check_peer(peer)
+        valid = all(c["pass"] for c in checks) if checks else None
+        any_failed |= valid is False
+        print(f"{name} {peer.version}: correctness checks "
+              + ("skipped" if valid is None else ("pass" if valid else "FAIL: not a valid target")))
+        print_checks(name, checks)
+        print()
+        peers_json.append({"peer": name, "peer_version": peer.version, "checked": checks,
+                           "valid_target": valid, "mask_methods": {c: peer.mask_method(c) for c in causals}})
+        for causal in causals:
+            for n in ns:
+                p = Problem(1, 8, n, n, 64, 64, causal)
+                q, k, v = make_inputs(p)
+                try:
+                    t = time_peer(peer.prepare(p, q, k, v), args.repetitions, args.min_repetition_seconds)
+                except Exception as e:
+                    print(f"  {name} {p.repro()}: error {type(e).__name__}: {e}")
+                    records.append({"peer": name, "peer_version": peer.version, "problem": p.to_json(),
+                                    "error": f"{type(e).__name__}: {e}"})
+                    continue
+                med = t["median_seconds"]
+                rec = {"peer": name, "peer_version": peer.version, "problem": p.to_json(), **t,
+                       "gflops_exact": p.flops_exact() / med / 1e9,
+                       "gflops_published": p.flops_published() / med / 1e9,
+                       "gbytes_per_second": p.bytes_min() / med / 1e9,
+                       "threads": threads, "mask_method": peer.mask_method(causal), "valid_target": valid}
+                records.append(rec)
+                print(f"  {name:<12} {causal:<9} n={n:<5} median {med * 1e3:9.3f} ms  "
+                      f"{rec['gflops_exact']:7.2f} GFLOP/s exact", flush=True)
+        peer.close()
+        print()
+
+    ctx["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    timed = [r for r in records if "error" not in r]
+    if timed:
+        print_table(timed)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"context": ctx, "peers": peers_json, "results": records}, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    if not any_ran:
+        return 2
+    return 1 if any_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
