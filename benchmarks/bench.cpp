@@ -1,0 +1,505 @@
+#include "benchmarks/bench.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "benchmarks/machine_peaks.hpp"
+#include "benchmarks/memory_probe.hpp"
+#include "benchmarks/problem_list.hpp"
+#include "benchmarks/scaling_fit.hpp"
+#include "core/error.hpp"
+#include "core/inputs.hpp"
+#include "core/parallel.hpp"
+
+namespace attn::bench {
+namespace {
+
+constexpr double mib = 1024.0 * 1024.0;
+constexpr std::int64_t workspace_probe_n = 16384;  // the memory target is stated at this n
+
+// --- what the benchmark bodies share --------------------------------------------------------------
+
+// One problem's inputs and output, generated once and kept while its benchmark runs (Google
+// Benchmark calls a body several times while it settles the iteration count).
+struct Fixture {
+  explicit Fixture(const Problem& p) : problem(p), inputs(generate_inputs(p)), out(make_output(p)) {}
+  Problem problem;
+  CaseInputs inputs;
+  Tensor out;
+};
+
+struct Environment {
+  int threads = 1;
+  double roofline_gflops = 0;
+  std::unique_ptr<Fixture> fixture;
+
+  Fixture& fixture_for(const Problem& p) {
+    if (!fixture || !(fixture->problem == p)) {
+      fixture.reset();  // free the previous problem's buffers first
+      fixture = std::make_unique<Fixture>(p);
+    }
+    return *fixture;
+  }
+};
+
+// The first output element left poisoned or not finite, or -1. A kernel that skips work must
+// not be timed as fast.
+std::int64_t first_bad_output(const Tensor& out) {
+  for (std::int64_t i = 0; i < out.numel(); ++i)
+    if (out.is_poisoned(i) || !std::isfinite(out.get(i))) return i;
+  return -1;
+}
+
+// Runs once and checks the output; returns the failure, or an empty string.
+std::string run_checked(const Implementation& impl, const RunArgs& args) {
+  args.out.poison();
+  try {
+    impl.run(args);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "run threw something that is not a std::exception";
+  }
+  if (const std::int64_t bad = first_bad_output(args.out); bad >= 0)
+    return fmt::format("output element {} is unwritten or not finite after the run", bad);
+  return {};
+}
+
+// One untimed run of a problem, buffers included; returns the failure, or an empty string.
+std::string try_once(const Implementation& impl, const Problem& p, Environment& env) {
+  try {
+    Fixture& fixture = env.fixture_for(p);
+    PageBuffer workspace(impl.workspace_bytes(p));
+    return run_checked(impl, {p, fixture.inputs, fixture.out, nullptr, nullptr, workspace.span(), env.threads});
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+void run_benchmark(benchmark::State& state, const FamilySpec& family, Environment& env) {
+  const Implementation& impl = *family.implementation;
+  const std::int64_t n = state.range(0);
+  const Problem p = family.problem(n);
+  auto fail = [&](const std::string& what) { state.SkipWithError(fmt::format("{}: {}", impl.name(), what).c_str()); };
+
+  Fixture* fixture = nullptr;
+  std::optional<PageBuffer> workspace;
+  std::size_t workspace_bytes = 0;
+  try {
+    fixture = &env.fixture_for(p);
+    workspace_bytes = impl.workspace_bytes(p);
+    workspace.emplace(workspace_bytes);  // fresh pages: resident growth counts what run() touches
+  } catch (const std::exception& e) {
+    fail(fmt::format("setting up n={}: {}", n, e.what()));
+    return;
+  }
+  const RunArgs args{p, fixture->inputs, fixture->out, nullptr, nullptr, workspace->span(), env.threads};
+
+  MemoryProbe memory;
+  memory.start();
+  if (const std::string error = run_checked(impl, args); !error.empty()) {  // warm-up, untimed, checked
+    fail(error);
+    return;
+  }
+  for (auto _ : state) {
+    try {
+      impl.run(args);
+    } catch (const std::exception& e) {
+      fail(e.what());
+      break;
+    } catch (...) {
+      fail("run threw something that is not a std::exception");
+      break;
+    }
+  }
+  if (state.error_occurred()) return;
+  const double rss_growth = static_cast<double>(memory.growth_bytes());
+
+  using benchmark::Counter;
+  const double iterations = static_cast<double>(state.iterations());
+  // Rates divide by the real time (UseRealTime): values are GFLOP, GB and roofline-seconds.
+  state.counters["gflops_exact"] = Counter(p.flops() * iterations / 1e9, Counter::kIsRate);
+  state.counters["gflops_published"] = Counter(p.flops_published() * iterations / 1e9, Counter::kIsRate);
+  state.counters["gbytes_per_second"] = Counter(p.bytes_min() * iterations / 1e9, Counter::kIsRate);
+  if (env.roofline_gflops > 0)
+    state.counters["peak_fraction"] = Counter(p.flops() * iterations / (env.roofline_gflops * 1e9), Counter::kIsRate);
+  state.counters["workspace_bytes"] = Counter(static_cast<double>(workspace_bytes), Counter::kDefaults, Counter::kIs1024);
+  state.counters["rss_growth_bytes"] = Counter(rss_growth, Counter::kDefaults, Counter::kIs1024);
+  state.SetComplexityN(n);
+}
+
+// --- collecting what Google Benchmark reports ------------------------------------------------------
+
+// Forwards everything to the display reporter Google Benchmark would have used (so
+// --benchmark_format and --benchmark_color keep working) and keeps a copy of every run.
+class CollectingReporter : public benchmark::BenchmarkReporter {
+ public:
+  CollectingReporter() : inner_(benchmark::CreateDefaultDisplayReporter()) {}
+  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    runs_.insert(runs_.end(), runs.begin(), runs.end());
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+  const std::vector<Run>& runs() const { return runs_; }
+
+ private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  std::vector<Run> runs_;
+};
+
+using Run = benchmark::BenchmarkReporter::Run;
+
+struct Row {  // one n of one family, as the summary table shows it
+  std::int64_t n = 0;
+  double time_ms = 0;
+  std::map<std::string, double> counters;
+};
+
+struct FamilyResult {
+  const FamilySpec* family = nullptr;
+  std::vector<Row> rows;  // ascending n
+  std::optional<PowerLawFit> fit;
+  std::optional<double> bigo_coefficient_ms, bigo_rms;
+  std::vector<std::string> errors;
+};
+
+double to_ms(const Run& run) {
+  const double t = run.GetAdjustedRealTime();
+  switch (run.time_unit) {
+    case benchmark::kNanosecond: return t / 1e6;
+    case benchmark::kMicrosecond: return t / 1e3;
+    case benchmark::kMillisecond: return t;
+    case benchmark::kSecond: return t * 1e3;
+  }
+  return t;
+}
+
+std::vector<FamilyResult> collect(const std::vector<FamilySpec>& families, const std::vector<Run>& runs, std::int64_t fit_min_n) {
+  std::vector<FamilyResult> results;
+  std::map<std::string, std::size_t> index;
+  for (const auto& f : families) {
+    index[f.name()] = results.size();
+    results.push_back({&f, {}, {}, {}, {}, {}});
+  }
+  // Repetitions (--benchmark_repetitions) give several runs of one n: the median time counts.
+  std::map<std::pair<std::size_t, std::int64_t>, std::vector<const Run*>> by_n;
+  for (const Run& run : runs) {
+    const auto it = index.find(run.run_name.function_name);
+    if (it == index.end()) continue;
+    FamilyResult& r = results[it->second];
+    if (run.error_occurred) {
+      r.errors.push_back(fmt::format("{}: {}", run.benchmark_name(), run.error_message));
+    } else if (run.report_big_o) {
+      r.bigo_coefficient_ms = to_ms(run);
+    } else if (run.report_rms) {
+      r.bigo_rms = run.GetAdjustedRealTime();  // RMS is relative: the time unit does not apply
+    } else if (run.run_type == Run::RT_Iteration || run.aggregate_name == "median") {
+      by_n[{it->second, run.complexity_n}].push_back(&run);
+    }
+  }
+  for (auto& [key, group] : by_n) {
+    // Prefer iteration runs; a median aggregate stands in when only aggregates were reported.
+    std::vector<const Run*> iterations;
+    for (const Run* r : group)
+      if (r->run_type == Run::RT_Iteration) iterations.push_back(r);
+    if (iterations.empty()) iterations = group;
+    std::sort(iterations.begin(), iterations.end(), [](const Run* a, const Run* b) { return to_ms(*a) < to_ms(*b); });
+    const Run& median = *iterations[iterations.size() / 2];
+    Row row{key.second, to_ms(median), {}};
+    for (const auto& [name, counter] : median.counters) row.counters[name] = counter.value;
+    results[key.first].rows.push_back(std::move(row));
+  }
+  for (auto& r : results) {
+    std::sort(r.rows.begin(), r.rows.end(), [](const Row& a, const Row& b) { return a.n < b.n; });
+    std::vector<double> n, t;
+    for (const auto& row : r.rows)
+      if (row.time_ms > 0) {
+        n.push_back(static_cast<double>(row.n));
+        t.push_back(row.time_ms);
+      }
+    r.fit = fit_power_law(n, t, static_cast<double>(fit_min_n));
+  }
+  return results;
+}
+
+double counter_or_nan(const Row& row, const std::string& name) {
+  const auto it = row.counters.find(name);
+  return it == row.counters.end() ? std::nan("") : it->second;
+}
+
+std::string cell(double value, const char* format) {
+  return std::isfinite(value) ? fmt::format(fmt::runtime(format), value) : std::string("-");
+}
+
+void print_table(const std::vector<FamilyResult>& results) {
+  fmt::print("\n{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "implementation", "dtype", "d",
+             "mask", "n", "time (ms)", "GFLOP/s", "GFLOP/s", "GB/s", "of peak", "workspace", "RSS growth");
+  fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "", "", "", "", "", "", "(exact)",
+             "(publ.)", "", "", "(MiB)", "(MiB)");
+  for (const auto& r : results) {
+    const FamilySpec& f = *r.family;
+    for (const auto& row : r.rows) {
+      fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", f.implementation->name(),
+                 to_string(f.dtype), f.head_dim, f.mask_name(), row.n, cell(row.time_ms, "{:.3f}"),
+                 cell(counter_or_nan(row, "gflops_exact"), "{:.2f}"), cell(counter_or_nan(row, "gflops_published"), "{:.2f}"),
+                 cell(counter_or_nan(row, "gbytes_per_second"), "{:.3f}"), cell(100 * counter_or_nan(row, "peak_fraction"), "{:.1f}%"),
+                 cell(counter_or_nan(row, "workspace_bytes") / mib, "{:.2f}"), cell(counter_or_nan(row, "rss_growth_bytes") / mib, "{:.2f}"));
+    }
+  }
+}
+
+void print_fits(const std::vector<FamilyResult>& results, std::int64_t fit_min_n) {
+  fmt::print("\nScaling per family: exponent p of time = c * n^p by log-log least squares over n >= {}, with R^2;\n"
+             "Google Benchmark's O(n^2) coefficient and RMS; workspace_bytes at n = {} (computed, not run).\n\n",
+             fit_min_n, workspace_probe_n);
+  fmt::print("{:<40} {:>12} {:>9} {:>8} {:>16} {:>8} {:>16}\n", "family", "n", "exponent", "R^2", "O(n^2) ms/n^2", "RMS",
+             "workspace (MiB)");
+  for (const auto& r : results) {
+    const FamilySpec& f = *r.family;
+    std::string range = "-";
+    if (r.fit) {
+      std::vector<std::int64_t> used;
+      for (const auto& row : r.rows)
+        if (row.n >= fit_min_n) used.push_back(row.n);
+      range = fmt::format("{}..{}", used.front(), used.back());
+    }
+    const double ws = static_cast<double>(f.implementation->workspace_bytes(f.problem(workspace_probe_n))) / mib;
+    fmt::print("{:<40} {:>12} {:>9} {:>8} {:>16} {:>8} {:>16.1f}\n", f.name(), range, r.fit ? fmt::format("{:.3f}", r.fit->exponent) : "-",
+               r.fit ? fmt::format("{:.4f}", r.fit->r_squared) : "-",
+               r.bigo_coefficient_ms ? fmt::format("{:.3e}", *r.bigo_coefficient_ms) : "-",
+               r.bigo_rms ? fmt::format("{:.1f}%", 100 * *r.bigo_rms) : "-", ws);
+  }
+}
+
+nlohmann::json bench_section(const std::vector<FamilyResult>& results, const PeakMeasurement& fma, const PeakMeasurement& sgemm,
+                             double roofline, const std::string& rss_method, const std::vector<std::string>& notes,
+                             std::int64_t fit_min_n) {
+  nlohmann::json fits = nlohmann::json::array(), errors = nlohmann::json::array();
+  for (const auto& r : results) {
+    const FamilySpec& f = *r.family;
+    nlohmann::json j{{"family", f.name()},
+                     {"implementation", f.implementation->name()},
+                     {"dtype", to_string(f.dtype)},
+                     {"head_dim", f.head_dim},
+                     {"mask", f.mask_name()},
+                     {"fit_min_n", fit_min_n},
+                     {"sizes_measured", nlohmann::json::array()},
+                     {"workspace_bytes_at_16384", f.implementation->workspace_bytes(f.problem(workspace_probe_n))}};
+    for (const auto& row : r.rows) j["sizes_measured"].push_back(row.n);
+    if (r.fit) {
+      j["exponent"] = r.fit->exponent;
+      j["r_squared"] = r.fit->r_squared;
+      j["coefficient_ms"] = r.fit->coefficient;
+      j["points"] = r.fit->points;
+    } else {
+      j["exponent"] = nullptr;
+    }
+    if (r.bigo_coefficient_ms) j["bigo_n_squared_coefficient_ms"] = *r.bigo_coefficient_ms;
+    if (r.bigo_rms) j["bigo_rms"] = *r.bigo_rms;
+    fits.push_back(std::move(j));
+    for (const auto& e : r.errors) errors.push_back(e);
+  }
+  return {{"schema", "attnbench.bench"},
+          {"version", 1},
+          {"peaks",
+           {{"fma_gflops", fma.gflops},
+            {"fma_method", fma.method},
+            {"sgemm_gflops", sgemm.gflops},
+            {"sgemm_method", sgemm.method},
+            {"roofline_gflops", roofline},
+            {"roofline_is", fma.gflops <= sgemm.gflops ? "fma" : "sgemm"}}},
+          {"rss_growth_method", rss_method},
+          {"fits", std::move(fits)},
+          {"notes", notes},
+          {"errors", std::move(errors)}};
+}
+
+// Adds the "attnbench" section to Google Benchmark's JSON file, keeping its "context" and
+// "benchmarks" as they are (compare.py reads only those). Should the file not parse (Google
+// Benchmark writes NaN for a NaN counter, which strict JSON forbids), the section goes to a
+// file beside it instead. Returns the path written.
+std::string add_section(const std::string& path, const nlohmann::json& section) {
+  nlohmann::ordered_json doc;  // keeps Google Benchmark's key order
+  {
+    std::ifstream in(path);
+    doc = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  std::string target = path;
+  if (doc.is_discarded() || !doc.is_object()) {
+    target = path + ".attnbench.json";
+    doc = nlohmann::ordered_json::object();
+  }
+  doc["attnbench"] = nlohmann::ordered_json::parse(section.dump());
+  const std::string tmp = target + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << doc.dump(2) << '\n';
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+  }
+  std::filesystem::rename(tmp, target);
+  return target;
+}
+
+// Context keys Google Benchmark writes itself; ours must not repeat them.
+const std::set<std::string> benchmark_context_keys{"date", "host_name", "executable", "num_cpus", "mhz_per_cpu", "cpu_scaling_enabled",
+                                                   "caches", "load_avg", "library_build_type", "json_schema_version"};
+
+std::string context_value(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// Turns the pass-through flags into Google Benchmark's state. Throws InputError on anything it
+// does not recognise, naming it.
+void initialise_benchmark_library(const BenchOptions& o) {
+  std::vector<std::string> args{"attnbench bench"};
+  for (const auto& flag : o.benchmark_flags) {
+    if (flag.rfind("--benchmark_", 0) != 0)
+      throw InputError(fmt::format("unknown option '{}' (Google Benchmark flags start with --benchmark_ and take '=VALUE')", flag));
+    if (flag.rfind("--benchmark_out=", 0) == 0 || flag.rfind("--benchmark_out_format", 0) == 0)
+      throw InputError(fmt::format("'{}': use --json PATH for the JSON output", flag));
+    args.push_back(flag);
+  }
+  if (!o.json_path.empty()) {
+    args.push_back("--benchmark_out=" + o.json_path);
+    args.push_back("--benchmark_out_format=json");
+  }
+  // Google Benchmark keeps argv[0] (the "executable" of its context) as a pointer: it must
+  // outlive the run. The flags it copies.
+  static std::string program_name = "attnbench bench";
+  std::vector<char*> argv{program_name.data()};
+  for (std::size_t i = 1; i < args.size(); ++i) argv.push_back(args[i].data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  benchmark::Initialize(&argc, argv.data());
+  if (argc > 1) {
+    std::vector<std::string> unknown(argv.begin() + 1, argv.begin() + argc);
+    throw InputError(fmt::format("Google Benchmark did not accept: {}", fmt::join(unknown, " ")));
+  }
+}
+
+void prepare_json_path(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) throw InputError(fmt::format("cannot write --json {}", path));
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  // Everything that can be bad input is checked before anything runs or is written.
+  if (o.implementations.empty()) throw InputError("no implementations to benchmark");
+  if (o.threads < 0) throw InputError("--threads must be positive (0: every core)");
+  if (o.naive_max_n < 1) throw InputError("--naive-max-n must be positive");
+  if (o.fit_min_n < 1) throw InputError("--fit-min-n must be positive");
+  ProblemListOptions plo;
+  for (const auto& d : o.dtypes) plo.dtypes.push_back(parse_dtype(d));
+  plo.masks.clear();
+  for (const auto& m : o.masks) {
+    const Causal c = parse_mask(m);
+    if (std::find(plo.masks.begin(), plo.masks.end(), c) == plo.masks.end()) plo.masks.push_back(c);
+  }
+  plo.head_dims = o.head_dims;
+  plo.batch = o.batch;
+  plo.heads = o.heads;
+  plo.min_n = o.min_n;
+  plo.max_n = o.max_n;
+  plo.max_n_for["cpu_naive"] = o.naive_max_n;
+  plo.smoke = o.smoke;
+  const ProblemList list = curated_problem_list(o.implementations, plo);
+  const std::int64_t fit_min_n = o.smoke ? 1 : o.fit_min_n;
+  initialise_benchmark_library(o);
+  prepare_json_path(o.json_path);
+
+  Environment env;
+  env.threads = o.threads > 0 ? o.threads : default_thread_count();
+
+  // Machine peaks, before the families, on the threads the implementations get.
+  PeakSettings peak_settings;
+  peak_settings.threads = env.threads;
+  if (o.smoke) {
+    peak_settings.seconds = 0.02;
+    peak_settings.repetitions = 1;
+    peak_settings.sgemm_size = 128;
+  }
+  fmt::print("attnbench bench: measuring machine peaks on {} thread(s)...\n", env.threads);
+  std::fflush(stdout);
+  const PeakMeasurement fma = measure_fma_peak(peak_settings);
+  const PeakMeasurement sgemm = measure_sgemm_peak(peak_settings);
+  env.roofline_gflops = std::min(fma.gflops, sgemm.gflops);
+  fmt::print("  fp32 FMA peak: {:8.1f} GFLOP/s  ({})\n", fma.gflops, fma.method);
+  fmt::print("  Eigen SGEMM:   {:8.1f} GFLOP/s  ({})\n", sgemm.gflops, sgemm.method);
+  fmt::print("  roofline (the lower): {:.1f} GFLOP/s; \"of peak\" = exact-convention GFLOP/s / roofline\n", env.roofline_gflops);
+  const std::string rss_method = MemoryProbe().method();
+  for (const auto& note : list.notes) fmt::print("  note: {}\n", note);
+  fmt::print("\n");
+  std::fflush(stdout);
+
+  for (const auto& [key, value] : o.context.items())
+    if (!benchmark_context_keys.count(key)) benchmark::AddCustomContext(key, context_value(value));
+  benchmark::AddCustomContext("benchmarks_march_native", ATTN_BENCH_NATIVE ? "yes" : "no");
+  benchmark::AddCustomContext("peak_fma_gflops", fmt::format("{:.2f}", fma.gflops));
+  benchmark::AddCustomContext("peak_fma_method", fma.method);
+  benchmark::AddCustomContext("peak_sgemm_gflops", fmt::format("{:.2f}", sgemm.gflops));
+  benchmark::AddCustomContext("peak_sgemm_method", sgemm.method);
+  benchmark::AddCustomContext("roofline_gflops", fmt::format("{:.2f}", env.roofline_gflops));
+  benchmark::AddCustomContext("rss_growth_method", rss_method);
+  benchmark::AddCustomContext("problem_list", fmt::format("b={} h={} n_q=n_k=n (powers of two), diffuse inputs, seed 1{}", o.batch,
+                                                          o.heads, o.smoke ? ", smoke: n=16..64, one iteration" : ""));
+
+  benchmark::ClearRegisteredBenchmarks();
+  for (const FamilySpec& family : list.families) {
+    auto* b = benchmark::RegisterBenchmark(family.name().c_str(),
+                                           [&env, &family](benchmark::State& state) { run_benchmark(state, family, env); });
+    b->ArgName("n");
+    for (std::int64_t n : family.sizes) b->Arg(n);
+    b->Unit(benchmark::kMillisecond)->UseRealTime();
+    if (o.smoke) b->Iterations(1);
+    // Google Benchmark 1.7.1 crashes computing the complexity of a family none of whose runs
+    // succeeded, so a family whose smallest problem already fails (it still runs, and reports
+    // each error) gets no O(n^2) fit.
+    if (const std::string error = try_once(*family.implementation, family.problem(family.sizes.front()), env); error.empty())
+      b->Complexity(benchmark::oNSquared);
+    else
+      fmt::print("  note: {}: no O(n^2) fit, its first run failed: {}\n", family.name(), error);
+  }
+  env.fixture.reset();
+  std::fflush(stdout);
+
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::ClearRegisteredBenchmarks();
+  env.fixture.reset();
+
+  const auto results = collect(list.families, reporter.runs(), fit_min_n);
+  print_table(results);
+  print_fits(results, fit_min_n);
+  std::size_t error_count = 0;
+  for (const auto& r : results) error_count += r.errors.size();
+  if (!o.json_path.empty()) {
+    const auto written =
+        add_section(o.json_path, bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, list.notes, fit_min_n));
+    fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
+  }
+  if (error_count > 0) {
+    fmt::print("\n{} benchmark(s) reported an error:\n", error_count);
+    for (const auto& r : results)
+      for (const auto& e : r.errors) fmt::print("  {}\n", e);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace attn::bench

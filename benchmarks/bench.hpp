@@ -1,0 +1,38 @@
+#pragma once
+// `attnbench bench`: measures the machine's peaks, registers one Google Benchmark family per
+// (implementation, dtype, head dimension, mask) with n varying, runs them, prints Google
+// Benchmark's console output, then a summary table and the fitted scaling exponents, and
+// writes Google Benchmark's JSON (with an "attnbench" section of peaks and fits added).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "impls/implementation.hpp"
+
+namespace attn::bench {
+
+struct BenchOptions {
+  std::vector<const Implementation*> implementations;  // what to benchmark (the caller resolves names)
+  std::vector<std::string> dtypes;                     // empty: f32 (smoke: every dtype each accepts)
+  std::vector<std::string> masks{"none", "causal"};    // none, causal (top-left), top_left, bottom_right
+  std::vector<std::int64_t> head_dims{64};
+  std::int64_t batch = 1;
+  std::int64_t heads = 8;
+  int threads = 0;                                     // 0: every core
+  std::int64_t min_n = 128;
+  std::int64_t max_n = 8192;
+  std::int64_t naive_max_n = 4096;                     // cpu_naive is single-threaded and O(n^2) in memory
+  std::int64_t fit_min_n = 512;                        // the log-log fit uses n >= this (smoke: every n)
+  std::string json_path = "results/bench.json";        // Google Benchmark JSON; empty: none
+  bool smoke = false;                                  // n = 16, 32, 64, one iteration each, short peak probes
+  std::vector<std::string> benchmark_flags;            // passed to Google Benchmark (--benchmark_*=...)
+  nlohmann::json context;                              // where it ran (git revision, compiler, CPU, ...)
+};
+
+// Returns 0 when every benchmark ran, 1 when any reported an error (the others still run).
+// Throws InputError (before running anything) on bad options.
+int run_bench(const BenchOptions& options);
+
+}  // namespace attn::bench

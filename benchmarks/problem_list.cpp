@@ -1,0 +1,106 @@
+#include "benchmarks/problem_list.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attn::bench {
+namespace {
+
+bool is_power_of_two(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+}  // namespace
+
+std::string FamilySpec::mask_name() const {
+  switch (causal) {
+    case Causal::none: return "none";
+    case Causal::top_left: return "causal";
+    case Causal::bottom_right: return "causal_bottom_right";
+  }
+  return "unknown";
+}
+
+std::string FamilySpec::name() const {
+  return fmt::format("{}/{}/d{}/{}", implementation->name(), to_string(dtype), head_dim, mask_name());
+}
+
+Problem FamilySpec::problem(std::int64_t n) const {
+  Problem p;
+  p.batch = batch;
+  p.h_q = p.h_kv = heads;
+  p.n_q = p.n_k = n;
+  p.d_k = p.d_v = head_dim;
+  p.dtype = dtype;
+  p.causal = causal;
+  p.regime = Regime::diffuse;
+  p.seed = 1;
+  return p;
+}
+
+std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n) {
+  if (!is_power_of_two(min_n)) throw InputError(fmt::format("--min-n {} is not a power of two", min_n));
+  if (!is_power_of_two(max_n)) throw InputError(fmt::format("--max-n {} is not a power of two", max_n));
+  if (min_n > max_n) throw InputError(fmt::format("--min-n {} is larger than --max-n {}", min_n, max_n));
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t n = min_n; n <= max_n; n *= 2) sizes.push_back(n);
+  return sizes;
+}
+
+Causal parse_mask(const std::string& text) {
+  if (text == "none") return Causal::none;
+  if (text == "causal" || text == "top_left") return Causal::top_left;
+  if (text == "bottom_right") return Causal::bottom_right;
+  throw InputError(fmt::format("unknown mask '{}' (known: none, causal, top_left, bottom_right)", text));
+}
+
+ProblemList curated_problem_list(std::span<const Implementation* const> implementations, const ProblemListOptions& o) {
+  const std::vector<std::int64_t> all_sizes = o.smoke ? std::vector<std::int64_t>{16, 32, 64} : powers_of_two(o.min_n, o.max_n);
+  if (o.batch < 1 || o.heads < 1) throw InputError("--batch and --heads must be positive");
+  for (auto d : o.head_dims)
+    if (d < 1) throw InputError(fmt::format("head dimension {} must be positive", d));
+  if (o.masks.empty()) throw InputError("no masks to benchmark");
+
+  ProblemList list;
+  for (const Implementation* impl : implementations) {
+    const Capabilities caps = impl->describe();
+    std::vector<DType> dtypes = o.dtypes;
+    if (dtypes.empty()) dtypes = o.smoke ? caps.dtypes : std::vector<DType>{DType::f32};
+
+    std::vector<std::int64_t> sizes = all_sizes;
+    if (!o.smoke) {
+      if (auto cap = o.max_n_for.find(impl->name()); cap != o.max_n_for.end() && cap->second < sizes.back()) {
+        std::erase_if(sizes, [&](std::int64_t n) { return n > cap->second; });
+        list.notes.push_back(fmt::format("{}: n capped at {} (its single-threaded cost would dominate the run)", impl->name(), cap->second));
+      }
+    }
+
+    for (DType dtype : dtypes) {
+      if (std::find(caps.dtypes.begin(), caps.dtypes.end(), dtype) == caps.dtypes.end()) {
+        list.notes.push_back(fmt::format("{}: skipped {} (not among its dtypes)", impl->name(), to_string(dtype)));
+        continue;
+      }
+      for (std::int64_t d : o.head_dims) {
+        for (Causal causal : o.masks) {
+          FamilySpec family{impl, dtype, o.batch, o.heads, d, causal, {}};
+          for (std::int64_t n : sizes) {
+            const Support support = impl->supports(family.problem(n));
+            if (support.ok)
+              family.sizes.push_back(n);
+            else
+              list.notes.push_back(fmt::format("{}: n={} unsupported: {}", family.name(), n, support.reason));
+          }
+          if (family.sizes.empty()) {
+            if (sizes.empty()) list.notes.push_back(fmt::format("{}: no sizes left in [{}, {}]", family.name(), all_sizes.front(), all_sizes.back()));
+            continue;
+          }
+          list.families.push_back(std::move(family));
+        }
+      }
+    }
+  }
+  return list;
+}
+
+}  // namespace attn::bench

@@ -1,0 +1,57 @@
+#pragma once
+// The curated problem list: registry x (dtype, head dimension, mask), one family per
+// combination, with only the sequence length n varying (n_q = n_k = n, powers of two), so that a
+// complexity fit over a family measures how cost grows with n and nothing else.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "impls/implementation.hpp"
+
+namespace attn::bench {
+
+struct FamilySpec {
+  const Implementation* implementation = nullptr;
+  DType dtype = DType::f32;
+  std::int64_t batch = 1;
+  std::int64_t heads = 8;
+  std::int64_t head_dim = 64;  // d_k = d_v
+  Causal causal = Causal::none;
+  std::vector<std::int64_t> sizes;  // n, ascending
+
+  // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask.
+  std::string name() const;
+  std::string mask_name() const;  // "none", "causal" (top-left), "causal_bottom_right"
+  // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1.
+  Problem problem(std::int64_t n) const;
+};
+
+struct ProblemListOptions {
+  std::vector<DType> dtypes;            // empty: f32, or in smoke mode every dtype each implementation accepts
+  std::vector<std::int64_t> head_dims{64};
+  std::vector<Causal> masks{Causal::none, Causal::top_left};
+  std::int64_t batch = 1;
+  std::int64_t heads = 8;
+  std::int64_t min_n = 128;             // powers of two
+  std::int64_t max_n = 8192;
+  std::map<std::string, std::int64_t> max_n_for;  // per-implementation caps on n (slow ones)
+  bool smoke = false;                   // n = 16, 32, 64 whatever min_n/max_n say
+};
+
+struct ProblemList {
+  std::vector<FamilySpec> families;
+  std::vector<std::string> notes;  // what was left out, and why (unsupported, capped)
+};
+
+ProblemList curated_problem_list(std::span<const Implementation* const> implementations, const ProblemListOptions& options);
+
+// The powers of two from min_n to max_n; throws InputError unless both are powers of two with
+// 1 <= min_n <= max_n.
+std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n);
+// "none", "causal" (= "top_left"), "bottom_right"; throws InputError naming an unknown one.
+Causal parse_mask(const std::string& text);
+
+}  // namespace attn::bench
