@@ -1,7 +1,8 @@
 // attnbench: the command line. Each subcommand parses its options and calls into the folders
 // that do the work; nothing here computes anything of its own.
 //
-// Exit codes: 0 every supported case passed, 1 a case failed, 2 bad usage or bad input.
+// Exit codes: 0 every supported case passed (bench: every benchmark ran), 1 a case failed (bench:
+// a benchmark reported an error), 2 bad usage or bad input.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "benchmarks/bench.hpp"
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -75,6 +77,12 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   return run.failed() > 0 ? exit_fail : exit_pass;
 }
 
+int run_bench(const attn::Registry& registry, const std::vector<std::string>& names, attn::bench::BenchOptions options) {
+  options.implementations = select(registry, names);
+  options.context = attn::run_context(options.threads > 0 ? options.threads : attn::default_thread_count());
+  return attn::bench::run_bench(options);
+}
+
 int run_list(const attn::Registry& registry) {
   for (const auto* impl : registry.all()) {
     const auto caps = impl->describe();
@@ -107,6 +115,25 @@ int main(int argc, char** argv) {
 
   auto* list = app.add_subcommand("list", "List the implementations and what each supports");
 
+  attn::bench::BenchOptions bench_args;
+  std::vector<std::string> bench_impls;
+  auto* bench = app.add_subcommand("bench", "Benchmark implementations (Google Benchmark): time, GFLOP/s, fraction of the "
+                                            "measured peak, memory, and the fitted O(n^2) exponent; --benchmark_* flags pass through");
+  bench->add_option("--impl", bench_impls, "Implementation to benchmark (repeatable; default: all)");
+  bench->add_option("--dtype", bench_args.dtypes, "Dtypes, comma-separated (default: f32; --smoke: every dtype each accepts)")->delimiter(',');
+  bench->add_option("--masks", bench_args.masks, "Masks, comma-separated: none, causal (top-left), bottom_right")->delimiter(',')->capture_default_str();
+  bench->add_option("--d", bench_args.head_dims, "Head dimensions d_k = d_v, comma-separated")->delimiter(',')->capture_default_str();
+  bench->add_option("--heads", bench_args.heads, "Heads (h_q = h_kv)")->capture_default_str();
+  bench->add_option("--batch", bench_args.batch, "Batch size")->capture_default_str();
+  bench->add_option("--threads", bench_args.threads, "Threads for the implementations and the peak probes (default: all cores)");
+  bench->add_option("--min-n", bench_args.min_n, "Smallest sequence length (a power of two)")->capture_default_str();
+  bench->add_option("--max-n", bench_args.max_n, "Largest sequence length (a power of two)")->capture_default_str();
+  bench->add_option("--naive-max-n", bench_args.naive_max_n, "Largest n for cpu_naive (single-threaded, n^2 memory)")->capture_default_str();
+  bench->add_option("--fit-min-n", bench_args.fit_min_n, "Smallest n in the log-log exponent fit")->capture_default_str();
+  bench->add_option("--json", bench_args.json_path, "Google Benchmark JSON output ('' to skip)")->capture_default_str();
+  bench->add_flag("--smoke", bench_args.smoke, "Tiny sizes (n = 16..64), one iteration each, short peak probes: for CTest");
+  bench->allow_extras();
+
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   auto is_subcommand = [&](const char* word) {
     try {
@@ -116,7 +143,7 @@ int main(int argc, char** argv) {
     }
   };
   if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
-    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list; see --help)\n", argv[1]);
+    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list, bench; see --help)\n", argv[1]);
     return exit_usage;
   }
   try {
@@ -131,6 +158,10 @@ int main(int argc, char** argv) {
     attn::register_builtin_implementations(registry);
     if (verify->parsed()) return run_verify(registry, verify_args);
     if (list->parsed()) return run_list(registry);
+    if (bench->parsed()) {
+      bench_args.benchmark_flags = bench->remaining();
+      return run_bench(registry, bench_impls, bench_args);
+    }
   } catch (const attn::InputError& e) {
     fmt::print(stderr, "attnbench: error: {}\n", e.what());
     return exit_usage;
