@@ -1,0 +1,401 @@
+// The benchmark suite's own parts: the log-log exponent fit, the curated problem list, the
+// memory probe, the machine-peak probes, and run_bench's contract (errors are reported per
+// benchmark, the run goes on, and the result is 1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "benchmarks/bench.hpp"
+#include "benchmarks/machine_peaks.hpp"
+#include "benchmarks/memory_probe.hpp"
+#include "benchmarks/problem_list.hpp"
+#include "benchmarks/scaling_fit.hpp"
+#include "core/error.hpp"
+
+namespace attn::bench {
+namespace {
+
+// --- fakes ------------------------------------------------------------------------------------
+
+enum class Behaviour { writes_zeros, throws, leaves_output_unwritten };
+
+class FakeImplementation final : public Implementation {
+ public:
+  FakeImplementation(std::string name, std::vector<DType> dtypes, Behaviour behaviour = Behaviour::writes_zeros,
+                     std::int64_t max_supported_n = 1 << 30)
+      : name_(std::move(name)), dtypes_(std::move(dtypes)), behaviour_(behaviour), max_supported_n_(max_supported_n) {}
+  std::string name() const override { return name_; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.summary = "test fake";
+    c.dtypes = dtypes_;
+    return c;
+  }
+  Support supports(const Problem& p) const override {
+    return p.n_k <= max_supported_n_ ? Support::yes() : Support::no("n too large for the fake");
+  }
+  std::size_t workspace_bytes(const Problem& p) const override { return static_cast<std::size_t>(p.n_q * 4); }
+  void run(const RunArgs& a) const override {
+    if (a.workspace.size() < workspace_bytes(a.problem)) throw std::runtime_error("workspace too small");
+    std::memset(a.workspace.data(), 1, a.workspace.size());
+    switch (behaviour_) {
+      case Behaviour::throws: throw std::runtime_error("deliberate failure in run");
+      case Behaviour::leaves_output_unwritten:
+        for (std::int64_t i = 0; i + 1 < a.out.numel(); ++i) a.out.set(i, 0.0);  // all but the last
+        return;
+      case Behaviour::writes_zeros:
+        for (std::int64_t i = 0; i < a.out.numel(); ++i) a.out.set(i, 0.0);
+        return;
+    }
+  }
+
+ private:
+  std::string name_;
+  std::vector<DType> dtypes_;
+  Behaviour behaviour_;
+  std::int64_t max_supported_n_;
+};
+
+const std::vector<DType> all_dtypes{DType::f64, DType::f32, DType::f16, DType::bf16};
+
+std::filesystem::path fresh_temp_dir(const std::string& tag) {
+  auto dir = std::filesystem::temp_directory_path() / ("attnbench_bench_test_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+nlohmann::json load_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// --- the exponent fit -------------------------------------------------------------------------
+
+TEST(PowerLawFit, RecoversAnExactPowerLaw) {
+  std::vector<double> n, t;
+  for (double x = 128; x <= 8192; x *= 2) {
+    n.push_back(x);
+    t.push_back(3e-6 * x * x);
+  }
+  const auto fit = fit_power_law(n, t);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_NEAR(fit->exponent, 2.0, 1e-12);
+  EXPECT_NEAR(fit->coefficient, 3e-6, 1e-15);
+  EXPECT_NEAR(fit->r_squared, 1.0, 1e-12);
+  EXPECT_EQ(fit->points, 7u);
+}
+
+TEST(PowerLawFit, UsesOnlyPointsAtOrAboveMinN) {
+  // Below 512 the cost is flat (overheads); above it grows as n^2. The fit must see only the latter.
+  const std::vector<double> n{128, 256, 512, 1024, 2048, 4096};
+  const std::vector<double> t{1.0, 1.0, 1.0, 4.0, 16.0, 64.0};
+  const auto fit = fit_power_law(n, t, 512);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_NEAR(fit->exponent, 2.0, 1e-12);
+  EXPECT_EQ(fit->points, 4u);
+  const auto all = fit_power_law(n, t);
+  ASSERT_TRUE(all.has_value());
+  EXPECT_LT(all->exponent, 1.7);
+  EXPECT_LT(all->r_squared, 0.95);
+}
+
+TEST(PowerLawFit, NoiseLowersRSquaredButKeepsTheExponentClose) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<double> n, t;
+  for (double x = 512; x <= 8192; x *= 2) {
+    n.push_back(x);
+    t.push_back(x * x * std::exp(noise(rng)));
+  }
+  const auto fit = fit_power_law(n, t);
+  ASSERT_TRUE(fit.has_value());
+  EXPECT_NEAR(fit->exponent, 2.0, 0.1);
+  EXPECT_LT(fit->r_squared, 1.0);
+  EXPECT_GT(fit->r_squared, 0.99);
+}
+
+TEST(PowerLawFit, NeedsTwoDistinctSizes) {
+  EXPECT_FALSE(fit_power_law(std::vector<double>{512}, std::vector<double>{1.0}).has_value());
+  EXPECT_FALSE(fit_power_law(std::vector<double>{512, 512}, std::vector<double>{1.0, 2.0}).has_value());
+  EXPECT_FALSE(fit_power_law(std::vector<double>{128, 256}, std::vector<double>{1.0, 2.0}, 512).has_value());
+  const auto two = fit_power_law(std::vector<double>{512, 1024}, std::vector<double>{1.0, 2.0});
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NEAR(two->exponent, 1.0, 1e-12);
+}
+
+TEST(PowerLawFit, RejectsNonPositiveOrMismatchedInput) {
+  EXPECT_THROW(fit_power_law(std::vector<double>{512, 1024}, std::vector<double>{1.0}), std::invalid_argument);
+  EXPECT_THROW(fit_power_law(std::vector<double>{512, 1024}, std::vector<double>{1.0, 0.0}), std::invalid_argument);
+  EXPECT_THROW(fit_power_law(std::vector<double>{512, 1024}, std::vector<double>{1.0, std::nan("")}), std::invalid_argument);
+}
+
+// --- the curated problem list -------------------------------------------------------------------
+
+TEST(ProblemList, PowersOfTwoAndTheirErrors) {
+  EXPECT_EQ(powers_of_two(128, 8192), (std::vector<std::int64_t>{128, 256, 512, 1024, 2048, 4096, 8192}));
+  EXPECT_EQ(powers_of_two(64, 64), (std::vector<std::int64_t>{64}));
+  EXPECT_THROW(powers_of_two(100, 8192), InputError);
+  EXPECT_THROW(powers_of_two(128, 1000), InputError);
+  EXPECT_THROW(powers_of_two(0, 128), InputError);
+  EXPECT_THROW(powers_of_two(256, 128), InputError);
+}
+
+TEST(ProblemList, MaskNames) {
+  EXPECT_EQ(parse_mask("none"), Causal::none);
+  EXPECT_EQ(parse_mask("causal"), Causal::top_left);
+  EXPECT_EQ(parse_mask("top_left"), Causal::top_left);
+  EXPECT_EQ(parse_mask("bottom_right"), Causal::bottom_right);
+  EXPECT_THROW(parse_mask("sliding"), InputError);
+}
+
+TEST(ProblemList, DefaultIsOneFamilyPerImplementationAndMaskWithOnlyNVarying) {
+  FakeImplementation naive("cpu_naive", all_dtypes), other("other", all_dtypes);
+  const std::vector<const Implementation*> impls{&naive, &other};
+  ProblemListOptions o;
+  o.max_n_for["cpu_naive"] = 4096;
+  const ProblemList list = curated_problem_list(impls, o);
+  ASSERT_EQ(list.families.size(), 4u);  // 2 implementations x (none, causal), f32, d = 64
+  std::set<std::string> names;
+  for (const auto& f : list.families) {
+    names.insert(f.name());
+    EXPECT_EQ(f.dtype, DType::f32);
+    EXPECT_EQ(f.head_dim, 64);
+    const auto expected = f.implementation == &naive ? powers_of_two(128, 4096) : powers_of_two(128, 8192);
+    EXPECT_EQ(f.sizes, expected) << f.name();
+    for (std::int64_t n : f.sizes) {
+      const Problem p = f.problem(n);
+      EXPECT_NO_THROW(p.validate());
+      EXPECT_EQ(p.batch, 1);
+      EXPECT_EQ(p.h_q, 8);
+      EXPECT_EQ(p.h_kv, 8);
+      EXPECT_EQ(p.n_q, n);
+      EXPECT_EQ(p.n_k, n);
+      EXPECT_EQ(p.d_k, 64);
+      EXPECT_EQ(p.d_v, 64);
+      EXPECT_EQ(p.causal, f.causal);
+    }
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"cpu_naive/f32/d64/none", "cpu_naive/f32/d64/causal", "other/f32/d64/none", "other/f32/d64/causal"}));
+  ASSERT_EQ(list.notes.size(), 1u);
+  EXPECT_NE(list.notes[0].find("cpu_naive: n capped at 4096"), std::string::npos) << list.notes[0];
+}
+
+TEST(ProblemList, CausalHalvesThePublishedFlopsAndExactFlopsCountVisiblePairs) {
+  FakeImplementation impl("x", all_dtypes);
+  const std::vector<const Implementation*> impls{&impl};
+  const ProblemList list = curated_problem_list(impls, {});
+  ASSERT_EQ(list.families.size(), 2u);
+  const Problem dense = list.families[0].problem(1024), causal = list.families[1].problem(1024);
+  EXPECT_EQ(dense.causal, Causal::none);
+  EXPECT_EQ(causal.causal, Causal::top_left);
+  EXPECT_DOUBLE_EQ(causal.flops_published(), dense.flops_published() / 2);
+  EXPECT_DOUBLE_EQ(dense.flops(), dense.flops_published());
+  EXPECT_DOUBLE_EQ(causal.flops(), 2.0 * 8 * (1024.0 * 1025 / 2) * 128);
+}
+
+TEST(ProblemList, SmokeUsesTinySizesAndEveryAcceptedDtype) {
+  FakeImplementation naive("cpu_naive", all_dtypes), f64_only("f64_only", {DType::f64});
+  const std::vector<const Implementation*> impls{&naive, &f64_only};
+  ProblemListOptions o;
+  o.smoke = true;
+  o.max_n_for["cpu_naive"] = 4096;
+  const ProblemList list = curated_problem_list(impls, o);
+  EXPECT_EQ(list.families.size(), 2u * 4 + 2u * 1);
+  for (const auto& f : list.families) EXPECT_EQ(f.sizes, (std::vector<std::int64_t>{16, 32, 64})) << f.name();
+}
+
+TEST(ProblemList, UnsupportedDtypesAndSizesAreLeftOutWithAReason) {
+  FakeImplementation f64_only("f64_only", {DType::f64}), small("small", all_dtypes, Behaviour::writes_zeros, 1024);
+  const std::vector<const Implementation*> impls{&f64_only, &small};
+  ProblemListOptions o;
+  o.masks = {Causal::none};
+  const ProblemList list = curated_problem_list(impls, o);
+  ASSERT_EQ(list.families.size(), 1u);
+  EXPECT_EQ(list.families[0].implementation, &small);
+  EXPECT_EQ(list.families[0].sizes, powers_of_two(128, 1024));
+  auto has_note = [&](const std::string& text) {
+    return std::any_of(list.notes.begin(), list.notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has_note("f64_only: skipped f32 (not among its dtypes)"));
+  EXPECT_TRUE(has_note("small/f32/d64/none: n=2048 unsupported: n too large for the fake"));
+}
+
+// --- the memory probe ---------------------------------------------------------------------------
+
+TEST(MemoryProbe, ReadsResidentMemory) {
+  EXPECT_GT(read_status_bytes("VmRSS"), 0);
+  EXPECT_GE(read_status_bytes("VmHWM"), read_status_bytes("VmRSS") / 2);
+  EXPECT_EQ(read_status_bytes("NoSuchKey"), -1);
+}
+
+TEST(MemoryProbe, CountsPagesWhenTheyAreTouchedNotWhenMapped) {
+  constexpr std::size_t bytes = 64u << 20;
+  MemoryProbe probe;
+  probe.start();
+  PageBuffer buffer(bytes);
+  EXPECT_LT(probe.growth_bytes(), std::int64_t{8} << 20) << "mapping alone must not make pages resident";
+  auto span = buffer.span();
+  ASSERT_EQ(span.size(), bytes);
+  for (std::size_t i = 0; i < bytes; i += 4096) span[i] = std::byte{1};
+  EXPECT_GE(probe.growth_bytes(), std::int64_t{60} << 20);
+}
+
+TEST(MemoryProbe, PeakResetSeesTransientAllocations) {
+  MemoryProbe probe;
+  if (!probe.peak_reset()) GTEST_SKIP() << "this kernel does not let a process reset its peak RSS";
+  probe.start();
+  {
+    PageBuffer transient(32u << 20);
+    auto span = transient.span();
+    for (std::size_t i = 0; i < span.size(); i += 4096) span[i] = std::byte{1};
+  }  // unmapped: current RSS falls back, the peak does not
+  EXPECT_GE(probe.growth_bytes(), std::int64_t{30} << 20);
+  probe.start();  // a new reset forgets it
+  EXPECT_LT(probe.growth_bytes(), std::int64_t{8} << 20);
+}
+
+TEST(MemoryProbe, EmptyBufferIsValid) {
+  PageBuffer empty(0);
+  EXPECT_EQ(empty.span().size(), 0u);
+}
+
+// --- the machine peaks --------------------------------------------------------------------------
+
+TEST(MachinePeaks, FmaAndSgemmRatesArePositiveAndFinite) {
+  PeakSettings s;
+  s.threads = 1;
+  s.seconds = 0.01;
+  s.repetitions = 1;
+  s.sgemm_size = 64;
+  const auto fma = measure_fma_peak(s);
+  const auto sgemm = measure_sgemm_peak(s);
+  EXPECT_TRUE(std::isfinite(fma.gflops));
+  EXPECT_GT(fma.gflops, 0.05);
+  EXPECT_TRUE(std::isfinite(sgemm.gflops));
+  EXPECT_GT(sgemm.gflops, 0.01);
+  EXPECT_NE(fma.method.find(fma_probe_isa()), std::string::npos);
+  EXPECT_NE(sgemm.method.find("64x64x64"), std::string::npos);
+  EXPECT_EQ(fma.threads, 1);
+}
+
+TEST(MachinePeaks, RejectsNonPositiveSettings) {
+  PeakSettings s;
+  s.threads = 0;
+  EXPECT_THROW(measure_fma_peak(s), std::invalid_argument);
+  EXPECT_THROW(measure_sgemm_peak(s), std::invalid_argument);
+  s.threads = 1;
+  s.sgemm_size = 0;
+  EXPECT_THROW(measure_sgemm_peak(s), std::invalid_argument);
+}
+
+// --- run_bench --------------------------------------------------------------------------------
+
+BenchOptions smoke_options(const std::vector<const Implementation*>& impls, const std::filesystem::path& json) {
+  BenchOptions o;
+  o.implementations = impls;
+  o.smoke = true;
+  o.dtypes = {"f32"};
+  o.threads = 1;
+  o.json_path = json.string();
+  o.context = {{"git_revision", "test"}, {"threads", 1}, {"date", "must not be repeated"}};
+  return o;
+}
+
+TEST(RunBench, AnErroringImplementationIsReportedTheOthersStillRunAndTheResultIsOne) {
+  FakeImplementation good("good", all_dtypes), thrower("thrower", all_dtypes, Behaviour::throws),
+      lazy("lazy", all_dtypes, Behaviour::leaves_output_unwritten);
+  const auto dir = fresh_temp_dir("errors");
+  const auto json_path = dir / "sub" / "bench.json";  // the folder does not exist yet
+  auto o = smoke_options({&thrower, &good, &lazy}, json_path);
+  o.masks = {"none"};
+  EXPECT_EQ(run_bench(o), 1);
+
+  const auto doc = load_json(json_path);
+  ASSERT_TRUE(doc.contains("context"));
+  ASSERT_TRUE(doc.contains("benchmarks"));
+  EXPECT_EQ(doc["context"]["git_revision"], "test");
+  EXPECT_TRUE(doc["context"].contains("peak_fma_gflops"));
+  EXPECT_TRUE(doc["context"].contains("peak_sgemm_gflops"));
+  EXPECT_TRUE(doc["context"].contains("roofline_gflops"));
+  EXPECT_NE(doc["context"]["date"], "must not be repeated");  // Google Benchmark's own date stays
+
+  std::map<std::string, int> errors, good_runs;
+  for (const auto& b : doc["benchmarks"]) {
+    const std::string name = b["name"];
+    if (b.value("error_occurred", false)) {
+      const std::string message = b["error_message"];
+      if (name.rfind("thrower/", 0) == 0) {
+        EXPECT_NE(message.find("deliberate failure in run"), std::string::npos) << message;
+      }
+      if (name.rfind("lazy/", 0) == 0) {
+        EXPECT_NE(message.find("unwritten"), std::string::npos) << message;
+      }
+      ++errors[name.substr(0, name.find('/'))];
+    } else if (b["run_type"] == "iteration") {
+      EXPECT_EQ(name.rfind("good/", 0), 0u) << name;
+      for (const char* counter : {"gflops_exact", "gflops_published", "gbytes_per_second", "peak_fraction", "workspace_bytes", "rss_growth_bytes"})
+        EXPECT_TRUE(b.contains(counter)) << name << " lacks " << counter;
+      ++good_runs[name];
+    }
+  }
+  EXPECT_EQ(errors["thrower"], 3);
+  EXPECT_EQ(errors["lazy"], 3);
+  EXPECT_EQ(good_runs.size(), 3u);
+
+  const auto& section = doc["attnbench"];
+  EXPECT_EQ(section["errors"].size(), 6u);
+  bool saw_good_fit = false;
+  for (const auto& fit : section["fits"]) {
+    if (fit["family"] == "good/f32/d64/none") {
+      saw_good_fit = true;
+      EXPECT_FALSE(fit["exponent"].is_null());
+      EXPECT_EQ(fit["sizes_measured"], nlohmann::json::array({16, 32, 64}));
+      EXPECT_EQ(fit["workspace_bytes_at_16384"], 16384 * 4);
+    } else {
+      EXPECT_TRUE(fit["exponent"].is_null()) << fit["family"];
+    }
+  }
+  EXPECT_TRUE(saw_good_fit);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunBench, BadOptionsAreInputErrorsBeforeAnythingIsWritten) {
+  FakeImplementation good("good", all_dtypes);
+  const auto dir = fresh_temp_dir("bad");
+  const auto json_path = dir / "out" / "bench.json";
+  auto expect_input_error = [&](auto change, const std::string& text) {
+    auto o = smoke_options({&good}, json_path);
+    change(o);
+    try {
+      run_bench(o);
+      ADD_FAILURE() << "no InputError for: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "out")) << text;
+  };
+  expect_input_error([](BenchOptions& o) { o.masks = {"sliding"}; }, "unknown mask 'sliding'");
+  expect_input_error([](BenchOptions& o) { o.dtypes = {"f8"}; }, "f8");
+  expect_input_error([](BenchOptions& o) { o.smoke = false; o.min_n = 100; }, "--min-n 100 is not a power of two");
+  expect_input_error([](BenchOptions& o) { o.threads = -1; }, "--threads");
+  expect_input_error([](BenchOptions& o) { o.benchmark_flags = {"--bogus"}; }, "unknown option '--bogus'");
+  expect_input_error([](BenchOptions& o) { o.benchmark_flags = {"--benchmark_out=elsewhere.json"}; }, "use --json PATH");
+  expect_input_error([](BenchOptions& o) { o.benchmark_flags = {"--benchmark_no_such_flag=1"}; }, "--benchmark_no_such_flag=1");
+  expect_input_error([](BenchOptions& o) { o.implementations.clear(); }, "no implementations");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attn::bench
