@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include <benchmark/benchmark.h>
@@ -143,6 +144,8 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
 
 // Forwards everything to the display reporter Google Benchmark would have used (so
 // --benchmark_format and --benchmark_color keep working) and keeps a copy of every run.
+// CreateDefaultDisplayReporter returns the library's own process-wide instance: not ours to
+// delete (deleting it breaks the next run in the same process).
 class CollectingReporter : public benchmark::BenchmarkReporter {
  public:
   CollectingReporter() : inner_(benchmark::CreateDefaultDisplayReporter()) {}
@@ -155,7 +158,7 @@ class CollectingReporter : public benchmark::BenchmarkReporter {
   const std::vector<Run>& runs() const { return runs_; }
 
  private:
-  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+  benchmark::BenchmarkReporter* inner_;
   std::vector<Run> runs_;
 };
 
@@ -267,6 +270,7 @@ void print_fits(const std::vector<FamilyResult>& results, std::int64_t fit_min_n
   fmt::print("{:<40} {:>12} {:>9} {:>8} {:>16} {:>8} {:>16}\n", "family", "n", "exponent", "R^2", "O(n^2) ms/n^2", "RMS",
              "workspace (MiB)");
   for (const auto& r : results) {
+    if (r.rows.empty() && r.errors.empty()) continue;  // filtered out
     const FamilySpec& f = *r.family;
     std::string range = "-";
     if (r.fit) {
@@ -288,6 +292,7 @@ nlohmann::json bench_section(const std::vector<FamilyResult>& results, const Pea
                              std::int64_t fit_min_n) {
   nlohmann::json fits = nlohmann::json::array(), errors = nlohmann::json::array();
   for (const auto& r : results) {
+    if (r.rows.empty() && r.errors.empty()) continue;  // filtered out
     const FamilySpec& f = *r.family;
     nlohmann::json j{{"family", f.name()},
                      {"implementation", f.implementation->name()},
@@ -387,6 +392,25 @@ void initialise_benchmark_library(const BenchOptions& o) {
   }
 }
 
+// Whether Google Benchmark's --benchmark_filter selects any size of a family. Mirrors its
+// matching: an extended regular expression searched in the instance name, a leading '-'
+// negates, "" and "all" select everything. When unsure, says yes.
+bool filter_selects(const FamilySpec& family, bool smoke) {
+  std::string spec = benchmark::GetBenchmarkFilter();
+  if (spec.empty() || spec == "all") return true;
+  const bool negative = spec[0] == '-';
+  if (negative) spec.erase(0, 1);
+  try {
+    const std::regex re(spec, std::regex::extended);
+    for (std::int64_t n : family.sizes)
+      if (std::regex_search(fmt::format("{}/n:{}{}/real_time", family.name(), n, smoke ? "/iterations:1" : ""), re) != negative)
+        return true;
+    return false;
+  } catch (const std::regex_error&) {
+    return true;
+  }
+}
+
 void prepare_json_path(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
@@ -449,7 +473,7 @@ int run_bench(const BenchOptions& o) {
 
   for (const auto& [key, value] : o.context.items())
     if (!benchmark_context_keys.count(key)) benchmark::AddCustomContext(key, context_value(value));
-  benchmark::AddCustomContext("benchmarks_march_native", ATTN_BENCH_NATIVE ? "yes" : "no");
+  benchmark::AddCustomContext("native_flags", ATTN_BENCH_NATIVE ? "-march=native (ATTN_NATIVE=ON: CPU kernels and peak probes)" : "none (ATTN_NATIVE=OFF)");
   benchmark::AddCustomContext("peak_fma_gflops", fmt::format("{:.2f}", fma.gflops));
   benchmark::AddCustomContext("peak_fma_method", fma.method);
   benchmark::AddCustomContext("peak_sgemm_gflops", fmt::format("{:.2f}", sgemm.gflops));
@@ -469,7 +493,8 @@ int run_bench(const BenchOptions& o) {
     if (o.smoke) b->Iterations(1);
     // Google Benchmark 1.7.1 crashes computing the complexity of a family none of whose runs
     // succeeded, so a family whose smallest problem already fails (it still runs, and reports
-    // each error) gets no O(n^2) fit.
+    // each error) gets no O(n^2) fit. Families the filter leaves out are not tried.
+    if (!filter_selects(family, o.smoke)) continue;
     if (const std::string error = try_once(*family.implementation, family.problem(family.sizes.front()), env); error.empty())
       b->Complexity(benchmark::oNSquared);
     else
