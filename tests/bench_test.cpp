@@ -371,6 +371,27 @@ TEST(RunBench, AnErroringImplementationIsReportedTheOthersStillRunAndTheResultIs
   std::filesystem::remove_all(dir);
 }
 
+TEST(RunBench, BenchmarkFlagsPassThroughAndAFilteredOutFamilyIsNeitherRunNorReported) {
+  FakeImplementation good("good", all_dtypes), thrower("thrower", all_dtypes, Behaviour::throws);
+  const auto dir = fresh_temp_dir("filter");
+  const auto json_path = dir / "bench.json";
+  auto o = smoke_options({&thrower, &good}, json_path);
+  o.benchmark_flags = {"--benchmark_filter=^good/.*/causal/"};
+  EXPECT_EQ(run_bench(o), 0);  // the thrower's families are filtered out
+  const auto doc = load_json(json_path);
+  std::set<std::string> families;
+  for (const auto& b : doc["benchmarks"]) {
+    EXPECT_FALSE(b.value("error_occurred", false)) << b["name"];
+    const std::string name = b["name"];
+    families.insert(name.substr(0, name.find("/n:")));
+  }
+  EXPECT_TRUE(families.count("good/f32/d64/causal")) << doc["benchmarks"].dump();
+  for (const auto& f : families) EXPECT_EQ(f.rfind("good/f32/d64/causal", 0), 0u) << f;
+  ASSERT_EQ(doc["attnbench"]["fits"].size(), 1u);
+  EXPECT_EQ(doc["attnbench"]["fits"][0]["family"], "good/f32/d64/causal");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RunBench, BadOptionsAreInputErrorsBeforeAnythingIsWritten) {
   FakeImplementation good("good", all_dtypes);
   const auto dir = fresh_temp_dir("bad");
