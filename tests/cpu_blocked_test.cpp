@@ -64,11 +64,11 @@ TEST(CpuBlocked, WorkspaceDoesNotGrowWithSequenceLength) {
   EXPECT_LT(blocked().workspace_bytes(problem(128, 128, 64)), blocked().workspace_bytes(problem(128, 128, 256)));
 }
 
-// Lengths one below, at and above the 64-query and 128-key tiles, with d up to 256: every
+// Lengths one below, at and above the 256-query and 128-key tiles, with d up to 256: every
 // element matches the reference within the naive algorithm's a-priori bound (the blocked
 // algorithm adds a rescaling per key tile, so allow twice that).
 TEST(CpuBlocked, TileEdgesAndWideHeadsAgreeWithTheReference) {
-  for (auto [n_q, n_k, d] : {std::tuple{63, 127, 32}, {64, 128, 64}, {65, 129, 96}, {1, 257, 128}, {130, 1, 256}}) {
+  for (auto [n_q, n_k, d] : {std::tuple{255, 127, 32}, {256, 128, 64}, {257, 129, 96}, {1, 257, 128}, {130, 1, 256}}) {
     for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
       const Problem p = problem(n_q, n_k, d, dtype);
       const CaseInputs in = generate_inputs(p);
