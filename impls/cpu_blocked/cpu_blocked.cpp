@@ -111,45 +111,57 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     // reductions peel to alignment, so the summation order, and the bits, would otherwise
     // depend on where the buffer lies.
     Eigen::Map<RowMajor<Acc>, 0, Eigen::OuterStride<>> s(w.s, tq, tk, Eigen::OuterStride<>(key_tile));
-    s.noalias() = q * k.transpose();
+    // Rows before first_row see no key of this tile (under a causal mask, the top of the query
+    // tile): they are left out of both products, so the work near the diagonal is per key tile,
+    // not per query tile.
+    std::int64_t first_row = 0;
+    while (first_row < tq && w.limit[first_row] <= j0) ++first_row;
+    const std::int64_t rows = tq - first_row;
+    s.topRows(rows).noalias() = q.bottomRows(rows) * k.transpose();
 
     // Which entries of this tile are masked: none when the tile lies inside every row's limit
-    // and there is no boolean mask.
+    // and there is no boolean mask. Tile row r (S row r - first_row): columns from
+    // visible_columns(r) on are past its causal/padding limit; before that only the boolean
+    // mask can hide a key.
     const bool partial = j0 + tk > tile_min_limit || has_bool;
-    auto masked = [&](std::int64_t r, std::int64_t c) {
-      return j0 + c >= w.limit[r] || (has_bool && !mask.visible(b, h, i0 + r, j0 + c));
+    auto visible_columns = [&](std::int64_t r) { return std::clamp<std::int64_t>(w.limit[r] - j0, 0, tk); };
+    auto for_each_masked = [&](std::int64_t r, auto&& apply) {
+      const std::int64_t limit = visible_columns(r);
+      if (limit < tk) apply(s.row(r - first_row).tail(tk - limit));
+      if (has_bool)
+        for (std::int64_t c = 0; c < limit; ++c)
+          if (!mask.visible(b, h, i0 + r, j0 + c)) apply(s.row(r - first_row).segment(c, 1));
     };
     // Without a bias the scale is applied inside the exponent below (max commutes with a
     // positive scale, and rounding is monotone, so the row max is the same).
     Acc exponent_scale = scale;
     if (mask.has_bias()) {
-      for (std::int64_t r = 0; r < tq; ++r)
-        for (std::int64_t c = 0; c < tk; ++c) s(r, c) = s(r, c) * scale + static_cast<Acc>(mask.bias(b, h, i0 + r, j0 + c));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < tk; ++c)
+          s(r, c) = s(r, c) * scale + static_cast<Acc>(mask.bias(b, h, i0 + first_row + r, j0 + c));
       exponent_scale = 1;
     }
     if (partial)
-      for (std::int64_t r = 0; r < tq; ++r)
-        for (std::int64_t c = 0; c < tk; ++c)
-          if (masked(r, c)) s(r, c) = minus_inf;
+      for (std::int64_t r = first_row; r < tq; ++r) for_each_masked(r, [&](auto&& keys) { keys.setConstant(minus_inf); });
 
     // Online softmax: new running max, rescale what was accumulated, add this tile.
-    for (std::int64_t r = 0; r < tq; ++r) {
-      const Acc tile_max = s.row(r).maxCoeff() * exponent_scale;
+    for (std::int64_t r = first_row; r < tq; ++r) {
+      auto scores = s.row(r - first_row);
+      const Acc tile_max = scores.maxCoeff() * exponent_scale;
       const Acc m_new = std::max(w.m[r], tile_max);
       if (m_new == minus_inf) {  // nothing visible in this row yet
-        s.row(r).setZero();
+        scores.setZero();
         continue;
       }
       const Acc correction = w.m[r] == minus_inf ? Acc(0) : std::exp(w.m[r] - m_new);
-      s.row(r) = (s.row(r).array() * exponent_scale - m_new).exp();
+      scores = (scores.array() * exponent_scale - m_new).exp();
       w.m[r] = m_new;
       if (partial)  // exp of -inf is clamped in Eigen's vector exp: masked keys must weigh exactly 0
-        for (std::int64_t c = 0; c < tk; ++c)
-          if (masked(r, c)) s(r, c) = 0;
-      w.l[r] = w.l[r] * correction + s.row(r).sum();
+        for_each_masked(r, [](auto&& keys) { keys.setZero(); });
+      w.l[r] = w.l[r] * correction + scores.sum();
       if (correction != Acc(1)) o.row(r) *= correction;
     }
-    o.noalias() += s * v;
+    o.bottomRows(rows).noalias() += s.topRows(rows) * v;
   }
 
   // Normalise and write; a row with no visible key gives zeros and LSE -inf.
