@@ -146,7 +146,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
 
     // Online softmax: new running max, rescale what was accumulated, add this tile.
     for (std::int64_t r = first_row; r < tq; ++r) {
-      auto scores = s.row(r - first_row);
+      // A plain aligned array view of the row: Eigen then vectorises max, exp and sum fully.
+      Eigen::Map<Eigen::Array<Acc, 1, Eigen::Dynamic>, Eigen::Aligned64> scores(w.s + (r - first_row) * key_tile, tk);
       const Acc tile_max = scores.maxCoeff() * exponent_scale;
       const Acc m_new = std::max(w.m[r], tile_max);
       if (m_new == minus_inf) {  // nothing visible in this row yet
@@ -154,7 +155,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         continue;
       }
       const Acc correction = w.m[r] == minus_inf ? Acc(0) : std::exp(w.m[r] - m_new);
-      scores = (scores.array() * exponent_scale - m_new).exp();
+      scores = (scores * exponent_scale - m_new).exp();
       w.m[r] = m_new;
       if (partial)  // exp of -inf is clamped in Eigen's vector exp: masked keys must weigh exactly 0
         for_each_masked(r, [](auto&& keys) { keys.setZero(); });
