@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "git_revision.hpp"  // generated at build time
+
 namespace attn {
 namespace {
 
