@@ -13,7 +13,7 @@ if ! ctest --preset asan >build/asan/ctest.log 2>&1; then
   echo "asan: tests failed (log above)"
   exit 1
 fi
-tail -n 8 build/asan/ctest.log
+grep -E 'tests passed|Total Test time' build/asan/ctest.log
 echo "== ci: build (warnings are errors) and test"
 cmake --preset ci >/dev/null
 cmake --build --preset ci
