@@ -1,5 +1,6 @@
 #include "impls/cpu_naive/cpu_naive.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -14,11 +15,12 @@ void run_in(const RunArgs& a) {
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
-  // Workspace: the score matrix, then Q, K and V of one head widened to Acc.
+  // Workspace: the score matrix, Q, K and V of one head widened to Acc, one output row.
   Acc* scores = reinterpret_cast<Acc*>(a.workspace.data());
   Acc* q = scores + nq * nk;
   Acc* k = q + nq * dk;
   Acc* v = k + nk * dk;
+  Acc* o = v + nk * dv;
   const Acc scale = static_cast<Acc>(p.effective_scale());
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
 
@@ -58,12 +60,12 @@ void run_in(const RunArgs& a) {
           sum += s[j];
         }
         for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;
-        // Weighted sum of V.
-        for (std::size_t c = 0; c < dv; ++c) {
-          Acc o = 0;
-          for (std::size_t j = 0; j < nk; ++j) o += s[j] * v[j * dv + c];
-          a.out.set(row * p.d_v + std::int64_t(c), static_cast<double>(o));
-        }
+        // Weighted sum of V, each output summed over j in order; j outermost so V is read row
+        // by row (column order made n_k * d_v strided reads, which fell out of cache at large n).
+        std::fill(o, o + dv, Acc(0));
+        for (std::size_t j = 0; j < nk; ++j)
+          for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
+        for (std::size_t c = 0; c < dv; ++c) a.out.set(row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
         if (a.lse) a.lse->set(row, static_cast<double>(m + std::log(sum)));
         if (a.weights)
           for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
@@ -93,7 +95,8 @@ class CpuNaive final : public Implementation {
 std::size_t naive_workspace_bytes(const Problem& p) {
   const std::size_t element = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
-  return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v));
+  return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v) +
+                     static_cast<std::size_t>(p.d_v));
 }
 
 void naive_attention(const RunArgs& args) {
