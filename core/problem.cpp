@@ -25,29 +25,23 @@ std::string format_double(double x) {
   return std::string(buffer, result.ptr);
 }
 
+// One parser for every numeric field: the whole text must be the number.
+template <class Number>
+Number parse_number(std::string_view key, std::string_view text, const char* what) {
+  Number value{};
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size())
+    throw InputError(fmt::format("{}: '{}' is not {}", key, text, what));
+  return value;
+}
+
 std::int64_t parse_int(std::string_view key, std::string_view text) {
-  std::int64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size())
-    throw InputError(fmt::format("{}: '{}' is not an integer", key, text));
-  return value;
+  return parse_number<std::int64_t>(key, text, "an integer");
 }
-
 std::uint64_t parse_uint(std::string_view key, std::string_view text) {
-  std::uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size())
-    throw InputError(fmt::format("{}: '{}' is not a non-negative integer", key, text));
-  return value;
+  return parse_number<std::uint64_t>(key, text, "a non-negative integer");
 }
-
-double parse_double(std::string_view key, std::string_view text) {
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size())
-    throw InputError(fmt::format("{}: '{}' is not a number", key, text));
-  return value;
-}
+double parse_double(std::string_view key, std::string_view text) { return parse_number<double>(key, text, "a number"); }
 
 std::vector<std::int64_t> parse_int_list(std::string_view key, std::string_view text) {
   std::vector<std::int64_t> values;
