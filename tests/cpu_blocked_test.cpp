@@ -47,7 +47,7 @@ Problem problem(std::int64_t n_q, std::int64_t n_k, std::int64_t d, DType dtype 
 }
 
 TEST(CpuBlocked, ResultsAreBitwiseIdenticalForAnyThreadCount) {
-  const Problem p = problem(200, 333, 64);
+  const Problem p = problem(500, 700, 64);  // two query tiles and two key tiles per head
   const CaseInputs in = generate_inputs(p);
   const Outputs one = run(p, in, 1);
   for (int threads : {2, 3, 8}) {
@@ -64,11 +64,13 @@ TEST(CpuBlocked, WorkspaceDoesNotGrowWithSequenceLength) {
   EXPECT_LT(blocked().workspace_bytes(problem(128, 128, 64)), blocked().workspace_bytes(problem(128, 128, 256)));
 }
 
-// Lengths one below, at and above the 256-query and 128-key tiles, with d up to 256: every
+// Lengths one below, at and above the 384-query and 512-key tiles, the 12-row blocks and the
+// 32-key panels, with d up to 256 (and d not a multiple of the vector width): every
 // element matches the reference within the naive algorithm's a-priori bound (the blocked
 // algorithm adds a rescaling per key tile, so allow twice that).
 TEST(CpuBlocked, TileEdgesAndWideHeadsAgreeWithTheReference) {
-  for (auto [n_q, n_k, d] : {std::tuple{255, 127, 32}, {256, 128, 64}, {257, 129, 96}, {1, 257, 128}, {130, 1, 256}}) {
+  for (auto [n_q, n_k, d] : {std::tuple{383, 511, 32}, {384, 512, 64}, {385, 513, 96}, {13, 33, 40},
+                                    {1, 257, 128}, {130, 1, 256}, {11, 31, 7}}) {
     for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
       const Problem p = problem(n_q, n_k, d, dtype);
       const CaseInputs in = generate_inputs(p);

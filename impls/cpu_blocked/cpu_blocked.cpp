@@ -8,161 +8,231 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include <Eigen/Core>
-
 #include "core/parallel.hpp"
+#include "impls/cpu_blocked/micro_kernels.hpp"
+#include "impls/cpu_blocked/simd.hpp"
 
 namespace attn {
 namespace {
 
-constexpr std::int64_t query_tile = 256;  // Q tile reused across all keys: K and V stream 4x less than at 64
-constexpr std::int64_t key_tile = 128;
+// Tile shapes (chosen by timing n = 4096, d = 64 on an AVX-512 Xeon; 192..768 queries and
+// 256..512 keys were within a few percent). A query tile is copied (and widened) once and sees
+// every key tile, which is packed once per query tile. Inside it, row blocks go through the
+// scores, the softmax and the value product back to back, so their scores stay in L1
+// (12 x 512 floats = 24 KiB). The micro-kernels take 12 rows (scores) and 6 rows (values).
+constexpr std::int64_t query_tile = 384;
+constexpr std::int64_t row_block = 12;
+constexpr std::int64_t key_tile = 512;
+constexpr int score_rows = 12;
+constexpr int value_rows = 6;
+constexpr int value_vectors = 4;  // value columns per micro-kernel call, in vectors
+static_assert(query_tile % row_block == 0 && row_block % score_rows == 0 && score_rows % value_rows == 0);
 constexpr std::size_t alignment = 64;
 
 std::size_t aligned(std::size_t bytes) { return (bytes + alignment - 1) / alignment * alignment; }
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
 // Per-thread scratch, all bounded by the tile sizes and head dims.
 template <class Acc>
 struct Scratch {
+  static constexpr std::int64_t lanes = simd::lanes<Acc>;
+  static std::int64_t padded_dv(const Problem& p) { return round_up(p.d_v, lanes); }
   static std::size_t bytes(const Problem& p) {
-    const auto dk = std::size_t(p.d_k), dv = std::size_t(p.d_v);
-    return aligned(sizeof(Acc) * query_tile * dk)        // Q tile widened (f16/bf16 inputs)
-           + aligned(sizeof(Acc) * query_tile * key_tile)  // scores, then probabilities
-           + aligned(sizeof(Acc) * query_tile * dv)        // output accumulator
-           + 2 * aligned(sizeof(Acc) * query_tile)         // running max and sum
-           + aligned(sizeof(Acc) * key_tile * (dk + dv))   // K and V tiles widened (f16/bf16 inputs)
-           + aligned(sizeof(std::int64_t) * query_tile);   // per-row key limits
+    const auto dk = std::size_t(p.d_k), dv = std::size_t(padded_dv(p));
+    return aligned(sizeof(Acc) * query_tile * dk)         // Q tile, widened, rows past n_q zero
+           + aligned(sizeof(Acc) * key_tile * dk)         // K tile transposed into panels
+           + aligned(sizeof(Acc) * key_tile * dv)         // V tile widened or padded (when needed)
+           + aligned(sizeof(Acc) * row_block * key_tile)  // scores, then weights, of a row block
+           + aligned(sizeof(Acc) * query_tile * dv)       // output accumulator
+           + 2 * aligned(sizeof(Acc) * query_tile)        // running max and sum
+           + aligned(sizeof(std::int64_t) * query_tile);  // per-row key limits
   }
-  Acc *q, *s, *o, *m, *l, *k, *v;
+  Acc *q, *k, *v, *s, *o, *m, *l;
   std::int64_t* limit;
   Scratch(std::byte* base, const Problem& p) {
-    const auto dk = std::size_t(p.d_k), dv = std::size_t(p.d_v);
+    const auto dk = std::size_t(p.d_k), dv = std::size_t(padded_dv(p));
     auto take = [&](std::size_t n) {
       std::byte* here = base;
       base += aligned(n);
       return here;
     };
     q = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile * dk));
-    s = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile * key_tile));
+    k = reinterpret_cast<Acc*>(take(sizeof(Acc) * key_tile * dk));
+    v = reinterpret_cast<Acc*>(take(sizeof(Acc) * key_tile * dv));
+    s = reinterpret_cast<Acc*>(take(sizeof(Acc) * row_block * key_tile));
     o = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile * dv));
     m = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile));
     l = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile));
-    k = reinterpret_cast<Acc*>(take(sizeof(Acc) * key_tile * (dk + dv)));
-    v = k + key_tile * dk;
     limit = reinterpret_cast<std::int64_t*>(take(sizeof(std::int64_t) * query_tile));
   }
 };
 
 template <class Acc>
-using RowMajor = Eigen::Matrix<Acc, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+bool holds(const Tensor& t) {
+  return (std::is_same_v<Acc, float> && t.dtype() == DType::f32) || (std::is_same_v<Acc, double> && t.dtype() == DType::f64);
+}
 
-// Rows [first, first + rows) of a [.., .., n, d] tensor slice as Acc: the tensor's own memory
-// when it already holds Acc, else widened into buffer.
+// count elements of t from offset on, as Acc (f16/bf16 widen exactly).
 template <class Acc>
-const Acc* rows_as(const Tensor& t, std::int64_t offset, std::int64_t count, Acc* buffer) {
-  if ((std::is_same_v<Acc, float> && t.dtype() == DType::f32) || (std::is_same_v<Acc, double> && t.dtype() == DType::f64))
-    return t.as<Acc>() + offset;
-  if (t.dtype() == DType::f16) {
+void copy_as(const Tensor& t, std::int64_t offset, std::int64_t count, Acc* to) {
+  if (holds<Acc>(t)) {
+    std::copy_n(t.as<Acc>() + offset, count, to);
+  } else if (t.dtype() == DType::f16) {
     const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
-    for (std::int64_t e = 0; e < count; ++e) buffer[e] = static_cast<Acc>(f16_bits_to_double(bits[e]));
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(f16_bits_to_double(bits[e]));
   } else if (t.dtype() == DType::bf16) {
     const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
-    for (std::int64_t e = 0; e < count; ++e) buffer[e] = static_cast<Acc>(bf16_bits_to_double(bits[e]));
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(bf16_bits_to_double(bits[e]));
   } else {
-    for (std::int64_t e = 0; e < count; ++e) buffer[e] = static_cast<Acc>(t.get(offset + e));
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(t.get(offset + e));
   }
-  return buffer;
+}
+
+// Keys [j0, j0 + count) of K, transposed into panels of 2 vectors of keys ([depth][2 lanes]
+// each, what micro::scores streams); keys past count are zero.
+template <class Acc>
+void pack_keys(const Tensor& k, std::int64_t row0_offset, std::int64_t count, std::int64_t dk, Acc* panels) {
+  constexpr std::int64_t width = 2 * simd::lanes<Acc>;
+  const std::int64_t padded = round_up(count, width);
+  const bool in_place = holds<Acc>(k);
+  for (std::int64_t j = 0; j < padded; ++j) {
+    Acc* panel = panels + (j / width) * dk * width + j % width;
+    if (j >= count) {
+      for (std::int64_t e = 0; e < dk; ++e) panel[e * width] = 0;
+    } else if (in_place) {
+      const Acc* from = k.as<Acc>() + row0_offset + j * dk;
+      for (std::int64_t e = 0; e < dk; ++e) panel[e * width] = from[e];
+    } else {
+      for (std::int64_t e = 0; e < dk; ++e) copy_as<Acc>(k, row0_offset + j * dk + e, 1, panel + e * width);
+    }
+  }
 }
 
 template <class Acc>
 void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::int64_t h, std::int64_t i0) {
+  using V = simd::Vec<Acc>;
+  constexpr std::int64_t L = simd::lanes<Acc>;
+  constexpr std::int64_t panel_width = 2 * L;
   const Problem& p = a.problem;
   const CaseInputs& in = a.inputs;
   const Mask& mask = in.mask;
-  const std::int64_t g = p.kv_head(h), dk = p.d_k, dv = p.d_v;
+  const std::int64_t g = p.kv_head(h), dk = p.d_k, dv = p.d_v, dv_padded = Scratch<Acc>::padded_dv(p);
   const std::int64_t tq = std::min(query_tile, p.n_q - i0);
+  const std::int64_t rows_padded = round_up(tq, score_rows);
   constexpr Acc minus_inf = -std::numeric_limits<Acc>::infinity();
   const bool has_bool = !mask.bool_flags().empty();
+  // V is read where it lies when it already holds whole vectors of Acc per row.
+  const bool values_in_place = holds<Acc>(in.v) && dv == dv_padded;
 
-  // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
-  // every Q element first and double the score error).
-  const Acc* q_rows = rows_as<Acc>(in.q, in.q.offset(b, h, i0, 0), tq * dk, w.q);
-  const Acc scale = static_cast<Acc>(p.effective_scale());
-  Eigen::Map<const RowMajor<Acc>> q(q_rows, tq, dk);
-  Eigen::Map<RowMajor<Acc>> o(w.o, tq, dv);
-  o.setZero();
-  std::int64_t tile_limit = 0, tile_min_limit = p.n_k;
-  for (std::int64_t r = 0; r < tq; ++r) {
+  copy_as<Acc>(in.q, in.q.offset(b, h, i0, 0), tq * dk, w.q);
+  std::fill(w.q + tq * dk, w.q + rows_padded * dk, Acc(0));
+  std::fill(w.o, w.o + rows_padded * dv_padded, Acc(0));
+  std::int64_t tile_limit = 0;
+  for (std::int64_t r = 0; r < rows_padded; ++r) {
     w.m[r] = minus_inf;
     w.l[r] = 0;
-    w.limit[r] = mask.key_limit(b, i0 + r);
+    w.limit[r] = r < tq ? mask.key_limit(b, i0 + r) : 0;
     tile_limit = std::max(tile_limit, w.limit[r]);
-    tile_min_limit = std::min(tile_min_limit, w.limit[r]);
   }
+  // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
+  // every Q element first and double the score error). Without a bias the scale is applied
+  // inside the exponent (max commutes with a positive scale, and rounding is monotone, so the
+  // row max is the same).
+  const Acc scale = static_cast<Acc>(p.effective_scale());
+  const Acc exponent_scale = mask.has_bias() ? Acc(1) : scale;
 
   // Key tiles past every row's causal/padding limit are never visited.
   for (std::int64_t j0 = 0; j0 < tile_limit; j0 += key_tile) {
-    const std::int64_t tk = std::min(key_tile, p.n_k - j0);
-    const Acc* k_rows = rows_as<Acc>(in.k, in.k.offset(b, g, j0, 0), tk * dk, w.k);
-    const Acc* v_rows = rows_as<Acc>(in.v, in.v.offset(b, g, j0, 0), tk * dv, w.v);
-    Eigen::Map<const RowMajor<Acc>> k(k_rows, tk, dk);
-    Eigen::Map<const RowMajor<Acc>> v(v_rows, tk, dv);
-    // Rows of S start key_tile apart (64-byte aligned) whatever tk is: Eigen's vectorised row
-    // reductions peel to alignment, so the summation order, and the bits, would otherwise
-    // depend on where the buffer lies.
-    Eigen::Map<RowMajor<Acc>, 0, Eigen::OuterStride<>> s(w.s, tq, tk, Eigen::OuterStride<>(key_tile));
-    // Rows before first_row see no key of this tile (under a causal mask, the top of the query
-    // tile): they are left out of both products, so the work near the diagonal is per key tile,
-    // not per query tile.
-    std::int64_t first_row = 0;
-    while (first_row < tq && w.limit[first_row] <= j0) ++first_row;
-    const std::int64_t rows = tq - first_row;
-    s.topRows(rows).noalias() = q.bottomRows(rows) * k.transpose();
-
-    // Which entries of this tile are masked: none when the tile lies inside every row's limit
-    // and there is no boolean mask. Tile row r (S row r - first_row): columns from
-    // visible_columns(r) on are past its causal/padding limit; before that only the boolean
-    // mask can hide a key.
-    const bool partial = j0 + tk > tile_min_limit || has_bool;
-    auto visible_columns = [&](std::int64_t r) { return std::clamp<std::int64_t>(w.limit[r] - j0, 0, tk); };
-    auto for_each_masked = [&](std::int64_t r, auto&& apply) {
-      const std::int64_t limit = visible_columns(r);
-      if (limit < tk) apply(s.row(r - first_row).tail(tk - limit));
-      if (has_bool)
-        for (std::int64_t c = 0; c < limit; ++c)
-          if (!mask.visible(b, h, i0 + r, j0 + c)) apply(s.row(r - first_row).segment(c, 1));
-    };
-    // Without a bias the scale is applied inside the exponent below (max commutes with a
-    // positive scale, and rounding is monotone, so the row max is the same).
-    Acc exponent_scale = scale;
-    if (mask.has_bias()) {
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < tk; ++c)
-          s(r, c) = s(r, c) * scale + static_cast<Acc>(mask.bias(b, h, i0 + first_row + r, j0 + c));
-      exponent_scale = 1;
-    }
-    if (partial)
-      for (std::int64_t r = first_row; r < tq; ++r) for_each_masked(r, [&](auto&& keys) { keys.setConstant(minus_inf); });
-
-    // Online softmax: new running max, rescale what was accumulated, add this tile.
-    for (std::int64_t r = first_row; r < tq; ++r) {
-      // A plain aligned array view of the row: Eigen then vectorises max, exp and sum fully.
-      Eigen::Map<Eigen::Array<Acc, 1, Eigen::Dynamic>, Eigen::Aligned64> scores(w.s + (r - first_row) * key_tile, tk);
-      const Acc tile_max = scores.maxCoeff() * exponent_scale;
-      const Acc m_new = std::max(w.m[r], tile_max);
-      if (m_new == minus_inf) {  // nothing visible in this row yet
-        scores.setZero();
-        continue;
+    // Keys of this tile that some row of the query tile sees.
+    const std::int64_t tile_keys = std::min({key_tile, p.n_k - j0, tile_limit - j0});
+    pack_keys<Acc>(in.k, in.k.offset(b, g, j0, 0), tile_keys, dk, w.k);
+    const Acc* values = w.v;
+    std::int64_t values_stride = dv_padded;
+    if (values_in_place) {
+      values = in.v.as<Acc>() + in.v.offset(b, g, j0, 0);
+      values_stride = dv;
+    } else {
+      for (std::int64_t j = 0; j < tile_keys; ++j) {
+        copy_as<Acc>(in.v, in.v.offset(b, g, j0 + j, 0), dv, w.v + j * dv_padded);
+        std::fill(w.v + j * dv_padded + dv, w.v + (j + 1) * dv_padded, Acc(0));
       }
-      const Acc correction = w.m[r] == minus_inf ? Acc(0) : std::exp(w.m[r] - m_new);
-      scores = (scores * exponent_scale - m_new).exp();
-      w.m[r] = m_new;
-      if (partial)  // exp of -inf is clamped in Eigen's vector exp: masked keys must weigh exactly 0
-        for_each_masked(r, [](auto&& keys) { keys.setZero(); });
-      w.l[r] = w.l[r] * correction + scores.sum();
-      if (correction != Acc(1)) o.row(r) *= correction;
     }
-    o.bottomRows(rows).noalias() += s.topRows(rows) * v;
+
+    for (std::int64_t block0 = 0; block0 < rows_padded; block0 += row_block) {
+      const std::int64_t block_rows = std::min(row_block, rows_padded - block0);
+      const std::int64_t* limit = w.limit + block0;
+      // The block's work near the diagonal is per 12 rows and per panel of keys, not per tile:
+      // leading row groups that see no key of this tile and panels past every row's limit are
+      // left out of both products.
+      std::int64_t block_keys = 0, first_row = block_rows;
+      for (std::int64_t r = 0; r < block_rows; ++r) {
+        const std::int64_t visible = std::clamp<std::int64_t>(limit[r] - j0, 0, tile_keys);
+        block_keys = std::max(block_keys, visible);
+        if (visible > 0) first_row = std::min(first_row, r);
+      }
+      if (block_keys == 0) continue;
+      first_row = first_row / score_rows * score_rows;
+      const std::int64_t columns = round_up(block_keys, panel_width);
+      Acc* const s = w.s;  // row r of the block at s + r * key_tile
+
+      for (std::int64_t c0 = 0; c0 < columns; c0 += panel_width)
+        for (std::int64_t r = first_row; r < block_rows; r += score_rows)
+          micro::scores<Acc, score_rows>(w.q + (block0 + r) * dk, dk, w.k + c0 * dk, dk, s + r * key_tile + c0, key_tile);
+
+      // Online softmax per row: new running max, rescale what was accumulated, add this tile.
+      for (std::int64_t r = first_row; r < block_rows; ++r) {
+        const std::int64_t row = block0 + r;
+        Acc* const scores = s + r * key_tile;
+        const std::int64_t visible = std::clamp<std::int64_t>(limit[r] - j0, 0, block_keys);
+        if (mask.has_bias())
+          for (std::int64_t c = 0; c < visible; ++c)
+            scores[c] = scores[c] * scale + static_cast<Acc>(mask.bias(b, h, i0 + row, j0 + c));
+        if (has_bool)
+          for (std::int64_t c = 0; c < visible; ++c)
+            if (!mask.visible(b, h, i0 + row, j0 + c)) scores[c] = minus_inf;
+        std::fill(scores + visible, scores + columns, minus_inf);
+
+        // Two running maxima: one alone would wait on max's latency at every vector.
+        V top0 = simd::broadcast(minus_inf), top1 = top0;
+        for (std::int64_t c = 0; c < columns; c += 2 * L) {
+          top0 = simd::max<Acc>(top0, simd::load(scores + c));
+          top1 = simd::max<Acc>(top1, simd::load(scores + c + L));
+        }
+        const Acc m_new = std::max(w.m[row], simd::reduce_max<Acc>(simd::max<Acc>(top0, top1)) * exponent_scale);
+        if (m_new == minus_inf) {  // nothing visible in this row yet
+          std::fill(scores, scores + columns, Acc(0));
+          continue;
+        }
+        const Acc correction = w.m[row] == minus_inf ? Acc(0) : std::exp(w.m[row] - m_new);
+        V sum{};
+        for (std::int64_t c = 0; c < columns; c += L) {
+          // exp of -inf (a masked key) is exactly 0.
+          const V weights = simd::exp<Acc>(simd::load(scores + c) * exponent_scale - m_new);
+          simd::store(scores + c, weights);
+          sum += weights;
+        }
+        w.m[row] = m_new;
+        w.l[row] = w.l[row] * correction + simd::reduce_sum<Acc>(sum);
+        if (correction != Acc(1))
+          for (std::int64_t c = 0; c < dv_padded; c += L)
+            simd::store(w.o + row * dv_padded + c, simd::load(w.o + row * dv_padded + c) * correction);
+      }
+
+      for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
+        const auto vectors = std::min<std::int64_t>(value_vectors, (dv_padded - c0) / L);
+        for (std::int64_t r = first_row; r < block_rows; r += value_rows) {
+          const Acc* weights = s + r * key_tile;
+          Acc* out = w.o + (block0 + r) * dv_padded + c0;
+          const Acc* v0 = values + c0;
+          switch (vectors) {
+            case 4: micro::weighted_values<Acc, value_rows, 4>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
+            case 3: micro::weighted_values<Acc, value_rows, 3>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
+            case 2: micro::weighted_values<Acc, value_rows, 2>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
+            default: micro::weighted_values<Acc, value_rows, 1>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
+          }
+        }
+      }
+    }
   }
 
   // Normalise and write; a row with no visible key gives zeros and LSE -inf.
@@ -171,20 +241,12 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     const bool empty = w.l[r] == Acc(0);
     const Acc inverse = empty ? Acc(0) : Acc(1) / w.l[r];
     const std::int64_t out0 = row * dv;
-    for (std::int64_t c = 0; c < dv; ++c) {
-      const Acc value = o(r, c) * inverse;
-      if constexpr (std::is_same_v<Acc, float>) {
-        if (a.out.dtype() == DType::f32) {
-          a.out.as<float>()[out0 + c] = value;
-          continue;
-        }
-      } else {
-        if (a.out.dtype() == DType::f64) {
-          a.out.as<double>()[out0 + c] = value;
-          continue;
-        }
-      }
-      a.out.set(out0 + c, static_cast<double>(value));
+    const Acc* o = w.o + r * dv_padded;
+    if (holds<Acc>(a.out)) {
+      Acc* out = a.out.as<Acc>() + out0;
+      for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] * inverse;
+    } else {
+      for (std::int64_t c = 0; c < dv; ++c) a.out.set(out0 + c, static_cast<double>(o[c] * inverse));
     }
     if (a.lse)
       a.lse->set(row, empty ? -std::numeric_limits<double>::infinity() : static_cast<double>(w.m[r] + std::log(w.l[r])));
@@ -222,7 +284,7 @@ class CpuBlocked final : public Implementation {
   std::string name() const override { return "cpu_blocked"; }
   Capabilities describe() const override {
     Capabilities c;
-    c.summary = "flash-style tiles (256 queries x 128 keys) with an online softmax, Eigen GEMMs, threads over (b, h, query tile); "
+    c.summary = "flash-style tiles (384 queries x 512 keys) with an online softmax, register-blocked SIMD micro-kernels, threads over (b, h, query tile); "
                 "f64, or f32 for f32/f16/bf16";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;

@@ -1,0 +1,68 @@
+#pragma once
+// The two register-blocked products of a key tile, written for the vector width in simd.hpp.
+// Each keeps a rows x vectors block of results in registers and streams the shared operand
+// past it once: the classic GEMM micro-kernel shape, which is what lets them run near the
+// FMA peak where a general GEMM call on a 48 x 128 tile pays for packing and dispatch.
+
+#include <cstdint>
+
+#include "impls/cpu_blocked/simd.hpp"
+
+namespace attn::micro {
+
+// Scores of `Rows` query rows against one panel of 2 vectors of keys:
+//   s[r][c] = sum_e q[r][e] * panel[e][c]   for c < 2 lanes, e < depth,
+// the panel holding the keys transposed ([depth][2 lanes]). Each score is one FMA chain over
+// e in order, as in the naive implementation.
+template <class T, int Rows>
+inline void scores(const T* q, std::int64_t q_stride, const T* panel, std::int64_t depth, T* s, std::int64_t s_stride) {
+  using V = simd::Vec<T>;
+  constexpr int L = simd::lanes<T>;
+  V acc[Rows][2] = {};
+  for (std::int64_t e = 0; e < depth; ++e) {
+    const V k0 = simd::load(panel + e * 2 * L), k1 = simd::load(panel + e * 2 * L + L);
+#pragma GCC unroll 16
+    for (int r = 0; r < Rows; ++r) {
+      const V a = simd::broadcast(q[r * q_stride + e]);
+      acc[r][0] += a * k0;
+      acc[r][1] += a * k1;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r) {
+    simd::store(s + r * s_stride, acc[r][0]);
+    simd::store(s + r * s_stride + L, acc[r][1]);
+  }
+}
+
+// Output accumulation for `Rows` rows and `Vectors` vectors of value columns:
+//   o[r][c] += sum_j p[r][j] * v[j][c]   for j < keys,
+// keys summed in order, v read row by row in its natural [key][column] layout.
+template <class T, int Rows, int Vectors>
+inline void weighted_values(const T* p, std::int64_t p_stride, const T* v, std::int64_t v_stride, std::int64_t keys, T* o,
+                            std::int64_t o_stride) {
+  using V = simd::Vec<T>;
+  constexpr int L = simd::lanes<T>;
+  V acc[Rows][Vectors];
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) acc[r][c] = simd::load(o + r * o_stride + c * L);
+  for (std::int64_t j = 0; j < keys; ++j) {
+    V values[Vectors];
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) values[c] = simd::load(v + j * v_stride + c * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < Rows; ++r) {
+      const V a = simd::broadcast(p[r * p_stride + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < Vectors; ++c) acc[r][c] += a * values[c];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) simd::store(o + r * o_stride + c * L, acc[r][c]);
+}
+
+}  // namespace attn::micro
