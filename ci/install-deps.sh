@@ -6,10 +6,11 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libbenchmark-dev      # Google Benchmark
+  libbenchmark-tools python3-scipy  # its compare.py (and what compare.py imports): bench-smoke loads our JSON in it
   libgtest-dev          # GoogleTest (unit tests)
   librapidcheck-dev     # RapidCheck (property tests)
   libboost-dev          # Boost.Multiprecision (header-only) for the reference
-  libeigen3-dev         # Eigen (tile products in the blocked CPU implementation)
+  libeigen3-dev         # Eigen (the SGEMM peak probe of the benchmarks)
   libcli11-dev          # CLI11 (the attnbench command line)
   nlohmann-json3-dev    # JSON results and problem serialisation
   libfmt-dev            # formatting

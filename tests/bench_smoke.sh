@@ -90,6 +90,26 @@ then
   fail "the smoke run's JSON does not hold what it should"
 fi
 
+# --- Google Benchmark's own compare tool reads the JSON --------------------------------------------
+# (Debian's libbenchmark-tools, installed by ci/install-deps.sh, run by Debian's own python3:
+# a python3 earlier on PATH, e.g. pyenv's, does not see python3-scipy.) Comparing the run with
+# itself must list every benchmark with a zero change.
+compare=/usr/share/benchmark/compare.py
+debian_python=/usr/bin/python3
+if [ -f "$compare" ] && "$debian_python" -c "import scipy" 2>/dev/null; then
+  if "$debian_python" "$compare" --no-color benchmarks "$tmp/out/bench.json" "$tmp/out/bench.json" >"$tmp/compare.out" 2>&1; then
+    compared=$(grep -c -E '^cpu_[a-z_]+/[^ ]+/real_time +[-+]0\.0000 ' "$tmp/compare.out")
+    listed=$(python3 -c "import json,sys; print(sum(b['run_type'] == 'iteration' for b in json.load(open(sys.argv[1]))['benchmarks']))" "$tmp/out/bench.json")
+    echo "bench_smoke: compare.py read $compared of $listed runs"
+    [ "$compared" -eq "$listed" ] || { fail "compare.py listed $compared of $listed runs with a zero change"; tail -n 20 "$tmp/compare.out"; }
+  else
+    fail "compare.py could not read the JSON"
+    tail -n 20 "$tmp/compare.out"
+  fi
+else
+  echo "bench_smoke: compare.py check not run: $compare or scipy missing (bash ci/install-deps.sh installs them)"
+fi
+
 # --- bad input: exit 2, a message naming the problem, no results written ---------------------------
 bad_input() {
   local text=$1
