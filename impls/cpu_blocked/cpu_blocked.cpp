@@ -267,12 +267,15 @@ void forward(const RunArgs& a) {
   const std::int64_t tiles_per_head = (p.n_q + query_tile - 1) / query_tile;
   const std::int64_t items = p.batch * p.h_q * tiles_per_head;
   std::atomic<std::int64_t> next{0};
-  // Dynamic scheduling: under a causal mask later query tiles cost more.
+  // Dynamic scheduling, largest first: under a causal mask later query tiles see more keys, so
+  // the last query tiles of every head are handed out first and the cheap first tiles fill in
+  // at the end, when the threads would otherwise wait on one long item.
+  const std::int64_t heads = p.batch * p.h_q;
   parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t t = first; t < last; ++t) {
       Scratch<Acc> scratch(base + std::size_t(t) * per_thread, p);
       for (std::int64_t item = next++; item < items; item = next++) {
-        const std::int64_t tile = item % tiles_per_head, bh = item / tiles_per_head;
+        const std::int64_t tile = tiles_per_head - 1 - item / heads, bh = item % heads;
         query_tile_forward<Acc>(a, scratch, bh / p.h_q, bh % p.h_q, tile * query_tile);
       }
     }
