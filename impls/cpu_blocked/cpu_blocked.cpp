@@ -218,17 +218,35 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
             simd::store(w.o + row * dv_padded + c, simd::load(w.o + row * dv_padded + c) * correction);
       }
 
-      for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
-        const auto vectors = std::min<std::int64_t>(value_vectors, (dv_padded - c0) / L);
-        for (std::int64_t r = first_row; r < block_rows; r += value_rows) {
-          const Acc* weights = s + r * key_tile;
+      // O += P V. A masked key's weight is exactly 0, but 0 * V is NaN when V is NaN or
+      // infinite (padding memory often holds garbage): masked keys must be left out, not
+      // multiplied by 0. Keys every row of a 6-row group sees go through the micro-kernel;
+      // the rest (near the diagonal, or anywhere under a boolean mask) row by row, skipping
+      // zero weights. Both sum over keys in order, one FMA each.
+      for (std::int64_t r = first_row; r < block_rows; r += value_rows) {
+        std::int64_t shared_keys = block_keys;
+        for (std::int64_t g = r; g < r + value_rows; ++g)
+          shared_keys = std::min(shared_keys, std::clamp<std::int64_t>(limit[g] - j0, 0, block_keys));
+        if (has_bool) shared_keys = 0;
+        const Acc* weights = s + r * key_tile;
+        for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
+          const auto vectors = std::min<std::int64_t>(value_vectors, (dv_padded - c0) / L);
           Acc* out = w.o + (block0 + r) * dv_padded + c0;
           const Acc* v0 = values + c0;
           switch (vectors) {
-            case 4: micro::weighted_values<Acc, value_rows, 4>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
-            case 3: micro::weighted_values<Acc, value_rows, 3>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
-            case 2: micro::weighted_values<Acc, value_rows, 2>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
-            default: micro::weighted_values<Acc, value_rows, 1>(weights, key_tile, v0, values_stride, block_keys, out, dv_padded); break;
+            case 4: micro::weighted_values<Acc, value_rows, 4>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
+            case 3: micro::weighted_values<Acc, value_rows, 3>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
+            case 2: micro::weighted_values<Acc, value_rows, 2>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
+            default: micro::weighted_values<Acc, value_rows, 1>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
+          }
+        }
+        for (std::int64_t g = r; g < r + value_rows; ++g) {
+          Acc* out = w.o + (block0 + g) * dv_padded;
+          for (std::int64_t j = shared_keys; j < block_keys; ++j) {
+            const Acc weight = s[g * key_tile + j];
+            if (weight == Acc(0)) continue;
+            for (std::int64_t c = 0; c < dv_padded; c += L)
+              simd::store(out + c, simd::load(out + c) + weight * simd::load(values + j * values_stride + c));
           }
         }
       }

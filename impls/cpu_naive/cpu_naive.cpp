@@ -62,9 +62,12 @@ void run_in(const RunArgs& a) {
         for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;
         // Weighted sum of V, each output summed over j in order; j outermost so V is read row
         // by row (column order made n_k * d_v strided reads, which fell out of cache at large n).
+        // Keys of weight 0 (every masked key) are skipped: 0 * V is NaN where V is NaN or
+        // infinite, and a masked key's V must not matter.
         std::fill(o, o + dv, Acc(0));
         for (std::size_t j = 0; j < nk; ++j)
-          for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
+          if (s[j] != Acc(0))
+            for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
         for (std::size_t c = 0; c < dv; ++c) a.out.set(row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
         if (a.lse) a.lse->set(row, static_cast<double>(m + std::log(sum)));
         if (a.weights)
