@@ -135,9 +135,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     tile_limit = std::max(tile_limit, w.limit[r]);
   }
   // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
-  // every Q element first and double the score error). Without a bias the scale is applied
-  // inside the exponent (max commutes with a positive scale, and rounding is monotone, so the
-  // row max is the same).
+  // every Q element first and double the score error). With a bias, scale and bias are applied
+  // together where the bias is read; without, in the softmax's max pass.
   const Acc scale = static_cast<Acc>(p.effective_scale());
   const Acc exponent_scale = mask.has_bias() ? Acc(1) : scale;
 
@@ -192,13 +191,19 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
             if (!mask.visible(b, h, i0 + row, j0 + c)) scores[c] = minus_inf;
         std::fill(scores + visible, scores + columns, minus_inf);
 
-        // Two running maxima: one alone would wait on max's latency at every vector.
+        // Scaled scores are rounded and stored before the row max is taken and subtracted: an
+        // FMA of score * scale - max would subtract from the unrounded product, off by up to
+        // half an ulp of the score, which near the dtype's overflow is itself astronomically
+        // large. Two running maxima: one alone would wait on max's latency at every vector.
         V top0 = simd::broadcast(minus_inf), top1 = top0;
         for (std::int64_t c = 0; c < columns; c += 2 * L) {
-          top0 = simd::max<Acc>(top0, simd::load(scores + c));
-          top1 = simd::max<Acc>(top1, simd::load(scores + c + L));
+          const V scaled0 = simd::load(scores + c) * exponent_scale, scaled1 = simd::load(scores + c + L) * exponent_scale;
+          simd::store(scores + c, scaled0);
+          simd::store(scores + c + L, scaled1);
+          top0 = simd::max<Acc>(top0, scaled0);
+          top1 = simd::max<Acc>(top1, scaled1);
         }
-        const Acc m_new = std::max(w.m[row], simd::reduce_max<Acc>(simd::max<Acc>(top0, top1)) * exponent_scale);
+        const Acc m_new = std::max(w.m[row], simd::reduce_max<Acc>(simd::max<Acc>(top0, top1)));
         if (m_new == minus_inf) {  // nothing visible in this row yet
           std::fill(scores, scores + columns, Acc(0));
           continue;
@@ -206,8 +211,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         const Acc correction = w.m[row] == minus_inf ? Acc(0) : std::exp(w.m[row] - m_new);
         V sum{};
         for (std::int64_t c = 0; c < columns; c += L) {
-          // exp of -inf (a masked key) is exactly 0.
-          const V weights = simd::exp<Acc>(simd::load(scores + c) * exponent_scale - m_new);
+          // exp of -inf (a masked key) is exactly 0; every other argument is <= 0.
+          const V weights = simd::exp<Acc>(simd::load(scores + c) - m_new);
           simd::store(scores + c, weights);
           sum += weights;
         }
