@@ -17,6 +17,7 @@
 
 #include "benchmarks/machine_peaks.hpp"
 #include "benchmarks/memory_probe.hpp"
+#include "benchmarks/peer_comparison.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "benchmarks/scaling_fit.hpp"
 #include "core/error.hpp"
@@ -444,11 +445,24 @@ int run_bench(const BenchOptions& o) {
   plo.smoke = o.smoke;
   const ProblemList list = curated_problem_list(o.implementations, plo);
   const std::int64_t fit_min_n = o.smoke ? 1 : o.fit_min_n;
+  const int threads = o.threads > 0 ? o.threads : default_thread_count();
+  std::optional<PeersPlan> peers_plan;
+  if (o.peers_command) {
+    std::int64_t min_n = o.min_n, max_n = o.max_n;
+    if (!list.families.empty()) {
+      min_n = max_n = list.families.front().sizes.front();
+      for (const auto& f : list.families) {
+        min_n = std::min(min_n, f.sizes.front());
+        max_n = std::max(max_n, f.sizes.back());
+      }
+    }
+    peers_plan = plan_peers(o, threads, min_n, max_n);
+  }
   initialise_benchmark_library(o);
   prepare_json_path(o.json_path);
 
   Environment env;
-  env.threads = o.threads > 0 ? o.threads : default_thread_count();
+  env.threads = threads;
 
   // Machine peaks, before the families, on the threads the implementations get.
   PeakSettings peak_settings;
@@ -513,18 +527,42 @@ int run_bench(const BenchOptions& o) {
   print_fits(results, fit_min_n);
   std::size_t error_count = 0;
   for (const auto& r : results) error_count += r.errors.size();
-  if (!o.json_path.empty()) {
-    const auto written =
-        add_section(o.json_path, bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, list.notes, fit_min_n));
-    fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
+
+  // The peers, after ours, on the same problem list and threads; compared with our medians.
+  std::optional<PeersOutcome> peers;
+  if (peers_plan) {
+    std::vector<OurTime> ours;
+    for (const auto& r : results)
+      for (const auto& row : r.rows)
+        if (row.time_ms > 0)
+          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->causal, row.n, row.time_ms});
+    peers = run_peers(*peers_plan, ours);
   }
+
+  if (!o.json_path.empty()) {
+    nlohmann::json section = bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, list.notes, fit_min_n);
+    if (peers) section["peers"] = peers->section;
+    const auto written = add_section(o.json_path, section);
+    fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
+    if (peers && !peers->failed && peers->section["json"].is_string())
+      fmt::print("peers: {}\n", peers->section["json"].get<std::string>());
+  }
+  if (peers && !peers->failed && !peers->invalid_peers.empty())
+    fmt::print("\nnote: {} failed the peers' own correctness checks: marked invalid, never the target (exit code unaffected)\n",
+               fmt::join(peers->invalid_peers, ", "));
+  int rc = 0;
   if (error_count > 0) {
     fmt::print("\n{} benchmark(s) reported an error:\n", error_count);
     for (const auto& r : results)
       for (const auto& e : r.errors) fmt::print("  {}\n", e);
-    return 1;
+    rc = 1;
   }
-  return 0;
+  if (peers && peers->failed) {
+    fmt::print("\nthe peers command failed: {}\n(our results above are kept{})\n", peers->failure,
+               o.json_path.empty() ? "" : fmt::format(" in {}", o.json_path));
+    rc = 1;
+  }
+  return rc;
 }
 
 }  // namespace attn::bench

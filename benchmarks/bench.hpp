@@ -1,9 +1,11 @@
 #pragma once
 // `attnbench bench`: measures the machine's peaks, registers one Google Benchmark family per
 // (implementation, dtype, head dimension, mask) with n varying, runs them, prints Google
-// Benchmark's console output, then a summary table and the fitted scaling exponents, and
-// writes Google Benchmark's JSON (with an "attnbench" section of peaks and fits added).
+// Benchmark's console output, then a summary table and the fitted scaling exponents (and, with
+// --peers, the peers' medians side by side with ours), and writes Google Benchmark's JSON (with
+// an "attnbench" section of peaks, fits and peer comparisons added).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +31,14 @@ struct BenchOptions {
   bool smoke = false;                                  // n = 16, 32, 64, one iteration each, short peak probes
   std::vector<std::string> benchmark_flags;            // passed to Google Benchmark (--benchmark_*=...)
   nlohmann::json context;                              // where it ran (git revision, compiler, CPU, ...)
+  // --peers COMMAND: afterwards, run the peers script on the same problem list (appending
+  // --min-n --max-n --threads --masks --out) and compare; see peer_comparison.hpp.
+  std::optional<std::string> peers_command;
 };
 
-// Returns 0 when every benchmark ran, 1 when any reported an error (the others still run).
-// Throws InputError (before running anything) on bad options.
+// Returns 0 when every benchmark ran, 1 when any reported an error (the others still run) or the
+// --peers command failed (non-zero exit other than 1 = a peer failed its own checks, or a
+// missing or malformed JSON). Throws InputError (before running anything) on bad options.
 int run_bench(const BenchOptions& options);
 
 }  // namespace attn::bench

@@ -2,7 +2,7 @@
 // that do the work; nothing here computes anything of its own.
 //
 // Exit codes: 0 every supported case passed (bench: every benchmark ran), 1 a case failed (bench:
-// a benchmark reported an error), 2 bad usage or bad input.
+// a benchmark reported an error, or the --peers command failed), 2 bad usage or bad input.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
   bench->add_option("--fit-min-n", bench_args.fit_min_n, "Smallest n in the log-log exponent fit")->capture_default_str();
   bench->add_option("--json", bench_args.json_path, "Google Benchmark JSON output ('' to skip)")->capture_default_str();
   bench->add_flag("--smoke", bench_args.smoke, "Tiny sizes (n = 16..64), one iteration each, short peak probes: for CTest");
+  bench->add_option("--peers", bench_args.peers_command,
+                    "Afterwards run COMMAND through /bin/sh (the peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py') "
+                    "with --min-n --max-n --threads --masks --out appended, and compare its medians with ours (b=1, h=8, d=64, f32 only)");
   bench->allow_extras();
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.

@@ -1,0 +1,485 @@
+#include "benchmarks/peer_comparison.hpp"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "benchmarks/bench.hpp"
+#include "benchmarks/problem_list.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace attn::bench {
+namespace {
+
+using json = nlohmann::json;
+
+// The peers script's problem list (benchmarks/peers/cpu_peers.py): b = 1, h = 8, d = 64, f32.
+constexpr std::int64_t peers_batch = 1, peers_heads = 8, peers_head_dim = 64;
+constexpr const char* peers_list = "the peers' problem list: batch 1, heads 8, d 64, dtype f32";
+
+std::string shell_quote(const std::string& s) {
+  static const char* plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./,=:+@%";
+  if (!s.empty() && s.find_first_not_of(plain) == std::string::npos) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// How the command ended.
+struct Termination {
+  std::optional<int> exit_code;  // when it exited
+  std::optional<int> signal;     // when a signal ended it
+  std::string start_error;       // when /bin/sh could not be started
+};
+
+Termination run_through_shell(const std::string& command) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int status = std::system(command.c_str());
+  Termination t;
+  if (status == -1) {
+    t.start_error = std::strerror(errno);
+  } else if (WIFEXITED(status)) {
+    t.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    t.signal = WTERMSIG(status);
+  } else {
+    t.start_error = fmt::format("unexpected wait status {}", status);
+  }
+  return t;
+}
+
+std::string describe(const Termination& t) {
+  if (!t.start_error.empty()) return fmt::format("could not be run through /bin/sh: {}", t.start_error);
+  if (t.signal) return fmt::format("was ended by signal {}", *t.signal);
+  std::string text = fmt::format("exited {}", *t.exit_code);
+  if (*t.exit_code == 127) text += " (the shell did not find the command)";
+  if (*t.exit_code == 126) text += " (the shell could not execute the command)";
+  if (*t.exit_code == 2) text += " (the peers script's bad usage, or no peer could run)";
+  if (*t.exit_code > 128 && *t.exit_code < 160) text += fmt::format(" (as the shell reports signal {})", *t.exit_code - 128);
+  return text;
+}
+
+// Reads and parses the peers JSON; returns an error message, or an empty string.
+std::string read_peers_json(const std::string& path, json& doc) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return fmt::format("it did not write {}", path);
+  std::ifstream in(path);
+  if (!in) return fmt::format("cannot read {}", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    doc = json::parse(python_json_to_strict(text.str()));
+  } catch (const json::exception& e) {
+    return fmt::format("{} is not valid JSON: {}", path, e.what());
+  }
+  if (!doc.is_object()) return fmt::format("{} is not a JSON object", path);
+  if (!doc.contains("results") || !doc["results"].is_array()) return fmt::format("{} has no \"results\" array", path);
+  if (doc.contains("peers") && !doc["peers"].is_array()) return fmt::format("{}: \"peers\" is not an array", path);
+  return {};
+}
+
+std::string string_or(const json& j, const char* key, const std::string& fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+}
+
+// valid_target: true, false, or null (checks skipped; a missing key reads as null).
+std::optional<bool> validity(const json& record) {
+  if (record.contains("valid_target") && record["valid_target"].is_boolean()) return record["valid_target"].get<bool>();
+  return std::nullopt;
+}
+
+std::string validity_json_name(std::optional<bool> v) { return v ? (*v ? "valid" : "invalid") : "unchecked"; }
+
+// A record's problem differs from the peers' problem list in a field it states.
+std::string problem_mismatch(const json& p) {
+  const std::pair<const char*, std::int64_t> ints[] = {
+      {"b", peers_batch}, {"h_q", peers_heads}, {"h_kv", peers_heads}, {"d_k", peers_head_dim}, {"d_v", peers_head_dim}};
+  for (const auto& [key, want] : ints)
+    if (p.contains(key) && (!p[key].is_number_integer() || p[key].get<std::int64_t>() != want))
+      return fmt::format("{}={} (expected {})", key, p[key].dump(), want);
+  if (p.contains("dtype") && p["dtype"] != "f32") return fmt::format("dtype={} (expected f32)", p["dtype"].dump());
+  if (p.contains("n_k") && p["n_k"] != p["n_q"]) return fmt::format("n_k={} differs from n_q={}", p["n_k"].dump(), p["n_q"].dump());
+  return {};
+}
+
+struct PeerRecord {
+  const json* raw = nullptr;
+  std::string version;
+  std::optional<double> median_ms;  // absent: an error record
+  std::string error;
+  std::optional<bool> valid;
+};
+
+struct Column {  // a cell per row, with a header
+  std::string header;
+  bool left = false;
+  std::vector<std::string> cells;
+};
+
+void print_columns(const std::vector<Column>& columns) {
+  std::vector<std::size_t> widths;
+  std::size_t rows = 0;
+  for (const auto& c : columns) {
+    std::size_t w = c.header.size();
+    for (const auto& cell : c.cells) w = std::max(w, cell.size());
+    widths.push_back(w);
+    rows = std::max(rows, c.cells.size());
+  }
+  auto line = [&](auto&& text_of) {
+    std::string out;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      const std::string text = text_of(columns[i]);
+      out += (i ? "  " : "") + (columns[i].left ? fmt::format("{:<{}}", text, widths[i]) : fmt::format("{:>{}}", text, widths[i]));
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    fmt::print("{}\n", out);
+  };
+  line([](const Column& c) { return c.header; });
+  for (std::size_t r = 0; r < rows; ++r) line([r](const Column& c) { return r < c.cells.size() ? c.cells[r] : std::string(); });
+}
+
+// Milliseconds: three decimals from 1 ms, four below it, scientific below 1 µs (made-up times).
+std::string ms_cell(double ms) {
+  if (ms >= 1) return fmt::format("{:.3f}", ms);
+  return ms >= 1e-3 ? fmt::format("{:.4f}", ms) : fmt::format("{:.2e}", ms);
+}
+
+}  // namespace
+
+std::string python_json_to_strict(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      continue;
+    }
+    bool replaced = false;
+    for (const std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, token.size(), token) == 0) {
+        out += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+std::string peers_json_path(const std::string& bench_json_path) {
+  if (bench_json_path.empty()) return {};
+  std::filesystem::path path(bench_json_path);
+  if (path.extension() == ".json") return path.replace_extension(".peers.json").string();
+  return bench_json_path + ".peers.json";
+}
+
+PeersPlan plan_peers(const BenchOptions& o, int threads, std::int64_t min_n, std::int64_t max_n) {
+  PeersPlan plan;
+  plan.command = o.peers_command.value_or("");
+  if (plan.command.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError("--peers needs a command, e.g. --peers '.venv/bin/python benchmarks/peers/cpu_peers.py'");
+  if (o.batch != peers_batch) throw InputError(fmt::format("--peers: --batch {} does not match {}", o.batch, peers_list));
+  if (o.heads != peers_heads) throw InputError(fmt::format("--peers: --heads {} does not match {}", o.heads, peers_list));
+  for (const std::int64_t d : o.head_dims)
+    if (d != peers_head_dim) throw InputError(fmt::format("--peers: --d {} does not match {}", d, peers_list));
+  if (o.dtypes.empty() && o.smoke)
+    throw InputError(fmt::format("--peers with --smoke needs --dtype f32 (--smoke benchmarks every dtype; {})", peers_list));
+  for (const auto& d : o.dtypes)
+    if (parse_dtype(d) != DType::f32) throw InputError(fmt::format("--peers: --dtype {} does not match {}", d, peers_list));
+  for (const auto& m : o.masks) {
+    const Causal c = parse_mask(m);
+    const std::string name = c == Causal::none ? "none" : "causal";
+    if (c == Causal::bottom_right)
+      plan.notes.push_back("bottom_right is compared with the peers' causal (top-left): with n_q = n_k they are the same mask");
+    if (std::find(plan.script_masks.begin(), plan.script_masks.end(), name) == plan.script_masks.end())
+      plan.script_masks.push_back(name);
+  }
+  plan.min_n = min_n;
+  plan.max_n = max_n;
+  plan.threads = threads;
+  plan.out_path = peers_json_path(o.json_path);
+  return plan;
+}
+
+PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) {
+  PeersOutcome outcome;
+  json& section = outcome.section;
+  section["command"] = plan.command;
+  auto fail = [&](const std::string& why) {
+    outcome.failed = true;
+    outcome.failure = why;
+    section["status"] = "failed";
+    section["failure"] = why;
+    fmt::print("\nattnbench bench: the peers command failed: {}\n", why);
+    return outcome;
+  };
+
+  // Where the peers write: next to the bench JSON, else a temporary directory removed afterwards.
+  std::string out_path = plan.out_path;
+  std::filesystem::path temp_dir;
+  if (out_path.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "attnbench-peers-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) return fail(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+    temp_dir = pattern;
+    out_path = (temp_dir / "peers.json").string();
+  } else {
+    std::error_code ec;
+    std::filesystem::remove(out_path, ec);  // a stale file must not pass for this run's
+  }
+  struct TempCleanup {
+    std::filesystem::path dir;
+    ~TempCleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{temp_dir};
+
+  const std::string arguments = fmt::format("--min-n {} --max-n {} --threads {} --masks {} --out {}", plan.min_n, plan.max_n,
+                                            plan.threads, fmt::join(plan.script_masks, ","), shell_quote(out_path));
+  const std::string full = plan.command + " " + arguments;
+  section["arguments"] = arguments;
+  section["json"] = temp_dir.empty() ? json(out_path) : json(nullptr);
+  fmt::print("\nattnbench bench: running the peers on the same problem list: {}\n\n", full);
+  for (const auto& note : plan.notes) fmt::print("  note: {}\n", note);
+
+  const Termination t = run_through_shell(full);
+  section["exit_code"] = t.exit_code ? json(*t.exit_code) : json(nullptr);
+  if (t.signal) section["signal"] = *t.signal;
+  if (!t.start_error.empty()) return fail(fmt::format("'{}' {}", plan.command, describe(t)));
+
+  json doc;
+  const std::string read_error = read_peers_json(out_path, doc);
+  if (std::error_code ec; temp_dir.empty() && !std::filesystem::exists(out_path, ec)) section["json"] = nullptr;
+  if (read_error.empty()) {
+    if (doc.contains("context")) section["context"] = doc["context"];
+    if (doc.contains("peers")) section["peers"] = doc["peers"];
+    section["results"] = doc["results"];
+  }
+
+  // Skipped peers (not installed, broken) say why, whatever the exit code.
+  std::vector<std::string> peer_order;
+  std::set<std::string> invalid;
+  if (read_error.empty() && doc.contains("peers")) {
+    for (const auto& p : doc["peers"]) {
+      const std::string name = string_or(p, "peer", "");
+      if (name.empty()) continue;
+      if (p.contains("skipped")) {
+        fmt::print("  peer {}: skipped ({})\n", name, p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump());
+        continue;
+      }
+      if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
+      if (validity(p) == false) invalid.insert(name);
+    }
+  }
+
+  if (t.signal || (t.exit_code && *t.exit_code != 0 && *t.exit_code != 1)) {
+    return fail(fmt::format("'{}' {}{}", plan.command, describe(t),
+                            read_error.empty() ? "" : fmt::format("; and {}", read_error)));
+  }
+  if (!read_error.empty()) return fail(fmt::format("'{}' {}, but {}", plan.command, describe(t), read_error));
+
+  // The records, by (peer, mask, n); the first of each counts.
+  std::map<std::tuple<std::string, std::string, std::int64_t>, PeerRecord> records;
+  std::vector<std::string> skipped_records;
+  for (const auto& r : doc["results"]) {
+    const std::string name = string_or(r, "peer", "");
+    if (name.empty() || !r.contains("problem") || !r["problem"].is_object() || !r["problem"].contains("causal") ||
+        !r["problem"]["causal"].is_string() || !r["problem"].contains("n_q") || !r["problem"]["n_q"].is_number_integer()) {
+      skipped_records.push_back(fmt::format("a record without peer, problem.causal or problem.n_q: {:.120}", r.dump()));
+      continue;
+    }
+    const json& p = r["problem"];
+    if (const std::string mismatch = problem_mismatch(p); !mismatch.empty()) {
+      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, string_or(p, "repro", ""), mismatch, peers_list));
+      continue;
+    }
+    PeerRecord rec;
+    rec.raw = &r;
+    rec.version = string_or(r, "peer_version", "");
+    rec.valid = validity(r);
+    if (r.contains("error")) {
+      rec.error = r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump();
+    } else if (r.contains("median_seconds") && r["median_seconds"].is_number() && std::isfinite(r["median_seconds"].get<double>()) &&
+               r["median_seconds"].get<double>() > 0) {
+      rec.median_ms = r["median_seconds"].get<double>() * 1e3;
+    } else {
+      skipped_records.push_back(fmt::format("{} {}: neither a positive median_seconds nor an error", name, string_or(p, "repro", "")));
+      continue;
+    }
+    if (rec.valid == false) invalid.insert(name);
+    if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
+    records.try_emplace({name, p["causal"].get<std::string>(), p["n_q"].get<std::int64_t>()}, rec);
+  }
+  outcome.invalid_peers.assign(invalid.begin(), invalid.end());
+
+  if (t.exit_code == 1 && invalid.empty())
+    return fail(fmt::format("'{}' exited 1, but its JSON records no peer that failed its correctness checks (did it crash?)",
+                            plan.command));
+  if (records.empty()) return fail(fmt::format("{} holds no usable timing or error record", out_path));
+
+  // Our rows: one per (mask, n), masks in the order they ran, implementations as columns.
+  std::vector<std::string> impls, masks;
+  for (const auto& o : ours) {
+    if (std::find(impls.begin(), impls.end(), o.implementation) == impls.end()) impls.push_back(o.implementation);
+    if (std::find(masks.begin(), masks.end(), o.mask) == masks.end()) masks.push_back(o.mask);
+  }
+  struct Row {
+    std::string mask;
+    Causal causal = Causal::none;
+    std::int64_t n = 0;
+    std::map<std::string, double> ours_ms;
+  };
+  std::map<std::pair<std::size_t, std::int64_t>, Row> rows;
+  for (const auto& o : ours) {
+    const std::size_t mask_index = static_cast<std::size_t>(std::find(masks.begin(), masks.end(), o.mask) - masks.begin());
+    Row& row = rows[{mask_index, o.n}];
+    row.mask = o.mask;
+    row.causal = o.causal;
+    row.n = o.n;
+    row.ours_ms.try_emplace(o.implementation, o.time_ms);
+  }
+
+  std::vector<Column> columns{{"mask", true, {}}, {"n", false, {}}};
+  for (const auto& impl : impls) columns.push_back({impl + " ms", false, {}});
+  for (const auto& peer : peer_order) columns.push_back({peer + " ms", false, {}});
+  columns.push_back({"faster valid peer", true, {}});
+  for (const auto& impl : impls) columns.push_back({"peer/" + impl, false, {}});
+
+  json comparisons = json::array();
+  std::vector<std::string> errors;
+  bool any_unchecked_target = false, any_row_without_target = false;
+  for (const auto& [key, row] : rows) {
+    const std::string peer_mask = row.causal == Causal::none ? "none" : "top_left";
+    std::size_t c = 0;
+    columns[c++].cells.push_back(row.mask);
+    columns[c++].cells.push_back(std::to_string(row.n));
+    for (const auto& impl : impls) {
+      const auto it = row.ours_ms.find(impl);
+      columns[c++].cells.push_back(it == row.ours_ms.end() ? "-" : ms_cell(it->second));
+    }
+    json peers_json = json::array();
+    const PeerRecord* target = nullptr;
+    std::string target_name;
+    for (const auto& peer : peer_order) {
+      const auto it = records.find({peer, peer_mask, row.n});
+      if (it == records.end()) {
+        columns[c++].cells.push_back("-");
+        continue;
+      }
+      const PeerRecord& rec = it->second;
+      json pj{{"peer", peer}, {"peer_version", rec.version}, {"valid_target", rec.valid ? json(*rec.valid) : json(nullptr)}};
+      if (rec.median_ms) {
+        pj["median_ms"] = *rec.median_ms;
+        columns[c++].cells.push_back(ms_cell(*rec.median_ms) + (rec.valid == false ? " (invalid)" : !rec.valid ? " (unchecked)" : ""));
+        if (rec.valid != false && (target == nullptr || *rec.median_ms < *target->median_ms)) {
+          target = &rec;
+          target_name = peer;
+        }
+      } else {
+        pj["error"] = rec.error;
+        columns[c++].cells.push_back("error");
+        errors.push_back(fmt::format("{} {} n={}: {}", peer, peer_mask, row.n, rec.error));
+      }
+      peers_json.push_back(std::move(pj));
+    }
+    if (target) {
+      any_unchecked_target |= !target->valid.has_value();
+      columns[c++].cells.push_back(target_name + (target->valid ? "" : " (unchecked)"));
+    } else {
+      any_row_without_target = true;
+      columns[c++].cells.push_back("none valid");
+    }
+    json ours_json = json::array();
+    for (const auto& impl : impls) {
+      const auto it = row.ours_ms.find(impl);
+      std::optional<double> ratio;
+      if (it != row.ours_ms.end() && target && it->second > 0) ratio = *target->median_ms / it->second;
+      columns[c++].cells.push_back(ratio ? fmt::format("{:.2f}", *ratio) : "-");
+      if (it != row.ours_ms.end())
+        ours_json.push_back({{"implementation", impl}, {"time_ms", it->second}, {"ratio", ratio ? json(*ratio) : json(nullptr)}});
+    }
+    json target_json = nullptr;
+    if (target)
+      target_json = {{"peer", target_name},
+                     {"median_ms", *target->median_ms},
+                     {"valid_target", target->valid ? json(*target->valid) : json(nullptr)},
+                     {"checked", validity_json_name(target->valid)}};
+    comparisons.push_back({{"mask", row.mask},
+                           {"peer_mask", peer_mask},
+                           {"n", row.n},
+                           {"ours", std::move(ours_json)},
+                           {"peers", std::move(peers_json)},
+                           {"target", std::move(target_json)}});
+  }
+
+  fmt::print("\nSide by side with the peers (medians, same run)\n"
+             "Times in ms. peer/IMPL = the faster valid peer's time / IMPL's time: >= 1.0 means ours is faster.\n"
+             "A peer marked (invalid) failed its correctness checks and is never the target; (unchecked): its checks were\n"
+             "skipped (valid_target null), so it may be the target, unverified.{}\n\n",
+             std::find(masks.begin(), masks.end(), "causal_bottom_right") == masks.end()
+                 ? ""
+                 : "\nOur causal_bottom_right rows are compared with the peers' top-left causal (the same mask at n_q = n_k).");
+  if (rows.empty()) {
+    fmt::print("  (none of our implementations has a time to compare: every run failed or was filtered out)\n");
+  } else {
+    print_columns(columns);
+  }
+  if (any_unchecked_target) fmt::print("\n  note: some targets are unchecked: the peers ran with their correctness checks skipped\n");
+  if (any_row_without_target && !rows.empty()) fmt::print("  note: rows with 'none valid' have no valid peer time: no ratio\n");
+  if (!errors.empty()) {
+    fmt::print("\n  peer errors ({}):\n", errors.size());
+    for (const auto& e : errors) fmt::print("    {}\n", e);
+  }
+  if (!skipped_records.empty()) {
+    fmt::print("\n  peer records left out ({}):\n", skipped_records.size());
+    for (const auto& s : skipped_records) fmt::print("    {}\n", s);
+  }
+  if (!invalid.empty())
+    fmt::print("\n  *** {} FAILED the peers' own correctness checks (valid_target false): shown, marked (invalid), never the\n"
+               "  *** target. Not a failure of ours: the bench's exit code is unaffected. See the checks printed above.\n",
+               fmt::join(invalid, ", "));
+
+  outcome.table_built = true;
+  section["status"] = invalid.empty() ? "ok" : "peer_checks_failed";
+  section["invalid_peers"] = outcome.invalid_peers;
+  section["left_out_records"] = skipped_records;
+  section["ratio"] = "faster valid peer's median time / our time; >= 1.0: ours is faster";
+  section["comparisons"] = std::move(comparisons);
+  return outcome;
+}
+
+}  // namespace attn::bench
