@@ -1,8 +1,9 @@
 // attnbench: the command line. Each subcommand parses its options and calls into the folders
 // that do the work; nothing here computes anything of its own.
 //
-// Exit codes: 0 every supported case passed (bench: every benchmark ran), 1 a case failed (bench:
-// a benchmark reported an error, or the --peers command failed), 2 bad usage or bad input.
+// Exit codes: 0 every supported case passed (bench: every benchmark ran; properties: every
+// property held), 1 a case failed (bench: a benchmark reported an error, or the --peers command
+// failed; properties: one failed or RapidCheck gave up), 2 bad usage or bad input.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "impls/registry.hpp"
+#include "properties/property_suite.hpp"
 #include "reports/context.hpp"
 #include "reports/verify_report.hpp"
 
@@ -83,6 +85,70 @@ int run_bench(const attn::Registry& registry, const std::vector<std::string>& na
   return attn::bench::run_bench(options);
 }
 
+struct PropertiesArgs {
+  std::vector<std::string> implementations;
+  std::vector<int> properties;
+  int cases = 40;
+  std::uint64_t seed = 0;
+  std::string single_case;
+  bool large = false;
+};
+
+// The property suite against the chosen implementations: RapidCheck draws the problems, or
+// --case runs every chosen property on exactly that problem (how a printed failure reruns).
+int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
+  const auto implementations = select(registry, args.implementations);
+  const auto& suite = attn::property_suite();
+  std::vector<const attn::Property*> chosen;
+  for (int number : args.properties) {
+    if (number < 1 || number > int(suite.size()))
+      throw attn::InputError(fmt::format("--property {}: there are properties 1 to {}", number, suite.size()));
+    chosen.push_back(&suite[std::size_t(number - 1)]);
+  }
+  if (chosen.empty())
+    for (const auto& property : suite) chosen.push_back(&property);
+  if (args.cases < 1) throw attn::InputError("--cases must be positive");
+  std::optional<attn::Problem> problem;
+  if (!args.single_case.empty()) {
+    problem = attn::parse_problem(args.single_case);
+    problem->validate();
+  }
+  attn::PropertyOptions options;
+  options.cases = args.cases;
+  options.seed = args.seed;
+  options.large = args.large;
+  int failed = 0, gave_up = 0;
+  for (const attn::Property* property : chosen) {
+    fmt::print("property {}: {}\n", property->number, property->name);
+    for (const attn::Implementation* impl : implementations) {
+      const attn::PropertyVerdict v =
+          problem ? attn::check_property_on(*property, *impl, *problem) : attn::check_property(*property, *impl, options);
+      using Kind = attn::PropertyVerdict::Kind;
+      switch (v.kind) {
+        case Kind::held:
+          fmt::print("  {:<14} held{}\n", impl->name(), problem ? "" : fmt::format(" on {} cases (RapidCheck seed {})", v.cases, v.seed));
+          break;
+        case Kind::not_applicable: fmt::print("  {:<14} n/a: {}\n", impl->name(), v.message); break;
+        case Kind::gave_up:
+          ++gave_up;
+          fmt::print("  {:<14} GAVE UP after {} cases: {} (RapidCheck seed {})\n", impl->name(), v.cases, v.message, v.seed);
+          break;
+        case Kind::failed:
+          ++failed;
+          fmt::print("  {:<14} FAILED\n", impl->name());
+          if (problem)
+            fmt::print("    {}\n", v.message);
+          else
+            fmt::print("{}", attn::describe_failure(v));
+          break;
+      }
+      std::fflush(stdout);
+    }
+  }
+  fmt::print("\n{} failed, {} gave up\n", failed, gave_up);
+  return failed + gave_up > 0 ? exit_fail : exit_pass;
+}
+
 int run_list(const attn::Registry& registry) {
   for (const auto* impl : registry.all()) {
     const auto caps = impl->describe();
@@ -115,6 +181,15 @@ int main(int argc, char** argv) {
 
   auto* list = app.add_subcommand("list", "List the implementations and what each supports");
 
+  PropertiesArgs properties_args;
+  auto* properties = app.add_subcommand("properties", "Check the invariants of attention (RapidCheck property suite) on implementations");
+  properties->add_option("--impl", properties_args.implementations, "Implementation to check (repeatable; default: all)");
+  properties->add_option("--property", properties_args.properties, "Property number (repeatable; default: all)");
+  properties->add_option("--cases", properties_args.cases, "Successful cases per property and implementation")->capture_default_str();
+  properties->add_option("--seed", properties_args.seed, "RapidCheck seed (default: a fresh one, printed)");
+  properties->add_option("--case", properties_args.single_case, "Check exactly this problem (a repro string), as a failure prints it");
+  properties->add_flag("--large", properties_args.large, "The slow sweep: 16x the work per problem, longer sequences more often");
+
   attn::bench::BenchOptions bench_args;
   std::vector<std::string> bench_impls;
   auto* bench = app.add_subcommand("bench", "Benchmark implementations (Google Benchmark): time, GFLOP/s, fraction of the "
@@ -146,7 +221,7 @@ int main(int argc, char** argv) {
     }
   };
   if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
-    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list, bench; see --help)\n", argv[1]);
+    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list, bench, properties; see --help)\n", argv[1]);
     return exit_usage;
   }
   try {
@@ -161,6 +236,7 @@ int main(int argc, char** argv) {
     attn::register_builtin_implementations(registry);
     if (verify->parsed()) return run_verify(registry, verify_args);
     if (list->parsed()) return run_list(registry);
+    if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {
       bench_args.benchmark_flags = bench->remaining();
       return run_bench(registry, bench_impls, bench_args);

@@ -1,7 +1,7 @@
 // The property suite (properties/property_suite.hpp) against every registered implementation:
 // one test per property, each running it on every implementation it applies to. A failure
 // prints the shrunk counterexample's repro string, the command that reruns it and the seed.
-// Cases per (property, implementation): ATTN_PROPERTY_CASES (default 30); seed:
+// Cases per (property, implementation): ATTN_PROPERTY_CASES (default 100, RapidCheck's own default); seed:
 // ATTN_PROPERTY_SEED (default: fresh, printed); ATTN_PROPERTY_LARGE=1 for the slow sweep.
 #include <cstdlib>
 #include <string>
@@ -26,7 +26,7 @@ TEST_P(PropertySuite, HoldsForEveryRegisteredImplementation) {
   register_builtin_implementations(registry);
   const Property& property = property_suite().at(std::size_t(GetParam() - 1));
   PropertyOptions options;
-  options.cases = env_int("ATTN_PROPERTY_CASES", 30);
+  options.cases = env_int("ATTN_PROPERTY_CASES", 100);
   options.seed = std::uint64_t(std::strtoull(std::getenv("ATTN_PROPERTY_SEED") ? std::getenv("ATTN_PROPERTY_SEED") : "0", nullptr, 10));
   options.large = env_int("ATTN_PROPERTY_LARGE", 0) != 0;
   std::printf("property %d: %s\n", property.number, property.name.c_str());
