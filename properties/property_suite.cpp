@@ -9,7 +9,9 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <rapidcheck/detail/Property.h>
 #include <rapidcheck/detail/Results.h>
+#include <rapidcheck/detail/TestListener.h>
 #include <rapidcheck/detail/TestMetadata.h>
 #include <rapidcheck/detail/TestParams.h>
 
@@ -635,7 +637,15 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
   params.maxSize = 100;
   params.maxDiscardRatio = 10;
   params.disableShrinking = !options.shrink;
-  const rc::detail::TestResult result = rc::detail::checkTestable(testable, metadata, params);
+  // A listener of our own: the default one collects failures for a "reproduce" banner at exit,
+  // which expected failures (the mutants' kill matrix) would fill with noise. The repro string
+  // and seed in the verdict are how a failure reruns.
+  struct Silent final : rc::detail::TestListener {
+    void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+    void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+    void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+  } silent;
+  const rc::detail::TestResult result = rc::detail::checkProperty(rc::detail::toProperty(testable), metadata, params, silent);
 
   rc::detail::SuccessResult success;
   rc::detail::FailureResult failure;

@@ -171,6 +171,22 @@ if [ -e "$tmp/results" ]; then
   fail "a rejected command wrote $tmp/results"
 fi
 
+# --- properties -------------------------------------------------------------------------------
+# A repro string reruns exactly one problem through a property; unknown numbers and malformed
+# problems are bad input.
+run properties_case properties --impl cpu_naive --property 2 --property 12 --case 'b=1 hq=2 hkv=1 nq=5 nk=9 dk=8 dv=4 dtype=f16 causal=bottom_right seed=3'
+expect_rc 0
+expect_in out "property 2: masked keys get exactly zero weight"
+expect_in out "property 12: "
+expect_in out "0 failed, 0 gave up"
+run properties_drawn properties --impl cpu_blocked --property 7 --cases 3 --seed 5
+expect_rc 0
+expect_in out "held on 3 cases (RapidCheck seed 5)"
+bad_input properties_number "--property 13: there are properties 1 to 12" properties --property 13
+bad_input properties_case_bad "nq" properties --case 'b=1 nq=0'
+bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --cases 1
+bad_input properties_cases "--cases must be positive" properties --cases 0
+
 # --- help is not an error ----------------------------------------------------------------------
 run help --help
 expect_rc 0

@@ -1,0 +1,59 @@
+// The property suite must catch the known mistakes: every mutant of tests/mutants/ is run
+// against every property (fixed RapidCheck seed, no shrinking), and the kill matrix is printed:
+//   K  the property caught the mutant     .  it held     -  it does not apply
+// The test fails if any mutant survives every property, or if the correct control (the same
+// code with no mistake) fails any.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "properties/property_suite.hpp"
+#include "tests/mutants/mutants.hpp"
+
+namespace attn {
+namespace {
+
+// Cases per (mutant, property): ATTN_PROPERTY_CASES (default 100; the asan preset uses fewer).
+PropertyOptions matrix_options() {
+  PropertyOptions o;
+  const char* cases = std::getenv("ATTN_PROPERTY_CASES");
+  o.cases = cases && *cases ? std::atoi(cases) : 100;
+  o.seed = 20261121;  // fixed: the matrix is the same on every run
+  o.shrink = false;   // a kill is a kill; shrinking only costs time here
+  return o;
+}
+
+TEST(PropertyMutants, TheControlHoldsEveryProperty) {
+  const auto control = mutants::make_correct_control();
+  for (const Property& property : property_suite()) {
+    const PropertyVerdict v = check_property(property, *control, matrix_options());
+    EXPECT_NE(v.kind, PropertyVerdict::Kind::failed) << describe_failure(v);
+    EXPECT_NE(v.kind, PropertyVerdict::Kind::gave_up) << property.name << ": " << v.message;
+  }
+}
+
+TEST(PropertyMutants, EveryMutantIsKilled) {
+  const auto& suite = property_suite();
+  std::string header = "mutant                                    ";
+  for (const Property& property : suite) header += std::to_string(property.number) + (property.number < 10 ? "  " : " ");
+  std::printf("kill matrix (K killed, . held, - n/a), properties:\n");
+  for (const Property& property : suite) std::printf("  %2d %s\n", property.number, property.name.c_str());
+  std::printf("\n%s killed by\n", header.c_str());
+  for (const auto& mutant : mutants::make_all()) {
+    std::string row, killers;
+    for (const Property& property : suite) {
+      const PropertyVerdict v = check_property(property, *mutant, matrix_options());
+      const bool killed = v.kind == PropertyVerdict::Kind::failed;
+      row += killed ? "K  " : v.kind == PropertyVerdict::Kind::not_applicable ? "-  " : ".  ";
+      if (killed) killers += (killers.empty() ? "" : ",") + std::to_string(property.number);
+    }
+    std::printf("%-42s%s %s\n", mutant->name().c_str(), row.c_str(), killers.empty() ? "SURVIVED" : killers.c_str());
+    EXPECT_FALSE(killers.empty()) << mutant->name() << " survived every property";
+  }
+}
+
+}  // namespace
+}  // namespace attn
