@@ -1,15 +1,20 @@
-// The property suite (properties/property_suite.hpp) against every registered implementation:
-// one test per property, each running it on every implementation it applies to. A failure
+// The property suite (properties/property_suite.hpp) against every registered implementation
+// and the float128 reference: one test per property, each running it on every implementation
+// it applies to. A failure
 // prints the shrunk counterexample's repro string, the command that reruns it and the seed.
 // Cases per (property, implementation): ATTN_PROPERTY_CASES (default 100, RapidCheck's own default); seed:
 // ATTN_PROPERTY_SEED (default: fresh, printed); ATTN_PROPERTY_LARGE=1 for the slow sweep.
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
+#include <vector>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "impls/registry.hpp"
 #include "properties/property_suite.hpp"
+#include "properties/reference_implementation.hpp"
 
 namespace attn {
 namespace {
@@ -30,8 +35,14 @@ TEST_P(PropertySuite, HoldsForEveryRegisteredImplementation) {
   options.seed = std::uint64_t(std::strtoull(std::getenv("ATTN_PROPERTY_SEED") ? std::getenv("ATTN_PROPERTY_SEED") : "0", nullptr, 10));
   options.large = env_int("ATTN_PROPERTY_LARGE", 0) != 0;
   std::printf("property %d: %s\n", property.number, property.name.c_str());
-  for (const Implementation* impl : registry.all()) {
-    const PropertyVerdict v = check_property(property, *impl, options);
+  // The reference too, on fewer cases (float128 is slow), and not against itself (12).
+  const auto reference = make_reference_implementation();
+  std::vector<const Implementation*> targets = registry.all();
+  if (property.number != 12) targets.push_back(reference.get());
+  for (const Implementation* impl : targets) {
+    PropertyOptions these = options;
+    if (impl == reference.get()) these.cases = std::max(1, options.cases / 10);
+    const PropertyVerdict v = check_property(property, *impl, these);
     switch (v.kind) {
       case PropertyVerdict::Kind::held:
         std::printf("  %-12s held on %d cases (seed %llu)\n", impl->name().c_str(), v.cases, (unsigned long long)v.seed);

@@ -1,0 +1,43 @@
+#include "properties/reference_implementation.hpp"
+
+#include "reference/reference.hpp"
+
+namespace attn {
+namespace {
+
+class ReferenceImplementation final : public Implementation {
+ public:
+  std::string name() const override { return "reference_float128"; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.summary = "the float128 reference, every row, rounded once to the dtype (property tests only)";
+    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    c.returns_lse = true;
+    c.returns_weights = true;
+    return c;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }
+  void run(const RunArgs& a) const override {
+    const Problem& p = a.problem;
+    ReferenceOptions options;
+    // Enough work for every row (compute_reference samples rows beyond max_work).
+    options.max_work = 4.0 * double(p.rows()) * double(p.n_k) * double(p.d_k + p.d_v) + 1;
+    options.weights = a.weights != nullptr;
+    options.threads = a.threads;
+    const ReferenceResult ref = compute_reference(p, a.inputs, options);
+    for (std::size_t r = 0; r < ref.rows.size(); ++r) {
+      const std::int64_t row = ref.rows[r];
+      for (std::int64_t c = 0; c < p.d_v; ++c) a.out.set(row * p.d_v + c, ref.out[r * std::size_t(p.d_v) + std::size_t(c)]);
+      if (a.lse) a.lse->set(row, ref.lse[r]);
+      if (a.weights)
+        for (std::int64_t j = 0; j < p.n_k; ++j) a.weights->set(row * p.n_k + j, ref.weights[r * std::size_t(p.n_k) + std::size_t(j)]);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Implementation> make_reference_implementation() { return std::make_unique<ReferenceImplementation>(); }
+
+}  // namespace attn
