@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/case_sets.hpp"
@@ -180,7 +181,7 @@ TEST(Mutants, EachMutantFailsVerifySomewhereAndOnlyWhereItsMistakeCanShow) {
     for (std::size_t c = 0; c < s.cases.size(); ++c) {
       const Record& r = record_of(name, c);
       const Record& control = record_of("mutant_control", c);
-      if (r.status == Status::fail) ++kills, killed += " " + std::to_string(c);
+      if (r.status == Status::fail) ++kills, killed += fmt::format(" {}", c);
       if (inert(m, s.cases[c])) {
         ++inert_cases;
         EXPECT_EQ(r.status, Status::pass) << describe(r);

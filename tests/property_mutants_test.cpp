@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "properties/property_suite.hpp"
@@ -38,7 +39,7 @@ TEST(PropertyMutants, TheControlHoldsEveryProperty) {
 TEST(PropertyMutants, EveryMutantIsKilled) {
   const auto& suite = property_suite();
   std::string header = "mutant                                    ";
-  for (const Property& property : suite) header += std::to_string(property.number) + (property.number < 10 ? "  " : " ");
+  for (const Property& property : suite) header += fmt::format("{:<3}", property.number);
   std::printf("kill matrix (K killed, . held, - n/a), properties:\n");
   for (const Property& property : suite) std::printf("  %2d %s\n", property.number, property.name.c_str());
   std::printf("\n%s killed by\n", header.c_str());
@@ -48,7 +49,7 @@ TEST(PropertyMutants, EveryMutantIsKilled) {
       const PropertyVerdict v = check_property(property, *mutant, matrix_options());
       const bool killed = v.kind == PropertyVerdict::Kind::failed;
       row += killed ? "K  " : v.kind == PropertyVerdict::Kind::not_applicable ? "-  " : ".  ";
-      if (killed) killers += (killers.empty() ? "" : ",") + std::to_string(property.number);
+      if (killed) killers += fmt::format("{}{}", killers.empty() ? "" : ",", property.number);
     }
     std::printf("%-42s%s %s\n", mutant->name().c_str(), row.c_str(), killers.empty() ? "SURVIVED" : killers.c_str());
     EXPECT_FALSE(killers.empty()) << mutant->name() << " survived every property";
