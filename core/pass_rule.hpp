@@ -23,6 +23,11 @@ struct Verdict {
   std::vector<std::string> reasons;  // why it failed, one line each
 };
 
-Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& measured, const ErrorMetrics& baseline);
+// The yardstick is the naive baseline's max abs error, or score_rounding when larger: the
+// typical output error that rounding the scores (sequential dot products, scale, bias) causes
+// in the working precision (the reference's score_rounding_max). Any same-precision implementation makes that error; on small problems the
+// naive one's single draw of roundings can cancel by luck, which would make the rule a coin toss.
+Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& measured, const ErrorMetrics& baseline,
+              double score_rounding = 0);
 
 }  // namespace attn

@@ -87,6 +87,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
     ctx->rows_checked = std::int64_t(ref.rows.size());
     ctx->sampled = ref.sampled;
     ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
+    ctx->score_rounding = ref.score_rounding_max;
     const Expected expected = expected_of(ref);
 
     // The yardstick: the naive algorithm in the same precision.
@@ -115,7 +116,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
           Output o = run_once(*impl, p, in, caps.returns_lse);
           record.seconds = seconds_since(start);
           record.metrics = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline);
+          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding);
         } catch (const std::exception& e) {
           record.seconds = seconds_since(start);
           record.verdict.pass = false;

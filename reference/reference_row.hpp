@@ -21,6 +21,10 @@ struct ReferenceRow {
   std::vector<double> bound;     // d_v: bound on |out - exact| for unit roundoff u
   std::vector<double> naive_bound;  // d_v: the same analysis for the naive algorithm's precision
   std::vector<double> magnitude;    // d_v: sum_j w_j |v_jc|, the scale of the terms each output sums
+  // d_v: u_naive * sqrt(sum_j (w_j sigma_j (v_jc - o_c))^2), the typical output error that the
+  // rounding of the scores alone causes in the working precision (first order, independent
+  // roundings; sigma_j = scale sqrt(sum_t partial_t^2) + |s_j| for a sequential dot product).
+  std::vector<double> score_rounding;
 };
 
 inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
@@ -79,6 +83,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   using std::abs;
   using std::exp;
   using std::log;
+  using std::sqrt;
   const std::int64_t i = row % p.n_q;
   const std::int64_t h = (row / p.n_q) % p.h_q;
   const std::int64_t b = row / (p.n_q * p.h_q);
@@ -89,6 +94,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   result.bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
   result.naive_bound.assign(static_cast<std::size_t>(p.d_v), 0.0);
   result.magnitude.assign(static_cast<std::size_t>(p.d_v), 0.0);
+  result.score_rounding.assign(static_cast<std::size_t>(p.d_v), 0.0);
   if (want_weights) result.weights.assign(static_cast<std::size_t>(p.n_k), Real(0));
 
   std::vector<std::int64_t> keys;
@@ -104,18 +110,22 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   std::vector<Real> s(n);
   // A_j = scale * sum_t |q_t k_jt| + |bias_j|, kept in Real: with f64 inputs near overflow it can
   // exceed the double range even though every score fits.
-  std::vector<Real> magnitude(n);
+  std::vector<Real> magnitude(n), score_sigma(n);
   const std::int64_t q0 = in.q.offset(b, h, i, 0);
   for (std::size_t jj = 0; jj < n; ++jj) {
     const std::int64_t k0 = in.k.offset(b, g, keys[jj], 0);
-    Real dot = 0, abs_dot = 0;
+    Real dot = 0, abs_dot = 0, partial_squares = 0;
     for (std::int64_t t = 0; t < p.d_k; ++t) {
       const Real product = Real(in.q.get(q0 + t)) * Real(in.k.get(k0 + t));  // exact at >= 106 bits
       dot += product;
       abs_dot += abs(product);
+      partial_squares += dot * dot;
     }
     const double bias = in.mask.bias(b, h, i, keys[jj]);
     s[jj] = Real(scale) * dot + Real(bias);
+    // Typical error of this score in the working precision: each addition of a sequential dot
+    // rounds relative to its partial sum, then the scale and the bias round once more.
+    score_sigma[jj] = Real(scale) * sqrt(partial_squares) + abs(s[jj]);
     magnitude[jj] = (Real(scale) * abs_dot + Real(std::fabs(bias))) * Real(1 + 0x1p-50);
   }
   Real m = *std::max_element(s.begin(), s.end());
@@ -147,6 +157,14 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
   }
   auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
+  for (std::int64_t c = 0; c < p.d_v; ++c) {
+    Real squares = 0;
+    for (std::size_t jj = 0; jj < n; ++jj) {
+      const Real term = e[jj] / sum * score_sigma[jj] * (Real(v_at(keys[jj], c)) - result.out[static_cast<std::size_t>(c)]);
+      squares += term * term;
+    }
+    result.score_rounding[static_cast<std::size_t>(c)] = u_naive * static_cast<double>(sqrt(squares));
+  }
   weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound, &result.magnitude);
   weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
   return result;

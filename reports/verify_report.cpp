@@ -69,7 +69,8 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                      {"baseline",
                       {{"algorithm", "cpu_naive in the same precision"},
                        {"metrics", metrics_json(c.problem, c.baseline)},
-                       {"error_over_a_priori_bound", number(c.baseline_bound_ratio)}}}};
+                       {"error_over_a_priori_bound", number(c.baseline_bound_ratio)},
+                       {"score_rounding", number(c.score_rounding)}}}};
     if (r.status == Status::skip) {
       j["skip_reason"] = r.skip_reason;
     } else {

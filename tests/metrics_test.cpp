@@ -423,6 +423,22 @@ TEST(Judge, TheRuleParametersAreHonoured) {
   EXPECT_FALSE(judge(floor_only, DType::f32, with_error(5 * 0x1p-23, 1.0), baseline).pass);
 }
 
+// The yardstick is the naive error or, when larger, the typical error of rounding the scores:
+// a naive run whose roundings cancelled by luck does not make the rule a coin toss.
+TEST(Judge, ScoreRoundingFloorsTheYardstick) {
+  const PassRule rule{2.0, 0.0};
+  const ErrorMetrics lucky_naive = with_error(1e-7, 1.0);
+  EXPECT_FALSE(judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive).pass);
+  const Verdict floored = judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive, 5e-7);
+  EXPECT_TRUE(floored.pass);
+  EXPECT_DOUBLE_EQ(floored.tolerance, 1e-6);
+  const Verdict over = judge(rule, DType::f32, with_error(1.01e-6, 1.0), lucky_naive, 5e-7);
+  ASSERT_FALSE(over.pass);
+  EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
+  // A smaller score-rounding term changes nothing.
+  EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(0, 1.0), with_error(1e-6, 1.0), 1e-9).tolerance, 2e-6);
+}
+
 TEST(Judge, RatioIsErrorOverBaseline) {
   const PassRule rule;
   EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(3e-7, 1.0), with_error(2e-7, 1.0)).ratio, 1.5);

@@ -262,14 +262,15 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   for (std::int64_t r = 0; r < tq; ++r) {
     const std::int64_t row = (b * p.h_q + h) * p.n_q + i0 + r;
     const bool empty = w.l[r] == Acc(0);
-    const Acc inverse = empty ? Acc(0) : Acc(1) / w.l[r];
+    // o / l, one rounding (o * (1 / l) would be two); an empty row's o is 0 and gives 0.
+    const Acc sum = empty ? Acc(1) : w.l[r];
     const std::int64_t out0 = row * dv;
     const Acc* o = w.o + r * dv_padded;
     if (holds<Acc>(a.out)) {
       Acc* out = a.out.as<Acc>() + out0;
-      for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] * inverse;
+      for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] / sum;
     } else {
-      for (std::int64_t c = 0; c < dv; ++c) a.out.set(out0 + c, static_cast<double>(o[c] * inverse));
+      for (std::int64_t c = 0; c < dv; ++c) a.out.set(out0 + c, static_cast<double>(o[c] / sum));
     }
     if (a.lse)
       a.lse->set(row, empty ? -std::numeric_limits<double>::infinity() : static_cast<double>(w.m[r] + std::log(w.l[r])));
