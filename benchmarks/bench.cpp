@@ -190,6 +190,13 @@ double to_ms(const Run& run) {
   return t;
 }
 
+// The n of a run: its "n:N" argument (Benchmark::ArgName("n")).
+std::int64_t size_argument(const Run& run) {
+  const std::string& args = run.run_name.args;
+  const auto at = args.find("n:");
+  return at == std::string::npos ? run.complexity_n : std::stoll(args.substr(at + 2));
+}
+
 std::vector<FamilyResult> collect(const std::vector<FamilySpec>& families, const std::vector<Run>& runs, std::int64_t fit_min_n) {
   std::vector<FamilyResult> results;
   std::map<std::string, std::size_t> index;
@@ -210,7 +217,9 @@ std::vector<FamilyResult> collect(const std::vector<FamilySpec>& families, const
     } else if (run.report_rms) {
       r.bigo_rms = run.GetAdjustedRealTime();  // RMS is relative: the time unit does not apply
     } else if (run.run_type == Run::RT_Iteration || run.aggregate_name == "median") {
-      by_n[{it->second, run.complexity_n}].push_back(&run);
+      // Aggregates (with --benchmark_repetitions) carry complexity_n = 0: n comes from the
+      // name's "n:N" argument, which every run of a family has.
+      by_n[{it->second, size_argument(run)}].push_back(&run);
     }
   }
   for (auto& [key, group] : by_n) {

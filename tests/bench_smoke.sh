@@ -91,6 +91,12 @@ then
   fail "the smoke run's JSON does not hold what it should"
 fi
 
+# --- repetitions: the table shows each n once (medians), never an aggregate as n = 0 -----------------
+"$bin" bench --smoke --impl cpu_blocked --dtype f32 --masks none --benchmark_repetitions=2 --json '' >"$tmp/reps.out" 2>&1 ||
+  fail "bench --smoke --benchmark_repetitions=2 failed"
+rows=$(awk '/^implementation dtype/ {table=1; next} /^Scaling/ {table=0} table && $1 == "cpu_blocked" {print $5}' "$tmp/reps.out" | tr '\n' ' ')
+[ "$rows" = "16 32 64 " ] || { fail "with repetitions the table's n column is '$rows', expected '16 32 64 '"; tail -n 30 "$tmp/reps.out"; }
+
 # --- Google Benchmark's own compare tool reads the JSON --------------------------------------------
 # (Debian's libbenchmark-tools, installed by ci/install-deps.sh, run by Debian's own python3:
 # a python3 earlier on PATH, e.g. pyenv's, does not see python3-scipy.) Comparing the run with
