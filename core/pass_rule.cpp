@@ -1,5 +1,6 @@
 #include "core/pass_rule.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -7,15 +8,16 @@
 
 namespace attn {
 
-Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline, double score_rounding) {
+Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline,
+              const ScoreRounding& score_rounding) {
   Verdict v;
   auto fail = [&](std::string reason) {
     v.pass = false;
     v.reasons.push_back(std::move(reason));
   };
   const double floor = rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
-  const bool by_scores = score_rounding > baseline.max_abs;
-  const double yardstick = by_scores ? score_rounding : baseline.max_abs;
+  const bool by_scores = score_rounding.out > baseline.max_abs;
+  const double yardstick = by_scores ? score_rounding.out : baseline.max_abs;
   v.tolerance = rule.k * yardstick + floor;
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
@@ -26,15 +28,17 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
     fail(fmt::format("{} of {} fully masked rows break the declared policy", m.fully_masked_violations, m.fully_masked_rows));
   if (!(m.max_abs <= v.tolerance))
     fail(by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps)",
-                                 m.max_abs, v.tolerance, rule.k, score_rounding, baseline.max_abs, rule.floor_ulps)
+                                 m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps)
                    : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps)", m.max_abs, v.tolerance,
                                  rule.k, baseline.max_abs, rule.floor_ulps));
   if (m.has_lse) {
     const DType lse_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
-    const double lse_tolerance = rule.k * baseline.lse_max_abs + rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
+    const double lse_yardstick = std::max(baseline.lse_max_abs, score_rounding.lse);
+    const double lse_tolerance = rule.k * lse_yardstick + rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
     if (m.lse_violations > 0) fail(fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
     if (!(m.lse_max_abs <= lse_tolerance))
-      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g}", m.lse_max_abs, lse_tolerance));
+      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps)",
+                       m.lse_max_abs, lse_tolerance, rule.k, baseline.lse_max_abs, score_rounding.lse, rule.floor_ulps));
   }
   return v;
 }

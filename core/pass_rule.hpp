@@ -23,11 +23,19 @@ struct Verdict {
   std::vector<std::string> reasons;  // why it failed, one line each
 };
 
-// The yardstick is the naive baseline's max abs error, or score_rounding when larger: the
-// typical output error that rounding the scores (sequential dot products, scale, bias) causes
-// in the working precision (the reference's score_rounding_max). Any same-precision implementation makes that error; on small problems the
-// naive one's single draw of roundings can cancel by luck, which would make the rule a coin toss.
+// The typical error that rounding the scores (sequential dot products, scale, bias) causes in
+// the working precision, in the output and in the LSE (the reference computes both). Any
+// same-precision implementation makes that error; on small problems the naive one's single draw
+// of roundings can cancel by luck (an f64 row with one key: its LSE is exact by luck on one CPU
+// and not on another), which would make the rule a coin toss.
+struct ScoreRounding {
+  double out = 0;
+  double lse = 0;
+};
+
+// The yardstick is the naive baseline's max abs error, or the score rounding when larger; the
+// same for the LSE.
 Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& measured, const ErrorMetrics& baseline,
-              double score_rounding = 0);
+              const ScoreRounding& score_rounding = {});
 
 }  // namespace attn

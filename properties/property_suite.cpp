@@ -165,7 +165,7 @@ Verdict judge_against_reference(const Implementation& impl, const Problem& p, co
   const ErrorMetrics baseline = measure(p, in.mask, expected, naive_out, &naive_lse, FullyMaskedPolicy::zeros);
   const Capabilities caps = impl.describe();
   const ErrorMetrics measured = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-  return judge(PassRule{}, p.dtype, measured, baseline, ref.score_rounding_max);
+  return judge(PassRule{}, p.dtype, measured, baseline, ref.score_rounding);
 }
 
 std::string verdict_failure(const Verdict& v, const char* what) {

@@ -29,7 +29,7 @@ struct CaseContext {
   std::int64_t rows_checked = 0;
   bool sampled = false;
   double reference_self_bound_ulps = 0;  // the reference's stated error, in output ulps
-  double score_rounding = 0;              // the pass rule's floor on the yardstick (ReferenceResult::score_rounding_max)
+  ScoreRounding score_rounding;          // the pass rule's floor on the yardsticks (ReferenceResult::score_rounding)
   ErrorMetrics baseline;                 // the naive algorithm's error
   double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)
   std::string baseline_problem;          // empty when the baseline is sound, else what broke

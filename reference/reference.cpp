@@ -44,7 +44,8 @@ ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const 
   result.lse.resize(count);
   result.fully_masked.resize(count);
   if (options.weights) result.weights.resize(count * static_cast<std::size_t>(p.n_k));
-  std::vector<double> self_abs(count), self_ulps(count), score_rounding(count);
+  std::vector<double> self_abs(count), self_ulps(count);
+  std::vector<ScoreRounding> score_rounding(count);
   constexpr double u = 0x1p-113;
 
   const int threads = options.threads > 0 ? options.threads : default_thread_count();
@@ -54,6 +55,7 @@ ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const 
       auto row = detail::reference_row<Real>(p, in, result.rows[r], u, options.weights);
       result.fully_masked[r] = row.fully_masked;
       result.lse[r] = static_cast<double>(row.lse);
+      score_rounding[r].lse = row.lse_score_rounding;
       for (std::size_t c = 0; c < d_v; ++c) {
         const double rounded = detail::round_once(p.dtype, row.out[c]);
         result.out[r * d_v + c] = rounded;
@@ -62,7 +64,7 @@ ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const 
         const double larger = std::fabs(rounded) + row.naive_bound[c] + ulp_at(p.dtype, rounded);
         result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype, larger);
         self_abs[r] = std::max(self_abs[r], row.bound[c]);
-        score_rounding[r] = std::max(score_rounding[r], row.score_rounding[c]);
+        score_rounding[r].out = std::max(score_rounding[r].out, row.score_rounding[c]);
         // In ulps at the scale of the summed terms: near an output that cancels to zero, ulps of
         // the output itself would measure the cancellation, not the reference.
         const double scale = std::max(std::fabs(rounded), row.magnitude[c]);
@@ -75,7 +77,8 @@ ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const 
   }, threads);
   for (std::size_t r = 0; r < count; ++r) {
     result.self_bound_max_abs = std::max(result.self_bound_max_abs, self_abs[r]);
-    result.score_rounding_max = std::max(result.score_rounding_max, score_rounding[r]);
+    result.score_rounding.out = std::max(result.score_rounding.out, score_rounding[r].out);
+    result.score_rounding.lse = std::max(result.score_rounding.lse, score_rounding[r].lse);
     result.self_bound_max_ulps = std::max(result.self_bound_max_ulps, self_ulps[r]);
   }
   return result;

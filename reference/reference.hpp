@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/inputs.hpp"
+#include "core/pass_rule.hpp"
 #include "core/problem.hpp"
 
 namespace attn {
@@ -45,11 +46,11 @@ struct ReferenceResult {
   std::vector<std::uint8_t> fully_masked;  // rows.size()
   std::vector<double> weights;     // rows.size() * n_k when requested
   std::vector<double> naive_bound; // rows.size() * d_v: a-priori bound on |naive - out| (both rounded)
-  // The largest typical output error that rounding the scores alone causes in the working
-  // precision (see reference_row.hpp), over the computed elements. On small problems the
+  // The largest typical error that rounding the scores alone causes in the working precision
+  // (see reference_row.hpp), over the computed output elements and over the computed LSEs. On small problems the
   // naive baseline's own error is one draw of roundings that may cancel by luck; the pass rule
   // measures against at least this (see core/pass_rule.hpp).
-  double score_rounding_max = 0;
+  ScoreRounding score_rounding;
   double self_bound_max_abs = 0;   // max over elements of the bound on the reference's own error
   double self_bound_max_ulps = 0;  // the same in ulps of the output dtype, at each element's scale
                                    // (max of |out| and sum_j w_j |v_jc|)

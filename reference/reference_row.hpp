@@ -25,6 +25,8 @@ struct ReferenceRow {
   // rounding of the scores alone causes in the working precision (first order, independent
   // roundings; sigma_j = scale sqrt(sum_t partial_t^2) + |s_j| for a sequential dot product).
   std::vector<double> score_rounding;
+  // The same for the LSE: u_naive * sqrt(sum_j (w_j sigma_j)^2), since d LSE / d s_j = w_j.
+  double lse_score_rounding = 0;
 };
 
 inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
@@ -157,6 +159,12 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
   }
   auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
+  Real lse_squares = 0;
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    const Real term = e[jj] / sum * score_sigma[jj];
+    lse_squares += term * term;
+  }
+  result.lse_score_rounding = u_naive * static_cast<double>(sqrt(lse_squares));
   for (std::int64_t c = 0; c < p.d_v; ++c) {
     Real squares = 0;
     for (std::size_t jj = 0; jj < n; ++jj) {

@@ -70,7 +70,8 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                       {{"algorithm", "cpu_naive in the same precision"},
                        {"metrics", metrics_json(c.problem, c.baseline)},
                        {"error_over_a_priori_bound", number(c.baseline_bound_ratio)},
-                       {"score_rounding", number(c.score_rounding)}}}};
+                       {"score_rounding", number(c.score_rounding.out)},
+                       {"lse_score_rounding", number(c.score_rounding.lse)}}}};
     if (r.status == Status::skip) {
       j["skip_reason"] = r.skip_reason;
     } else {

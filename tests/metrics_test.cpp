@@ -429,14 +429,31 @@ TEST(Judge, ScoreRoundingFloorsTheYardstick) {
   const PassRule rule{2.0, 0.0};
   const ErrorMetrics lucky_naive = with_error(1e-7, 1.0);
   EXPECT_FALSE(judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive).pass);
-  const Verdict floored = judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive, 5e-7);
+  const Verdict floored = judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive, {.out = 5e-7});
   EXPECT_TRUE(floored.pass);
   EXPECT_DOUBLE_EQ(floored.tolerance, 1e-6);
-  const Verdict over = judge(rule, DType::f32, with_error(1.01e-6, 1.0), lucky_naive, 5e-7);
+  const Verdict over = judge(rule, DType::f32, with_error(1.01e-6, 1.0), lucky_naive, {.out = 5e-7});
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
   // A smaller score-rounding term changes nothing.
-  EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(0, 1.0), with_error(1e-6, 1.0), 1e-9).tolerance, 2e-6);
+  EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(0, 1.0), with_error(1e-6, 1.0), {.out = 1e-9}).tolerance, 2e-6);
+}
+
+// The LSE too: an f64 row with one key has LSE = its score, which the naive algorithm may get
+// exactly by luck of the summation order on one CPU; another order is not wrong.
+TEST(Judge, ScoreRoundingFloorsTheLseYardstick) {
+  const PassRule rule{2.0, 0.0};
+  ErrorMetrics exact_naive = with_error(0, 1.0);
+  exact_naive.has_lse = true;
+  ErrorMetrics other_order = with_error(0, 1.0);
+  other_order.has_lse = true;
+  other_order.lse_max_abs = 1.4e-16;
+  other_order.lse_reference_max_abs = 0.4;
+  EXPECT_FALSE(judge(rule, DType::f64, other_order, exact_naive).pass);
+  EXPECT_TRUE(judge(rule, DType::f64, other_order, exact_naive, {.lse = 1e-16}).pass);
+  const Verdict over = judge(rule, DType::f64, other_order, exact_naive, {.lse = 0.6e-16});
+  ASSERT_FALSE(over.pass);
+  EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
 }
 
 TEST(Judge, RatioIsErrorOverBaseline) {
