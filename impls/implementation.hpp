@@ -3,6 +3,7 @@
 // problem (or says why not), workspace size, run. An unsupported problem is a skip with a
 // reason, never a pass or a failure.
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,21 @@ struct RunArgs {
   int threads = 0;                  // CPU threads to use; 0: every core
 };
 
+// A forward pass prepared on a device: inputs uploaded, outputs and workspace allocated, so that
+// a GPU benchmark times the kernels alone (CUDA events around enqueue, no transfers).
+class DeviceRun {
+ public:
+  virtual ~DeviceRun() = default;
+  // Enqueues one forward pass on `stream` (a cudaStream_t); does not synchronise. Throws naming
+  // the failed call.
+  virtual void enqueue(void* stream) = 0;
+  // Synchronises, copies the output back and throws unless every element was written and is
+  // finite (a kernel that skips work is an error, not a fast result).
+  virtual void check_output() = 0;
+  // Device memory this run holds beyond Q, K, V, O and the LSE: the implementation's workspace.
+  virtual std::size_t workspace_bytes() const = 0;
+};
+
 class Implementation {
  public:
   virtual ~Implementation() = default;
@@ -52,6 +68,11 @@ class Implementation {
   // Throws std::exception with a message naming the failure; the harness turns it into that
   // case's failure.
   virtual void run(const RunArgs& args) const = 0;
+  // Device implementations: the same problem prepared on the device (see DeviceRun); host
+  // implementations return null.
+  virtual std::unique_ptr<DeviceRun> prepare_device_run(const Problem& /*problem*/, const CaseInputs& /*inputs*/) const {
+    return nullptr;
+  }
 };
 
 // Weights and LSE tensors in the working precision of a problem, poisoned.
