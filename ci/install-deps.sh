@@ -3,18 +3,9 @@
 # already present it touches nothing (no apt-get update, no root needed).
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config
-  libbenchmark-dev      # Google Benchmark
-  libbenchmark-tools python3-scipy  # its compare.py (and what compare.py imports): bench-smoke loads our JSON in it
-  libgtest-dev          # GoogleTest (unit tests)
-  librapidcheck-dev     # RapidCheck (property tests)
-  libboost-dev          # Boost.Multiprecision (header-only) for the reference
-  libeigen3-dev         # Eigen (the SGEMM peak probe of the benchmarks)
-  libcli11-dev          # CLI11 (the attnbench command line)
-  nlohmann-json3-dev    # JSON results and problem serialisation
-  libfmt-dev            # formatting
-)
+# The list lives in ci/packages.sh (ci/offline-deps.sh reads it too).
+source "$(dirname "$0")/packages.sh"
+packages=("${attn_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do
