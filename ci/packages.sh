@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # The Debian 12 packages attnbench builds against: the one list that ci/install-deps.sh installs
 # and ci/offline-deps.sh downloads for an air-gapped machine. Sourced, not run.
 
