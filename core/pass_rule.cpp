@@ -8,16 +8,23 @@
 
 namespace attn {
 
+double precision_scale(DType dtype, double matmul_unit_roundoff) {
+  const double own = accumulation_unit_roundoff(dtype);
+  return matmul_unit_roundoff > own ? matmul_unit_roundoff / own : 1.0;
+}
+
 Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline,
-              const ScoreRounding& score_rounding) {
+              const ScoreRounding& score_rounding, double scale) {
   Verdict v;
   auto fail = [&](std::string reason) {
     v.pass = false;
     v.reasons.push_back(std::move(reason));
   };
-  const double floor = rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
+  const double floor = scale * rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
   const bool by_scores = score_rounding.out > baseline.max_abs;
-  const double yardstick = by_scores ? score_rounding.out : baseline.max_abs;
+  const double yardstick = scale * (by_scores ? score_rounding.out : baseline.max_abs);
+  // Said after the rule's terms in a failure when the yardsticks are scaled.
+  const std::string scaled = scale != 1.0 ? fmt::format(", all x {:g} for the matmul precision", scale) : "";
   v.tolerance = rule.k * yardstick + floor;
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
@@ -27,18 +34,18 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
   if (m.fully_masked_violations > 0)
     fail(fmt::format("{} of {} fully masked rows break the declared policy", m.fully_masked_violations, m.fully_masked_rows));
   if (!(m.max_abs <= v.tolerance))
-    fail(by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps)",
-                                 m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps)
-                   : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps)", m.max_abs, v.tolerance,
-                                 rule.k, baseline.max_abs, rule.floor_ulps));
+    fail(by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps{})",
+                                 m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)
+                   : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, v.tolerance,
+                                 rule.k, baseline.max_abs, rule.floor_ulps, scaled));
   if (m.has_lse) {
     const DType lse_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
-    const double lse_yardstick = std::max(baseline.lse_max_abs, score_rounding.lse);
-    const double lse_tolerance = rule.k * lse_yardstick + rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
+    const double lse_yardstick = scale * std::max(baseline.lse_max_abs, score_rounding.lse);
+    const double lse_tolerance = rule.k * lse_yardstick + scale * rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
     if (m.lse_violations > 0) fail(fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
     if (!(m.lse_max_abs <= lse_tolerance))
-      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps)",
-                       m.lse_max_abs, lse_tolerance, rule.k, baseline.lse_max_abs, score_rounding.lse, rule.floor_ulps));
+      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps{})",
+                       m.lse_max_abs, lse_tolerance, rule.k, baseline.lse_max_abs, score_rounding.lse, rule.floor_ulps, scaled));
   }
   return v;
 }

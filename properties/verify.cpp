@@ -116,7 +116,8 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
           Output o = run_once(*impl, p, in, caps.returns_lse);
           record.seconds = seconds_since(start);
           record.metrics = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding);
+          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding,
+                                 precision_scale(p.dtype, caps.matmul_unit_roundoff));
         } catch (const std::exception& e) {
           record.seconds = seconds_since(start);
           record.verdict.pass = false;

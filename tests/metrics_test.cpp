@@ -456,6 +456,48 @@ TEST(Judge, ScoreRoundingFloorsTheLseYardstick) {
   EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
 }
 
+// An implementation whose products are coarser than the dtype's arithmetic (TF32 on f32 inputs)
+// is held to the rule in its own precision: yardsticks and floors, output and LSE, scale by
+// matmul unit roundoff / the dtype's accumulation unit roundoff.
+TEST(Judge, PrecisionScaleFollowsTheMatmulUnitRoundoff) {
+  EXPECT_EQ(precision_scale(DType::f32, 0), 1.0);           // the dtype's own
+  EXPECT_EQ(precision_scale(DType::f32, 0x1p-24), 1.0);
+  EXPECT_EQ(precision_scale(DType::f32, 0x1p-30), 1.0);     // finer never tightens the rule
+  EXPECT_EQ(precision_scale(DType::f32, 0x1p-11), 8192.0);  // TF32
+  EXPECT_EQ(precision_scale(DType::f16, 0x1p-11), 8192.0);  // f16 computes in f32
+  EXPECT_EQ(precision_scale(DType::f64, 0x1p-24), 0x1p29);
+
+  const PassRule rule{2.0, 2.0};
+  const ErrorMetrics baseline = with_error(1e-7, 1.0);
+  const double unscaled = judge(rule, DType::f32, with_error(0, 1.0), baseline).tolerance;
+  const Verdict scaled = judge(rule, DType::f32, with_error(1e-3, 1.0), baseline, {}, 8192.0);
+  EXPECT_DOUBLE_EQ(scaled.tolerance, 8192.0 * unscaled);
+  EXPECT_TRUE(scaled.pass) << joined(scaled.reasons);
+  EXPECT_FALSE(judge(rule, DType::f32, with_error(1e-3, 1.0), baseline).pass);
+  const Verdict over = judge(rule, DType::f32, with_error(scaled.tolerance * 1.001, 1.0), baseline, {}, 8192.0);
+  ASSERT_FALSE(over.pass);
+  EXPECT_NE(over.reasons[0].find("x 8192 for the matmul precision"), std::string::npos) << over.reasons[0];
+  // The score-rounding yardstick scales too.
+  EXPECT_DOUBLE_EQ(judge(PassRule{2.0, 0.0}, DType::f32, with_error(0, 1.0), baseline, {.out = 1e-6}, 8192.0).tolerance,
+                   2.0 * 8192.0 * 1e-6);
+
+  // The LSE: yardstick and floor.
+  ErrorMetrics naive_lse = with_error(0, 1.0);
+  naive_lse.has_lse = true;
+  naive_lse.lse_max_abs = 1e-7;
+  ErrorMetrics measured = with_error(0, 1.0);
+  measured.has_lse = true;
+  measured.lse_reference_max_abs = 1.0;
+  measured.lse_max_abs = 1e-4;
+  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse).pass);
+  EXPECT_TRUE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
+  measured.lse_max_abs = 2.0 * 8192.0 * 1e-7 * 1.001;
+  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
+  measured.lse_max_abs = 0.5 * 8192.0 * 0x1p-23;  // within the scaled floor alone
+  EXPECT_TRUE(judge(PassRule{0.0, 1.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
+  EXPECT_FALSE(judge(PassRule{0.0, 1.0}, DType::f32, measured, naive_lse).pass);
+}
+
 TEST(Judge, RatioIsErrorOverBaseline) {
   const PassRule rule;
   EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(3e-7, 1.0), with_error(2e-7, 1.0)).ratio, 1.5);
