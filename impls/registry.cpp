@@ -5,6 +5,9 @@
 
 #include "impls/cpu_blocked/cpu_blocked.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
+#ifdef ATTN_HAVE_CUDA
+#include "impls/cuda_cublas/cuda_cublas.hpp"
+#endif
 
 namespace attn {
 
@@ -41,6 +44,10 @@ std::vector<std::string> Registry::names() const {
 void register_builtin_implementations(Registry& registry) {
   register_cpu_naive(registry);
   register_cpu_blocked(registry);
+#ifdef ATTN_HAVE_CUDA
+  // Registered wherever the build has CUDA; without a device they skip every case with the reason.
+  register_cuda_cublas(registry);
+#endif
 }
 
 }  // namespace attn

@@ -1,0 +1,288 @@
+#include "impls/cuda_cublas/cuda_cublas.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "impls/cuda_cublas/cublas_plan.hpp"
+#include "impls/cuda_cublas/device_resources.hpp"
+#include "impls/cuda_cublas/kernels.hpp"
+#include "impls/cuda_support/cuda_support.hpp"
+
+namespace attn {
+namespace cuda_cublas {
+namespace {
+
+bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
+bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
+
+std::size_t bytes_of(std::int64_t elements, int element_bytes) { return std::size_t(elements) * std::size_t(element_bytes); }
+
+// Host tensors are copied to and from the device as their own storage: dtype and size must match.
+void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) {
+  if (t.dtype() != dtype || t.numel() != elements)
+    throw std::invalid_argument(fmt::format("cuda_cublas: {} is {} with {} elements; the problem needs {} with {}", name,
+                                            to_string(t.dtype()), t.numel(), to_string(dtype), elements));
+}
+
+// The scores' element type (f32, or f64 for f64 problems) as raw bytes.
+std::vector<std::byte> as_score_bytes(const Tensor& t, int score_bytes) {
+  std::vector<std::byte> out(bytes_of(t.numel(), score_bytes));
+  for (std::int64_t e = 0; e < t.numel(); ++e) {
+    if (score_bytes == 8) {
+      const double x = t.get(e);
+      std::memcpy(out.data() + std::size_t(e) * 8, &x, 8);
+    } else {
+      const float x = static_cast<float>(t.get(e));  // exact: the bias is f32, f16 or bf16
+      std::memcpy(out.data() + std::size_t(e) * 4, &x, 4);
+    }
+  }
+  return out;
+}
+
+// One cublasGemmStridedBatchedEx from the plan's arguments (alpha and beta as the compute type
+// wants them: double for CUBLAS_COMPUTE_64F, float otherwise).
+void gemm(cublasHandle_t handle, const GemmArgs& g, const void* a, const void* b, void* c, const char* call) {
+  const float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
+  const double alpha_d = g.alpha, beta_d = g.beta;
+  const bool f64 = g.compute == CUBLAS_COMPUTE_64F;
+  check_cublas(cublasGemmStridedBatchedEx(handle, g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k),
+                                          f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, a, g.a_type, int(g.lda),
+                                          g.stride_a, b, g.b_type, int(g.ldb), g.stride_b,
+                                          f64 ? static_cast<const void*>(&beta_d) : &beta_f, c, g.c_type, int(g.ldc), g.stride_c,
+                                          int(g.batch_count), g.compute, CUBLAS_GEMM_DEFAULT),
+               call);
+}
+
+// A forward pass prepared on the device: inputs and mask uploaded, every buffer allocated, the
+// outputs poisoned and guarded.
+class CublasRun final : public DeviceRun {
+ public:
+  CublasRun(CublasAttentionPlan plan, const CaseInputs& in)
+      : plan_(std::move(plan)),
+        out_(bytes_of(plan_.o_elements, plan_.element_bytes), guard_bytes),
+        lse_(bytes_of(plan_.lse_elements, plan_.score_bytes), guard_bytes) {
+    const Problem& p = plan_.problem;
+    const int eb = plan_.element_bytes, sb = plan_.score_bytes;
+    q_ = DeviceBuffer(bytes_of(plan_.q_elements, eb));
+    k_ = DeviceBuffer(bytes_of(plan_.k_elements, eb));
+    v_ = DeviceBuffer(bytes_of(plan_.v_elements, eb));
+    check_tensor(in.q, p.dtype, plan_.q_elements, "Q");
+    check_tensor(in.k, p.dtype, plan_.k_elements, "K");
+    check_tensor(in.v, p.dtype, plan_.v_elements, "V");
+    q_.upload(in.q.data());
+    k_.upload(in.k.data());
+    v_.upload(in.v.data());
+    v_finite_ = DeviceBuffer(bytes_of(plan_.v_elements, eb));
+    v_nonfinite_ = DeviceBuffer(std::size_t(p.batch * p.h_kv) * sizeof(int));
+    scores_ = DeviceBuffer(bytes_of(plan_.score_elements, sb));
+    weights_ = DeviceBuffer(bytes_of(plan_.score_elements, eb));
+    workspace_ = DeviceBuffer(cublas_workspace_bytes);
+    // Poisoned outputs: an element the run leaves unwritten still holds the poison afterwards.
+    out_.upload(make_output(p).data());
+    lse_.upload(make_lse(p).data());
+
+    KernelParams& k = params_;
+    k.batch = p.batch, k.h_q = p.h_q, k.h_kv = p.h_kv, k.n_q = p.n_q, k.n_k = p.n_k, k.d_v = p.d_v;
+    k.rows = plan_.softmax.rows;
+    k.grid_x = plan_.softmax.grid_x;
+    k.threads_per_block = plan_.softmax.threads_per_block;
+    k.rows_per_block = plan_.softmax.rows_per_block;
+    k.v = v_.data();
+    k.v_finite = v_finite_.data();
+    k.v_nonfinite = static_cast<int*>(v_nonfinite_.data());
+    k.scores = scores_.data();
+    k.weights = weights_.data();
+    k.lse = lse_.data();
+    k.out = out_.data();
+
+    // The mask: key limits per (b, i) from causality and padding, exactly as Mask computes them;
+    // the boolean flags and the bias as Mask stores them, with zero strides where broadcast.
+    if (p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none) {
+      std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_limit(b, i);
+      key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
+      key_limit_.upload(limits.data());
+      k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());
+    }
+    if (const auto& flags = in.mask.bool_flags(); !flags.empty()) {
+      const bool per_batch = varies_over_batch(p.bool_mask.broadcast), per_head = varies_over_head(p.bool_mask.broadcast);
+      const std::int64_t heads = per_head ? p.h_q : 1;
+      if (std::int64_t(flags.size()) != (per_batch ? p.batch : 1) * heads * p.n_q * p.n_k)
+        throw std::logic_error(fmt::format("cuda_cublas: the boolean mask holds {} flags, not what its broadcast implies", flags.size()));
+      flags_ = DeviceBuffer(flags.size());
+      flags_.upload(flags.data());
+      k.bool_flags = static_cast<const std::uint8_t*>(flags_.data());
+      k.flags_batch_stride = per_batch ? heads * p.n_q * p.n_k : 0;
+      k.flags_head_stride = per_head ? p.n_q * p.n_k : 0;
+    }
+    if (in.mask.has_bias()) {
+      const Tensor& bias = in.mask.bias_tensor();
+      const auto& shape = bias.shape();
+      if (shape[2] != p.n_q || shape[3] != p.n_k || (shape[0] != 1 && shape[0] != p.batch) || (shape[1] != 1 && shape[1] != p.h_q))
+        throw std::logic_error("cuda_cublas: the bias tensor's shape does not broadcast to [b, h_q, n_q, n_k]");
+      const std::vector<std::byte> bytes = as_score_bytes(bias, sb);
+      bias_ = DeviceBuffer(bytes.size());
+      bias_.upload(bytes.data());
+      k.bias = bias_.data();
+      k.bias_batch_stride = shape[0] > 1 ? shape[1] * p.n_q * p.n_k : 0;
+      k.bias_head_stride = shape[1] > 1 ? p.n_q * p.n_k : 0;
+    }
+
+    // Deterministic cuBLAS: the dtype's own precision unless the compute type asks for TF32,
+    // no reduced-precision reductions, no atomics; the workspace is set again on each enqueue
+    // (cublasSetStream resets it to the default pool).
+    check_cublas(cublasSetMathMode(handle_.get(), static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                            CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                 "cublasSetMathMode");
+    check_cublas(cublasSetAtomicsMode(handle_.get(), CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+  }
+
+  void enqueue(void* stream_ptr) override {
+    const auto stream = static_cast<cudaStream_t>(stream_ptr);
+    const DType dtype = plan_.problem.dtype;
+    check_cublas(cublasSetStream(handle_.get(), stream), "cublasSetStream");
+    check_cublas(cublasSetWorkspace(handle_.get(), workspace_.data(), workspace_.bytes()), "cublasSetWorkspace");
+    cuda::check(cudaMemsetAsync(v_nonfinite_.data(), 0, v_nonfinite_.bytes(), stream), "cudaMemsetAsync (non-finite V flags)");
+    launch_stage(Stage::finite_values, dtype, params_, stream);
+    gemm(handle_.get(), plan_.scores, k_.data(), q_.data(), scores_.data(), "cublasGemmStridedBatchedEx (S = scale * Q K^T)");
+    launch_stage(Stage::masked_softmax, dtype, params_, stream);
+    gemm(handle_.get(), plan_.output, v_finite_.data(), weights_.data(), out_.data(), "cublasGemmStridedBatchedEx (O = P V)");
+    launch_stage(Stage::nonfinite_values, dtype, params_, stream);
+    stream_ = stream;
+  }
+
+  // Synchronises, checks the guards and copies O (and the LSE, when wanted) into host tensors.
+  void download(Tensor& out, Tensor* lse) {
+    const Problem& p = plan_.problem;
+    cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    out_.check_guards("O");
+    lse_.check_guards("the LSE");
+    check_tensor(out, p.dtype, plan_.o_elements, "the output");
+    out_.download(out.data());
+    if (lse) {
+      check_tensor(*lse, plan_.score_bytes == 8 ? DType::f64 : DType::f32, plan_.lse_elements, "the LSE");
+      lse_.download(lse->data());
+    }
+  }
+
+  void check_output() override {
+    const Problem& p = plan_.problem;
+    Tensor out = make_output(p), lse = make_lse(p);
+    download(out, &lse);
+    std::int64_t unwritten = 0, nonfinite = 0, first = -1;
+    for (std::int64_t e = 0; e < out.numel(); ++e) {
+      if (out.is_poisoned(e))
+        ++unwritten;
+      else if (!std::isfinite(out.get(e)))
+        ++nonfinite;
+      else
+        continue;
+      if (first < 0) first = e;
+    }
+    std::int64_t bad_lse = 0;  // unwritten, NaN or +inf (-inf is a fully masked row's)
+    for (std::int64_t r = 0; r < lse.numel(); ++r) bad_lse += lse.is_poisoned(r) || std::isnan(lse.get(r)) || lse.get(r) == INFINITY;
+    if (unwritten + nonfinite + bad_lse > 0)
+      throw std::runtime_error(fmt::format("cuda_cublas: {} output elements never written, {} not finite (first at {}), {} LSE values "
+                                           "unwritten, NaN or +inf",
+                                           unwritten, nonfinite, first >= 0 ? output_coordinates(p, first) : "-", bad_lse));
+  }
+
+  std::size_t workspace_bytes() const override {
+    return v_finite_.bytes() + v_nonfinite_.bytes() + scores_.bytes() + weights_.bytes() + workspace_.bytes() + key_limit_.bytes() +
+           flags_.bytes() + bias_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
+  }
+
+ private:
+  CublasAttentionPlan plan_;
+  CublasHandle handle_;
+  DeviceBuffer q_, k_, v_, v_finite_, v_nonfinite_, scores_, weights_, workspace_, key_limit_, flags_, bias_;
+  GuardedBuffer out_, lse_;
+  KernelParams params_;
+  cudaStream_t stream_ = nullptr;  // of the last enqueue (null: the legacy default stream)
+};
+
+class CublasAttention final : public Implementation {
+ public:
+  explicit CublasAttention(MatmulPrecision precision) : precision_(precision) {}
+
+  std::string name() const override { return precision_ == MatmulPrecision::tf32 ? "cuda_cublas_tf32" : "cuda_cublas"; }
+
+  Capabilities describe() const override {
+    Capabilities c;
+    c.device = "cuda";
+    c.returns_lse = true;
+    c.deterministic = true;  // fixed cuBLAS workspace, no atomics, no split-k reductions across streams
+    c.fully_masked = FullyMaskedPolicy::zeros;
+    if (precision_ == MatmulPrecision::tf32) {
+      c.summary = "unfused on the GPU: cuBLAS GEMMs with TF32 tensor-core products (f32 inputs), masked softmax in f32";
+      c.dtypes = {DType::f32};
+      c.matmul_unit_roundoff = 0x1p-11;  // TF32: 10 stored mantissa bits
+    } else {
+      c.summary = "unfused on the GPU: cuBLAS GEMMs (S = scale QK^T in f32, f64 for f64), masked softmax kernel, P in the dtype, O = PV";
+      c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    }
+    return c;
+  }
+
+  Support supports(const Problem& p) const override {
+    const cuda::DeviceStatus& device = cuda::device_status();
+    if (!device.available) return Support::no(device.reason);
+    static const cudaError_t image = [] {
+      const cudaError_t status = kernel_image_status();
+      cudaGetLastError();
+      return status;
+    }();
+    if (image != cudaSuccess)
+      return Support::no(fmt::format("no kernel image for {} (sm_{}{}) in this build: {}", device.name, device.sm_major, device.sm_minor,
+                                     cudaGetErrorName(image)));
+    const auto dtypes = describe().dtypes;
+    if (std::find(dtypes.begin(), dtypes.end(), p.dtype) == dtypes.end())
+      return Support::no(fmt::format("dtype {} not supported", to_string(p.dtype)));
+    const PlanResult plan = make_cublas_plan(p, precision_);
+    if (!plan.plan) return Support::no(plan.reason);
+    const double available = 0.9 * device.memory_gib * double(1ull << 30);
+    if (plan.plan->device_bytes > available)
+      return Support::no(fmt::format("needs {:.2f} GiB of device memory (the score matrix and P are materialised); {} has {:.1f} GiB",
+                                     plan.plan->device_bytes / double(1ull << 30), device.name, device.memory_gib));
+    return Support::yes();
+  }
+
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }  // device memory is the run's own
+
+  void run(const RunArgs& args) const override {
+    CublasRun run(plan_or_throw(args.problem), args.inputs);
+    Stream stream;
+    run.enqueue(stream.get());
+    run.download(args.out, args.lse);
+  }
+
+  std::unique_ptr<DeviceRun> prepare_device_run(const Problem& problem, const CaseInputs& inputs) const override {
+    return std::make_unique<CublasRun>(plan_or_throw(problem), inputs);
+  }
+
+ private:
+  CublasAttentionPlan plan_or_throw(const Problem& p) const {
+    PlanResult plan = make_cublas_plan(p, precision_);
+    if (!plan.plan) throw std::invalid_argument(fmt::format("{}: {}", name(), plan.reason));
+    return std::move(*plan.plan);
+  }
+
+  MatmulPrecision precision_;
+};
+
+}  // namespace
+}  // namespace cuda_cublas
+
+void register_cuda_cublas(Registry& registry) {
+  registry.add(std::make_unique<cuda_cublas::CublasAttention>(cuda_cublas::MatmulPrecision::dtype));
+  registry.add(std::make_unique<cuda_cublas::CublasAttention>(cuda_cublas::MatmulPrecision::tf32));
+}
+
+}  // namespace attn

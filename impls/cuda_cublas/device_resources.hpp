@@ -1,0 +1,85 @@
+#pragma once
+// RAII owners of what a cuda_cublas run holds on the device: memory (optionally between guard
+// regions), a stream, a cuBLAS handle; and cuBLAS statuses checked like CUDA ones. Plain C++
+// against the CUDA runtime and cuBLAS; every failure throws attn::cuda::CudaError naming the call.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "impls/cuda_support/cuda_support.hpp"
+
+namespace attn::cuda_cublas {
+
+// Throws CudaError "CALL failed: CUBLAS_STATUS_NAME: description" unless status is success.
+void check_cublas(cublasStatus_t status, const char* call);
+
+// cudaMalloc'd memory, freed on destruction. Zero bytes: no allocation, data() null.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  // Synchronous copies of the whole buffer (bytes() bytes).
+  void upload(const void* host);
+  void download(void* host) const;
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Device memory with guard regions before and after the payload, filled with a canary byte;
+// check_guards reads them back and throws when a kernel wrote outside the payload.
+class GuardedBuffer {
+ public:
+  static constexpr unsigned char canary = 0xA5;
+  GuardedBuffer(std::size_t payload_bytes, std::size_t guard_bytes);  // guards filled on construction
+
+  void* data() const { return static_cast<unsigned char*>(buffer_.data()) + guard_; }
+  std::size_t bytes() const { return payload_; }
+  std::size_t guard_bytes() const { return guard_; }
+  void upload(const void* host);
+  void download(void* host) const;
+  // Synchronous. Throws "wrote past the end of NAME (N guard bytes changed after)" or
+  // "wrote before the start of NAME (N guard bytes changed before)".
+  void check_guards(const char* name) const;
+
+ private:
+  std::size_t payload_, guard_;
+  DeviceBuffer buffer_;
+};
+
+class Stream {
+ public:
+  Stream();  // a non-blocking stream
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class CublasHandle {
+ public:
+  CublasHandle();
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace attn::cuda_cublas
