@@ -165,7 +165,7 @@ Verdict judge_against_reference(const Implementation& impl, const Problem& p, co
   const ErrorMetrics baseline = measure(p, in.mask, expected, naive_out, &naive_lse, FullyMaskedPolicy::zeros);
   const Capabilities caps = impl.describe();
   const ErrorMetrics measured = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-  return judge(PassRule{}, p.dtype, measured, baseline, ref.score_rounding);
+  return judge(PassRule{}, p.dtype, measured, baseline, ref.score_rounding, precision_scale(p.dtype, caps.matmul_unit_roundoff));
 }
 
 std::string verdict_failure(const Verdict& v, const char* what) {
@@ -626,6 +626,8 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
   const auto problems = rc::gen::map(gen_problem(space), [number](Problem p) { return shape_for(number, std::move(p)); });
 
   std::string last_failure;
+  std::int64_t unsupported = 0;  // problems discarded as unsupported, and the last reason
+  std::string unsupported_reason;
   auto testable = [&] {
     const Problem p = *problems;
     try {
@@ -633,7 +635,11 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
     } catch (const std::exception& e) {
       RC_FAIL(std::string("the property's generator made an invalid problem (a bug in properties/): ") + e.what());
     }
-    if (!impl.supports(p).ok) RC_DISCARD("unsupported problem");
+    if (const Support support = impl.supports(p); !support.ok) {
+      ++unsupported;
+      unsupported_reason = support.reason;
+      RC_DISCARD("unsupported problem");
+    }
     const std::string failure = property.check(impl, p);
     if (!failure.empty()) {
       last_failure = failure;
@@ -681,6 +687,11 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
       } catch (const std::exception&) {
       }
     }
+  } else if (result.match(gave_up) && gave_up.numSuccess == 0 && unsupported > 0) {
+    // It supports none of the problems drawn (e.g. a GPU implementation where no device is):
+    // nothing to check, which is not the same as a property that gave up on a sparse space.
+    v.kind = PropertyVerdict::Kind::not_applicable;
+    v.message = fmt::format("supports none of the {} problems drawn: {}", unsupported, unsupported_reason);
   } else if (result.match(gave_up)) {
     v.kind = PropertyVerdict::Kind::gave_up;
     v.cases = gave_up.numSuccess;
