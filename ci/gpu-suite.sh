@@ -56,7 +56,9 @@ sanitizer=$(command -v compute-sanitizer || true)
 jobs=$(nproc 2>/dev/null || echo 4)
 
 {
-  echo "# gpu-suite $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'no git')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
+  revision=$(git -C "$root" rev-parse --short HEAD 2>/dev/null) || revision="no git"
+  [ "$revision" = "no git" ] || git -C "$root" diff --quiet HEAD 2>/dev/null || revision+=" (modified)"
+  echo "# gpu-suite $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $revision"
   echo "# ${gpus//$'\n'/; }"
   echo "# prefix: ${prefix:-none}"
   printf '%-26s %5s %8s  %s\n' step exit seconds log
@@ -66,15 +68,16 @@ failed=0 total=0 n=0 built=1 last_log=""
 # run_step NAME COMMAND...: runs COMMAND with its output in OUTDIR/NN-NAME.log (and on the
 # terminal), records exit code and duration in the summary.
 run_step() {
-  local name=$1 log rc start secs note=""
+  local name=$1 log rc start secs cmdline note=""
   shift
   n=$((n + 1))
   log=$(printf '%s/%02d-%s.log' "$outdir" "$n" "$name")
   total=$((total + 1))
-  echo "== gpu-suite [$n] $name: $*"
+  cmdline=$(printf '%q ' "$@")
+  echo "== gpu-suite [$n] $name: $cmdline"
   start=$(date +%s)
   {
-    echo "\$ $*"
+    echo "\$ $cmdline"
     "$@"
   } 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
@@ -128,7 +131,11 @@ if [ "$built" -eq 1 ]; then
   # CTest test runs (its first command word, *_test).
   binaries=("$bindir/tests/cuda_cublas_test")
   while IFS= read -r b; do
-    [[ " ${binaries[*]} " == *" $b "* ]] || binaries+=("$b")
+    dup=0
+    for have in "${binaries[@]}"; do
+      [ "$(readlink -f "$have")" != "$(readlink -f "$b")" ] || dup=1
+    done
+    [ "$dup" -eq 1 ] || binaries+=("$b")
   done < <(ctest --preset gpu -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
 import json, sys
 try:
