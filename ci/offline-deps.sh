@@ -12,7 +12,8 @@
 # expected to have the toolchain already: glibc, g++ and its runtime libraries, CMake, Ninja,
 # python3 (ci/packages.sh's tools); dependencies that are part of those are not downloaded
 # (download prints them). compare.py and scipy (the optional check of bench-smoke) are not
-# carried: bench-smoke says it skipped that check.
+# carried: bench-smoke says it skipped that check. The packages are built with GCC 12 against
+# glibc 2.36: the offline machine needs glibc >= 2.33 and libstdc++ of GCC >= 12 (GLIBCXX_3.4.30).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -223,6 +224,17 @@ cmd_install() {
     echo "made by ci/offline-deps.sh install from $dir"
     grep -v '^#' "$manifest"
   } >"$prefix/$marker"
+  # Debian 12's shared libraries need glibc >= 2.33 and GCC 12's libstdc++ at run time.
+  local glibc libstdcxx
+  glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+  if [ -n "$glibc" ] && [ "$(printf '%s\n' 2.33 "$glibc" | sort -V | head -n 1)" != 2.33 ]; then
+    echo "offline-deps: warning: glibc $glibc is older than 2.33: libfmt and libbenchmark will not load" >&2
+  fi
+  libstdcxx=$(c++ -print-file-name=libstdc++.so.6 2>/dev/null || true)
+  if [ -f "$libstdcxx" ] && ! grep -qa GLIBCXX_3.4.30 "$libstdcxx"; then
+    echo "offline-deps: warning: $libstdcxx lacks GLIBCXX_3.4.30 (GCC 12): libbenchmark will not load" >&2
+  fi
+
   echo "offline-deps: installed into $prefix"
   echo "offline-deps: next, from the checkout:"
   echo "  cmake --preset gpu -DCMAKE_PREFIX_PATH=$prefix && cmake --build --preset gpu"
