@@ -15,6 +15,9 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "benchmarks/device_plan.hpp"
+#include "benchmarks/gpu_peaks.hpp"
+#include "benchmarks/gpu_timing.hpp"
 #include "benchmarks/machine_peaks.hpp"
 #include "benchmarks/memory_probe.hpp"
 #include "benchmarks/peer_comparison.hpp"
@@ -45,6 +48,7 @@ struct Environment {
   int threads = 1;
   double roofline_gflops = 0;
   std::unique_ptr<Fixture> fixture;
+  std::unique_ptr<GpuTimer> gpu;  // when a GPU family runs
 
   Fixture& fixture_for(const Problem& p) {
     if (!fixture || !(fixture->problem == p)) {
@@ -54,6 +58,50 @@ struct Environment {
     return *fixture;
   }
 };
+
+// What the GPU side of a run measured and how (only filled when a GPU family runs).
+struct GpuRun {
+  L2Mode l2 = L2Mode::cold;
+  std::vector<DType> dtypes;       // of the GPU families the filter selects: the GEMM peaks measured
+  std::optional<GpuPeaks> peaks;
+  std::string timing;              // GpuTimer::method()
+  std::vector<std::string> errors; // the GPU could not be set up, or its peaks not measured
+};
+
+// The device and the GPU peaks in Google Benchmark's context (strings, as it keeps them).
+void add_gpu_context(const GpuDeviceInfo& d, const GpuRun& g) {
+  benchmark::AddCustomContext("gpu_name", d.name);
+  benchmark::AddCustomContext("gpu_compute_capability", fmt::format("{}.{}", d.sm_major, d.sm_minor));
+  benchmark::AddCustomContext("gpu_sm_count", std::to_string(d.multiprocessors));
+  benchmark::AddCustomContext("gpu_max_sm_clock_mhz", fmt::format("{:.0f}", d.sm_clock_mhz));
+  benchmark::AddCustomContext("gpu_memory_clock_mhz", fmt::format("{:.0f}", d.memory_clock_mhz));
+  benchmark::AddCustomContext("gpu_memory_gib", fmt::format("{:.1f}", d.memory_gib));
+  benchmark::AddCustomContext("gpu_l2_bytes", std::to_string(d.l2_bytes));
+  benchmark::AddCustomContext("cuda_driver_version", std::to_string(d.driver_version));
+  benchmark::AddCustomContext("cuda_runtime_version", std::to_string(d.runtime_version));
+  benchmark::AddCustomContext("gpu_l2_mode", to_string(g.l2));
+  if (!g.timing.empty()) benchmark::AddCustomContext("gpu_timing", g.timing);
+  if (g.peaks) {
+    for (const auto& gemm : g.peaks->gemm) {
+      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_gflops", to_string(gemm.dtype)), fmt::format("{:.2f}", gemm.gflops));
+      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_method", to_string(gemm.dtype)), gemm.method);
+    }
+    benchmark::AddCustomContext("gpu_peak_copy_gbytes_per_second", fmt::format("{:.2f}", g.peaks->copy_gbytes_per_second));
+    benchmark::AddCustomContext("gpu_peak_copy_method", g.peaks->copy_method);
+  }
+}
+
+// The "gpu" entry of the attnbench section: the device (or why there is none), the L2 mode, the
+// timing method, the peaks, the skipped implementations and any setup error.
+nlohmann::json gpu_section(const GpuDeviceInfo& d, const GpuRun& g, const std::vector<std::string>& skipped) {
+  return {{"device", to_json(d)},
+          {"l2_mode", to_string(g.l2)},
+          {"timing", g.timing.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.timing)},
+          {"peaks", g.peaks ? g.peaks->to_json() : nlohmann::json(nullptr)},
+          {"roofline", "a GPU family's peak_fraction divides by the cuBLAS GEMM rate of its dtype"},
+          {"skipped", skipped},
+          {"errors", g.errors}};
+}
 
 // The first output element left poisoned or not finite, or -1. A kernel that skips work must
 // not be timed as fast.
@@ -256,7 +304,11 @@ std::string cell(double value, const char* format) {
   return std::isfinite(value) ? fmt::format(fmt::runtime(format), value) : std::string("-");
 }
 
-void print_table(const std::vector<FamilyResult>& results) {
+void print_table(const std::vector<FamilyResult>& results, const GpuRun& gpu) {
+  if (std::any_of(results.begin(), results.end(), [](const FamilyResult& r) { return runs_on_gpu(*r.family->implementation) && !r.rows.empty(); }))
+    fmt::print("\nGPU rows: CUDA-event time of one enqueue (L2 {}); \"of peak\" divides by the cuBLAS GEMM rate of the row's dtype; "
+               "workspace is device memory; no RSS growth.\n",
+               to_string(gpu.l2));
   fmt::print("\n{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "implementation", "dtype", "d",
              "mask", "n", "time (ms)", "GFLOP/s", "GFLOP/s", "GB/s", "of peak", "workspace", "RSS growth");
   fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "", "", "", "", "", "", "(exact)",
@@ -309,6 +361,7 @@ nlohmann::json bench_section(const std::vector<FamilyResult>& results, const Pea
                      {"dtype", to_string(f.dtype)},
                      {"head_dim", f.head_dim},
                      {"mask", f.mask_name()},
+                     {"device", f.implementation->describe().device},
                      {"fit_min_n", fit_min_n},
                      {"sizes_measured", nlohmann::json::array()},
                      {"workspace_bytes_at_16384", f.implementation->workspace_bytes(f.problem(workspace_probe_n))}};
@@ -413,7 +466,9 @@ bool filter_selects(const FamilySpec& family, bool smoke) {
   try {
     const std::regex re(spec, std::regex::extended);
     for (std::int64_t n : family.sizes)
-      if (std::regex_search(fmt::format("{}/n:{}{}/real_time", family.name(), n, smoke ? "/iterations:1" : ""), re) != negative)
+      if (std::regex_search(fmt::format("{}/n:{}{}/{}", family.name(), n, smoke ? "/iterations:1" : "",
+                                        runs_on_gpu(*family.implementation) ? "manual_time" : "real_time"),
+                            re) != negative)
         return true;
     return false;
   } catch (const std::regex_error&) {
@@ -438,6 +493,13 @@ int run_bench(const BenchOptions& o) {
   if (o.threads < 0) throw InputError("--threads must be positive (0: every core)");
   if (o.naive_max_n < 1) throw InputError("--naive-max-n must be positive");
   if (o.fit_min_n < 1) throw InputError("--fit-min-n must be positive");
+  const L2Mode l2 = parse_l2_mode(o.l2);
+  // GPU implementations run only where a device is; elsewhere they are skipped, saying why (the
+  // device is queried only when one was asked for).
+  const bool wants_gpu = std::any_of(o.implementations.begin(), o.implementations.end(),
+                                     [](const Implementation* impl) { return runs_on_gpu(*impl); });
+  const GpuDeviceInfo device = wants_gpu ? gpu_device_info() : GpuDeviceInfo{};
+  const DevicePlan devices = plan_devices(o.implementations, device);
   ProblemListOptions plo;
   for (const auto& d : o.dtypes) plo.dtypes.push_back(parse_dtype(d));
   plo.masks.clear();
@@ -452,22 +514,21 @@ int run_bench(const BenchOptions& o) {
   plo.max_n = o.max_n;
   plo.max_n_for["cpu_naive"] = o.naive_max_n;
   plo.smoke = o.smoke;
-  const ProblemList list = curated_problem_list(o.implementations, plo);
+  plo.gpu_variant = "l2_" + to_string(l2);
+  const ProblemList list = curated_problem_list(devices.runnable, plo);  // also checks the options
   const std::int64_t fit_min_n = o.smoke ? 1 : o.fit_min_n;
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   std::optional<PeersPlan> peers_plan;
-  if (o.peers_command) {
-    std::int64_t min_n = o.min_n, max_n = o.max_n;
-    if (!list.families.empty()) {
-      min_n = max_n = list.families.front().sizes.front();
-      for (const auto& f : list.families) {
-        min_n = std::min(min_n, f.sizes.front());
-        max_n = std::max(max_n, f.sizes.back());
-      }
-    }
-    peers_plan = plan_peers(o, threads, min_n, max_n);
-  }
+  if (o.peers_command) peers_plan = plan_peers(o, threads, list.families);
   initialise_benchmark_library(o);
+
+  // Only GPU implementations were asked for, and there is no device: nothing runs, no JSON is
+  // written. A smoke run (CI on a machine without a GPU) passes; a real run fails, saying why.
+  if (devices.runnable.empty()) {
+    fmt::print("attnbench bench: nothing to run: {}\n", fmt::join(devices.skipped, "; "));
+    if (!o.smoke) fmt::print("(exit 1: the implementations asked for need a CUDA device; with --smoke this exits 0)\n");
+    return o.smoke ? 0 : 1;
+  }
   prepare_json_path(o.json_path);
 
   Environment env;
@@ -489,7 +550,42 @@ int run_bench(const BenchOptions& o) {
   fmt::print("  fp32 FMA peak: {:8.1f} GFLOP/s  ({})\n", fma.gflops, fma.method);
   fmt::print("  Eigen SGEMM:   {:8.1f} GFLOP/s  ({})\n", sgemm.gflops, sgemm.method);
   fmt::print("  roofline (the lower): {:.1f} GFLOP/s; \"of peak\" = exact-convention GFLOP/s / roofline\n", env.roofline_gflops);
+
+  // GPU peaks, when a GPU family is to run: the cuBLAS GEMM rate of each of their dtypes (each
+  // family's roofline) and the device-to-device copy bandwidth.
+  GpuRun gpu_run;
+  gpu_run.l2 = l2;
+  for (const FamilySpec& family : list.families)
+    if (runs_on_gpu(*family.implementation) && filter_selects(family, o.smoke) &&
+        std::find(gpu_run.dtypes.begin(), gpu_run.dtypes.end(), family.dtype) == gpu_run.dtypes.end())
+      gpu_run.dtypes.push_back(family.dtype);
+  if (!gpu_run.dtypes.empty()) {
+    fmt::print("attnbench bench: measuring GPU peaks on {} ({} SMs, max SM clock {:.0f} MHz)...\n", device.name, device.multiprocessors,
+               device.sm_clock_mhz);
+    std::fflush(stdout);
+    GpuPeakSettings gpu_settings;
+    if (o.smoke) {
+      gpu_settings.gemm_size = 1024;
+      gpu_settings.copy_bytes = std::size_t{64} << 20;
+      gpu_settings.warmup = 1;
+      gpu_settings.repetitions = 2;
+    }
+    try {
+      env.gpu = std::make_unique<GpuTimer>(l2);
+      gpu_run.timing = env.gpu->method();
+      gpu_run.peaks = measure_gpu_peaks(gpu_run.dtypes, gpu_settings);
+      for (const auto& g : gpu_run.peaks->gemm)
+        fmt::print("  cuBLAS GEMM {:<4}: {:8.1f} GFLOP/s  ({})\n", to_string(g.dtype), g.gflops, g.method);
+      fmt::print("  device copy:      {:8.1f} GB/s     ({})\n", gpu_run.peaks->copy_gbytes_per_second, gpu_run.peaks->copy_method);
+      fmt::print("  GPU families: roofline = the GEMM rate of their dtype; {}\n", gpu_run.timing);
+    } catch (const std::exception& e) {
+      gpu_run.errors.push_back(fmt::format("GPU setup: {}", e.what()));
+      fmt::print("  GPU setup failed: {}\n", e.what());
+      if (!env.gpu) fmt::print("  the GPU families are not run\n");
+    }
+  }
   const std::string rss_method = MemoryProbe().method();
+  for (const auto& note : devices.skipped) fmt::print("  note: {}\n", note);
   for (const auto& note : list.notes) fmt::print("  note: {}\n", note);
   fmt::print("\n");
   std::fflush(stdout);
@@ -505,36 +601,54 @@ int run_bench(const BenchOptions& o) {
   benchmark::AddCustomContext("rss_growth_method", rss_method);
   benchmark::AddCustomContext("problem_list", fmt::format("b={} h={} n_q=n_k=n (powers of two), diffuse inputs, seed 1{}", o.batch,
                                                           o.heads, o.smoke ? ", smoke: n=16..64, one iteration" : ""));
+  if (devices.gpu) add_gpu_context(device, gpu_run);
 
   benchmark::ClearRegisteredBenchmarks();
   for (const FamilySpec& family : list.families) {
-    auto* b = benchmark::RegisterBenchmark(family.name().c_str(),
-                                           [&env, &family](benchmark::State& state) { run_benchmark(state, family, env); });
+    const bool gpu = runs_on_gpu(*family.implementation);
+    if (gpu && !env.gpu) continue;  // the GPU could not be set up: reported as an error
+    benchmark::internal::Benchmark* b = nullptr;
+    if (gpu) {
+      const double roofline = gpu_run.peaks ? gpu_run.peaks->gemm_gflops(family.dtype) : 0;
+      b = benchmark::RegisterBenchmark(family.name().c_str(), [&env, &family, roofline](benchmark::State& state) {
+        env.gpu->run(state, family, roofline);
+      });
+    } else {
+      b = benchmark::RegisterBenchmark(family.name().c_str(), [&env, &family](benchmark::State& state) { run_benchmark(state, family, env); });
+    }
     b->ArgName("n");
     for (std::int64_t n : family.sizes) b->Arg(n);
-    b->Unit(benchmark::kMillisecond)->UseRealTime();
+    b->Unit(benchmark::kMillisecond);
+    if (gpu)
+      b->UseManualTime();
+    else
+      b->UseRealTime();
     if (o.smoke) b->Iterations(1);
     // Google Benchmark 1.7.1 crashes computing the complexity of a family none of whose runs
     // succeeded, so a family whose smallest problem already fails (it still runs, and reports
     // each error) gets no O(n^2) fit. Families the filter leaves out are not tried.
     if (!filter_selects(family, o.smoke)) continue;
-    if (const std::string error = try_once(*family.implementation, family.problem(family.sizes.front()), env); error.empty())
+    const std::string error = gpu ? env.gpu->try_once(family, family.sizes.front())
+                                  : try_once(*family.implementation, family.problem(family.sizes.front()), env);
+    if (error.empty())
       b->Complexity(benchmark::oNSquared);
     else
       fmt::print("  note: {}: no O(n^2) fit, its first run failed: {}\n", family.name(), error);
   }
   env.fixture.reset();
+  if (env.gpu) env.gpu->release();
   std::fflush(stdout);
 
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::ClearRegisteredBenchmarks();
   env.fixture.reset();
+  env.gpu.reset();  // frees the device memory before the peers run
 
   const auto results = collect(list.families, reporter.runs(), fit_min_n);
-  print_table(results);
+  print_table(results, gpu_run);
   print_fits(results, fit_min_n);
-  std::size_t error_count = 0;
+  std::size_t error_count = gpu_run.errors.size();
   for (const auto& r : results) error_count += r.errors.size();
 
   // The peers, after ours, on the same problem list and threads; compared with our medians.
@@ -544,24 +658,32 @@ int run_bench(const BenchOptions& o) {
     for (const auto& r : results)
       for (const auto& row : r.rows)
         if (row.time_ms > 0)
-          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->causal, row.n, row.time_ms});
+          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->causal, row.n, row.time_ms,
+                          std::string(to_string(r.family->dtype)), r.family->head_dim});
     peers = run_peers(*peers_plan, ours);
   }
 
+  std::vector<std::string> notes = devices.skipped;
+  notes.insert(notes.end(), list.notes.begin(), list.notes.end());
   if (!o.json_path.empty()) {
-    nlohmann::json section = bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, list.notes, fit_min_n);
+    nlohmann::json section = bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, notes, fit_min_n);
+    for (const auto& e : gpu_run.errors) section["errors"].push_back(e);
+    if (wants_gpu) section["gpu"] = gpu_section(device, gpu_run, devices.skipped);
     if (peers) section["peers"] = peers->section;
     const auto written = add_section(o.json_path, section);
     fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
     if (peers && !peers->failed && peers->section["json"].is_string())
       fmt::print("peers: {}\n", peers->section["json"].get<std::string>());
   }
+  for (const auto& note : devices.skipped) fmt::print("\nnote: {} (not an error)\n", note);
+  if (peers && peers->unavailable) fmt::print("\nnote: peer unavailable: {} (exit code unaffected)\n", peers->unavailable_reason);
   if (peers && !peers->failed && !peers->invalid_peers.empty())
     fmt::print("\nnote: {} failed the peers' own correctness checks: marked invalid, never the target (exit code unaffected)\n",
                fmt::join(peers->invalid_peers, ", "));
   int rc = 0;
   if (error_count > 0) {
     fmt::print("\n{} benchmark(s) reported an error:\n", error_count);
+    for (const auto& e : gpu_run.errors) fmt::print("  {}\n", e);
     for (const auto& r : results)
       for (const auto& e : r.errors) fmt::print("  {}\n", e);
     rc = 1;

@@ -32,13 +32,19 @@ struct BenchOptions {
   std::vector<std::string> benchmark_flags;            // passed to Google Benchmark (--benchmark_*=...)
   nlohmann::json context;                              // where it ran (git revision, compiler, CPU, ...)
   // --peers COMMAND: afterwards, run the peers script on the same problem list (appending
-  // --min-n --max-n --threads --masks --out) and compare; see peer_comparison.hpp.
+  // --min-n --max-n --threads --masks --batch --heads --d --dtype [--l2] --out) and compare; see
+  // peer_comparison.hpp.
   std::optional<std::string> peers_command;
+  // GPU families (describe().device == "cuda"): "cold" flushes L2 before every timed iteration,
+  // "hot" does not (gpu_timing.hpp). In the GPU families' names: IMPL/DTYPE/dD/MASK/l2_cold.
+  std::string l2 = "cold";
 };
 
 // Returns 0 when every benchmark ran, 1 when any reported an error (the others still run) or the
-// --peers command failed (non-zero exit other than 1 = a peer failed its own checks, or a
-// missing or malformed JSON). Throws InputError (before running anything) on bad options.
+// --peers command failed (non-zero exit other than 1 = a peer failed its own checks, or 3 = the
+// peer is unavailable here; or a missing or malformed JSON). GPU implementations without a
+// device are skipped with the reason (not an error); when nothing else was asked for, nothing
+// runs: 0 with --smoke, else 1. Throws InputError (before running anything) on bad options.
 int run_bench(const BenchOptions& options);
 
 }  // namespace attn::bench

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "benchmarks/bench.hpp"
+#include "benchmarks/device_plan.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -32,9 +33,14 @@ namespace {
 
 using json = nlohmann::json;
 
-// The peers script's problem list (benchmarks/peers/cpu_peers.py): b = 1, h = 8, d = 64, f32.
-constexpr std::int64_t peers_batch = 1, peers_heads = 8, peers_head_dim = 64;
-constexpr const char* peers_list = "the peers' problem list: batch 1, heads 8, d 64, dtype f32";
+// The exit code with which a peers script says its peer cannot run here (torch_sdpa.py without
+// PyTorch or a CUDA device): reported as "peer unavailable", not as a failure.
+constexpr int peer_unavailable_exit_code = 3;
+
+std::string describe_list(const PeersPlan& plan) {
+  return fmt::format("the problem list: batch {}, heads {}, d {}, dtype {}", plan.batch, plan.heads, fmt::join(plan.head_dims, ","),
+                     fmt::join(plan.dtypes, ","));
+}
 
 std::string shell_quote(const std::string& s) {
   static const char* plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./,=:+@%";
@@ -74,7 +80,7 @@ std::string describe(const Termination& t) {
   std::string text = fmt::format("exited {}", *t.exit_code);
   if (*t.exit_code == 127) text += " (the shell did not find the command)";
   if (*t.exit_code == 126) text += " (the shell could not execute the command)";
-  if (*t.exit_code == 2) text += " (the peers script's bad usage, or no peer could run)";
+  if (*t.exit_code == 2) text += " (the peers script's bad usage, e.g. a dtype it does not support, or no peer could run)";
   if (*t.exit_code > 128 && *t.exit_code < 160) text += fmt::format(" (as the shell reports signal {})", *t.exit_code - 128);
   return text;
 }
@@ -110,14 +116,20 @@ std::optional<bool> validity(const json& record) {
 
 std::string validity_json_name(std::optional<bool> v) { return v ? (*v ? "valid" : "invalid") : "unchecked"; }
 
-// A record's problem differs from the peers' problem list in a field it states.
-std::string problem_mismatch(const json& p) {
-  const std::pair<const char*, std::int64_t> ints[] = {
-      {"b", peers_batch}, {"h_q", peers_heads}, {"h_kv", peers_heads}, {"d_k", peers_head_dim}, {"d_v", peers_head_dim}};
+// A record's problem differs from the plan's problem list in a field it states (dtype and d_k
+// it must state: they say which of our families it is compared with).
+std::string problem_mismatch(const json& p, const PeersPlan& plan) {
+  const std::pair<const char*, std::int64_t> ints[] = {{"b", plan.batch}, {"h_q", plan.heads}, {"h_kv", plan.heads}};
   for (const auto& [key, want] : ints)
     if (p.contains(key) && (!p[key].is_number_integer() || p[key].get<std::int64_t>() != want))
       return fmt::format("{}={} (expected {})", key, p[key].dump(), want);
-  if (p.contains("dtype") && p["dtype"] != "f32") return fmt::format("dtype={} (expected f32)", p["dtype"].dump());
+  if (!p.contains("d_k") || !p["d_k"].is_number_integer()) return "no integer d_k";
+  const std::int64_t d = p["d_k"].get<std::int64_t>();
+  if (std::find(plan.head_dims.begin(), plan.head_dims.end(), d) == plan.head_dims.end()) return fmt::format("d_k={}", d);
+  if (p.contains("d_v") && p["d_v"] != p["d_k"]) return fmt::format("d_v={} differs from d_k={}", p["d_v"].dump(), d);
+  if (!p.contains("dtype") || !p["dtype"].is_string()) return "no dtype";
+  if (std::find(plan.dtypes.begin(), plan.dtypes.end(), p["dtype"].get<std::string>()) == plan.dtypes.end())
+    return fmt::format("dtype={}", p["dtype"].dump());
   if (p.contains("n_k") && p["n_k"] != p["n_q"]) return fmt::format("n_k={} differs from n_q={}", p["n_k"].dump(), p["n_q"].dump());
   return {};
 }
@@ -207,19 +219,21 @@ std::string peers_json_path(const std::string& bench_json_path) {
   return bench_json_path + ".peers.json";
 }
 
-PeersPlan plan_peers(const BenchOptions& o, int threads, std::int64_t min_n, std::int64_t max_n) {
+std::string PeersPlan::arguments() const {
+  std::string text = fmt::format("--min-n {} --max-n {} --threads {} --masks {} --batch {} --heads {} --d {} --dtype {}", min_n, max_n,
+                                 threads, fmt::join(script_masks, ","), batch, heads, fmt::join(head_dims, ","), fmt::join(dtypes, ","));
+  if (!l2.empty()) text += " --l2 " + l2;
+  return text;
+}
+
+PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilySpec> families) {
   PeersPlan plan;
   plan.command = o.peers_command.value_or("");
   if (plan.command.find_first_not_of(" \t\r\n") == std::string::npos)
     throw InputError("--peers needs a command, e.g. --peers '.venv/bin/python benchmarks/peers/cpu_peers.py'");
-  if (o.batch != peers_batch) throw InputError(fmt::format("--peers: --batch {} does not match {}", o.batch, peers_list));
-  if (o.heads != peers_heads) throw InputError(fmt::format("--peers: --heads {} does not match {}", o.heads, peers_list));
-  for (const std::int64_t d : o.head_dims)
-    if (d != peers_head_dim) throw InputError(fmt::format("--peers: --d {} does not match {}", d, peers_list));
   if (o.dtypes.empty() && o.smoke)
-    throw InputError(fmt::format("--peers with --smoke needs --dtype f32 (--smoke benchmarks every dtype; {})", peers_list));
-  for (const auto& d : o.dtypes)
-    if (parse_dtype(d) != DType::f32) throw InputError(fmt::format("--peers: --dtype {} does not match {}", d, peers_list));
+    throw InputError("--peers with --smoke needs --dtype f32 (or another list: --smoke benchmarks every dtype each implementation "
+                     "accepts, and the peers need the dtypes named)");
   for (const auto& m : o.masks) {
     const Causal c = parse_mask(m);
     const std::string name = c == Causal::none ? "none" : "causal";
@@ -228,8 +242,33 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::int64_t min_n, std
     if (std::find(plan.script_masks.begin(), plan.script_masks.end(), name) == plan.script_masks.end())
       plan.script_masks.push_back(name);
   }
-  plan.min_n = min_n;
-  plan.max_n = max_n;
+  auto add = [](auto& list, const auto& value) {
+    if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+  };
+  bool gpu = false;
+  plan.min_n = o.min_n;
+  plan.max_n = o.max_n;
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    const FamilySpec& f = families[i];
+    if (f.sizes.empty()) continue;
+    if (i == 0 || f.sizes.front() < plan.min_n) plan.min_n = f.sizes.front();
+    if (i == 0 || f.sizes.back() > plan.max_n) plan.max_n = f.sizes.back();
+    add(plan.dtypes, std::string(to_string(f.dtype)));
+    add(plan.head_dims, f.head_dim);
+    gpu |= runs_on_gpu(*f.implementation);
+  }
+  if (plan.dtypes.empty()) {  // no family: the options' list
+    for (const auto& d : o.dtypes) add(plan.dtypes, std::string(to_string(parse_dtype(d))));
+    if (plan.dtypes.empty()) plan.dtypes.push_back("f32");
+    for (const auto d : o.head_dims) add(plan.head_dims, d);
+    if (o.smoke) {
+      plan.min_n = 16;
+      plan.max_n = 64;
+    }
+  }
+  plan.batch = o.batch;
+  plan.heads = o.heads;
+  if (gpu) plan.l2 = to_string(parse_l2_mode(o.l2));
   plan.threads = threads;
   plan.out_path = peers_json_path(o.json_path);
   return plan;
@@ -268,8 +307,7 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     }
   } cleanup{temp_dir};
 
-  const std::string arguments = fmt::format("--min-n {} --max-n {} --threads {} --masks {} --out {}", plan.min_n, plan.max_n,
-                                            plan.threads, fmt::join(plan.script_masks, ","), shell_quote(out_path));
+  const std::string arguments = fmt::format("{} --out {}", plan.arguments(), shell_quote(out_path));
   const std::string full = plan.command + " " + arguments;
   section["arguments"] = arguments;
   section["json"] = temp_dir.empty() ? json(out_path) : json(nullptr);
@@ -306,14 +344,31 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     }
   }
 
+  if (t.exit_code == peer_unavailable_exit_code) {
+    // The script's peer cannot run here (no PyTorch, no GPU): said, kept in the JSON, not a failure.
+    std::vector<std::string> reasons;
+    if (read_error.empty() && doc.contains("peers"))
+      for (const auto& p : doc["peers"])
+        if (p.is_object() && p.contains("skipped"))
+          reasons.push_back(fmt::format("{}: {}", string_or(p, "peer", "?"),
+                                        p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump()));
+    outcome.unavailable = true;
+    outcome.unavailable_reason = reasons.empty() ? fmt::format("'{}' exited {} (its peer cannot run here; see its output above)",
+                                                               plan.command, peer_unavailable_exit_code)
+                                                 : fmt::format("{}", fmt::join(reasons, "; "));
+    section["status"] = "unavailable";
+    section["unavailable"] = outcome.unavailable_reason;
+    fmt::print("\nattnbench bench: peer unavailable: {}\n(no side-by-side table; not a failure)\n", outcome.unavailable_reason);
+    return outcome;
+  }
   if (t.signal || (t.exit_code && *t.exit_code != 0 && *t.exit_code != 1)) {
     return fail(fmt::format("'{}' {}{}", plan.command, describe(t),
                             read_error.empty() ? "" : fmt::format("; and {}", read_error)));
   }
   if (!read_error.empty()) return fail(fmt::format("'{}' {}, but {}", plan.command, describe(t), read_error));
 
-  // The records, by (peer, mask, n); the first of each counts.
-  std::map<std::tuple<std::string, std::string, std::int64_t>, PeerRecord> records;
+  // The records, by (peer, dtype, d, mask, n); the first of each counts.
+  std::map<std::tuple<std::string, std::string, std::int64_t, std::string, std::int64_t>, PeerRecord> records;
   std::vector<std::string> skipped_records;
   for (const auto& r : doc["results"]) {
     const std::string name = string_or(r, "peer", "");
@@ -323,8 +378,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
       continue;
     }
     const json& p = r["problem"];
-    if (const std::string mismatch = problem_mismatch(p); !mismatch.empty()) {
-      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, string_or(p, "repro", ""), mismatch, peers_list));
+    if (const std::string mismatch = problem_mismatch(p, plan); !mismatch.empty()) {
+      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, string_or(p, "repro", ""), mismatch, describe_list(plan)));
       continue;
     }
     PeerRecord rec;
@@ -342,7 +397,9 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     }
     if (rec.valid == false) invalid.insert(name);
     if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-    records.try_emplace({name, p["causal"].get<std::string>(), p["n_q"].get<std::int64_t>()}, rec);
+    records.try_emplace({name, p["dtype"].get<std::string>(), p["d_k"].get<std::int64_t>(), p["causal"].get<std::string>(),
+                         p["n_q"].get<std::int64_t>()},
+                        rec);
   }
   outcome.invalid_peers.assign(invalid.begin(), invalid.end());
 
@@ -351,13 +408,18 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
                             plan.command));
   if (records.empty()) return fail(fmt::format("{} holds no usable timing or error record", out_path));
 
-  // Our rows: one per (mask, n), masks in the order they ran, implementations as columns.
+  // Our rows: one per (dtype, d, mask, n), groups in the order they ran, implementations as columns.
   std::vector<std::string> impls, masks;
+  std::vector<std::tuple<std::string, std::int64_t, std::string>> groups;  // (dtype, d, mask)
   for (const auto& o : ours) {
     if (std::find(impls.begin(), impls.end(), o.implementation) == impls.end()) impls.push_back(o.implementation);
     if (std::find(masks.begin(), masks.end(), o.mask) == masks.end()) masks.push_back(o.mask);
+    const auto group = std::make_tuple(o.dtype, o.head_dim, o.mask);
+    if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
   }
   struct Row {
+    std::string dtype;
+    std::int64_t head_dim = 0;
     std::string mask;
     Causal causal = Causal::none;
     std::int64_t n = 0;
@@ -365,15 +427,18 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   };
   std::map<std::pair<std::size_t, std::int64_t>, Row> rows;
   for (const auto& o : ours) {
-    const std::size_t mask_index = static_cast<std::size_t>(std::find(masks.begin(), masks.end(), o.mask) - masks.begin());
-    Row& row = rows[{mask_index, o.n}];
+    const auto group = std::make_tuple(o.dtype, o.head_dim, o.mask);
+    const std::size_t group_index = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), group) - groups.begin());
+    Row& row = rows[{group_index, o.n}];
+    row.dtype = o.dtype;
+    row.head_dim = o.head_dim;
     row.mask = o.mask;
     row.causal = o.causal;
     row.n = o.n;
     row.ours_ms.try_emplace(o.implementation, o.time_ms);
   }
 
-  std::vector<Column> columns{{"mask", true, {}}, {"n", false, {}}};
+  std::vector<Column> columns{{"dtype", true, {}}, {"d", false, {}}, {"mask", true, {}}, {"n", false, {}}};
   for (const auto& impl : impls) columns.push_back({impl + " ms", false, {}});
   for (const auto& peer : peer_order) columns.push_back({peer + " ms", false, {}});
   columns.push_back({"faster valid peer", true, {}});
@@ -385,6 +450,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   for (const auto& [key, row] : rows) {
     const std::string peer_mask = row.causal == Causal::none ? "none" : "top_left";
     std::size_t c = 0;
+    columns[c++].cells.push_back(row.dtype);
+    columns[c++].cells.push_back(std::to_string(row.head_dim));
     columns[c++].cells.push_back(row.mask);
     columns[c++].cells.push_back(std::to_string(row.n));
     for (const auto& impl : impls) {
@@ -395,7 +462,7 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     const PeerRecord* target = nullptr;
     std::string target_name;
     for (const auto& peer : peer_order) {
-      const auto it = records.find({peer, peer_mask, row.n});
+      const auto it = records.find({peer, row.dtype, row.head_dim, peer_mask, row.n});
       if (it == records.end()) {
         columns[c++].cells.push_back("-");
         continue;
@@ -412,7 +479,7 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
       } else {
         pj["error"] = rec.error;
         columns[c++].cells.push_back("error");
-        errors.push_back(fmt::format("{} {} n={}: {}", peer, peer_mask, row.n, rec.error));
+        errors.push_back(fmt::format("{} {} d{} {} n={}: {}", peer, row.dtype, row.head_dim, peer_mask, row.n, rec.error));
       }
       peers_json.push_back(std::move(pj));
     }
@@ -438,7 +505,9 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
                      {"median_ms", *target->median_ms},
                      {"valid_target", target->valid ? json(*target->valid) : json(nullptr)},
                      {"checked", validity_json_name(target->valid)}};
-    comparisons.push_back({{"mask", row.mask},
+    comparisons.push_back({{"dtype", row.dtype},
+                           {"head_dim", row.head_dim},
+                           {"mask", row.mask},
                            {"peer_mask", peer_mask},
                            {"n", row.n},
                            {"ours", std::move(ours_json)},

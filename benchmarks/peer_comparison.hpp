@@ -1,14 +1,17 @@
 #pragma once
 // `attnbench bench --peers COMMAND`: after our families have run, runs the peers script
-// (benchmarks/peers/cpu_peers.py, or anything that writes its JSON schema) on the same problem
-// list, reads its JSON, and puts the peers' medians beside ours: one table, one JSON section.
+// (benchmarks/peers/cpu_peers.py or torch_sdpa.py, or anything that takes their arguments and
+// writes their JSON schema) on the same problem list, reads its JSON, and puts the peers'
+// medians beside ours, per (dtype, d, mask, n): one table, one JSON section.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "benchmarks/problem_list.hpp"
 #include "core/problem.hpp"
 
 namespace attn::bench {
@@ -20,39 +23,56 @@ struct PeersPlan {
   std::string command;                    // the user's COMMAND, run through /bin/sh
   std::int64_t min_n = 0, max_n = 0;      // the sizes our families run
   int threads = 1;
+  std::int64_t batch = 1, heads = 8;      // b, h_q = h_kv
+  std::vector<std::int64_t> head_dims;    // d_k = d_v of our families
+  std::vector<std::string> dtypes;        // of our families: f32, f16, bf16, f64
   std::vector<std::string> script_masks;  // the script's names: none, causal
+  std::string l2;                         // "cold" or "hot" when a GPU family runs (--l2), else empty
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
   std::vector<std::string> notes;         // e.g. bottom_right compared with the peers' top-left
+
+  // What is appended to COMMAND, before "--out PATH": "--min-n 16 --max-n 64 --threads 2
+  // --masks none,causal --batch 1 --heads 8 --d 64 --dtype f32" (and "--l2 cold").
+  std::string arguments() const;
 };
 
-// Checks that the bench options describe the peers script's problem list (b = 1, h = 8,
-// d = 64, f32; masks none and causal) and that COMMAND is not empty. Throws InputError naming
-// the mismatch. Nothing is run or written.
-// min_n and max_n are the sizes our families run (--smoke: 16 and 64).
-PeersPlan plan_peers(const BenchOptions& options, int threads, std::int64_t min_n, std::int64_t max_n);
+// Settles the peers' problem list from our families (their sizes, dtypes and head dimensions;
+// the options' when no family is left) and the options (batch, heads, masks, --l2 when a family
+// runs on the GPU). Throws InputError when COMMAND is empty, or with --smoke and no --dtype
+// (--smoke benchmarks every dtype each implementation accepts: name the ones to compare).
+// Nothing is run or written. Whether the script supports the list is the script's to say (it
+// exits 2 naming what it does not support: cpu_peers.py takes f32 only).
+PeersPlan plan_peers(const BenchOptions& options, int threads, std::span<const FamilySpec> families);
 
 // "results/bench.json" -> "results/bench.peers.json"; "" -> "" (a temporary file is used).
 std::string peers_json_path(const std::string& bench_json_path);
 
-// One size of one of our families, as the summary table shows it (f32, d = 64).
+// One size of one of our families, as the summary table shows it.
 struct OurTime {
   std::string implementation;
   std::string mask;  // our family's mask name: none, causal, causal_bottom_right
   Causal causal = Causal::none;
   std::int64_t n = 0;
   double time_ms = 0;  // the median run's time when there are repetitions
+  std::string dtype = "f32";
+  std::int64_t head_dim = 64;
 };
 
 struct PeersOutcome {
   bool failed = false;      // the command failed, or its JSON is missing or malformed
   std::string failure;      // what went wrong, when failed
+  bool unavailable = false; // the command exited 3: its peer cannot run here (no PyTorch, no GPU); not a failure
+  std::string unavailable_reason;
   bool table_built = false;
   std::vector<std::string> invalid_peers;  // peers that failed their own correctness checks
   nlohmann::json section;   // for the bench JSON's "attnbench" section, key "peers"
 };
 
 // Runs the command (its output streams to the console), reads its JSON, prints the side-by-side
-// table. Never throws for what the command does: a failure is reported in the outcome.
+// table. Never throws for what the command does: a failure is reported in the outcome. Exit
+// codes: 0 ok; 1 with a peer marked valid_target false: ok, that peer invalid; 3 the peer is
+// unavailable here (outcome.unavailable, no table); anything else, a signal, or a missing or
+// malformed JSON: failed.
 PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours);
 
 // Python's json.dumps writes NaN, Infinity and -Infinity, which strict JSON forbids; this turns

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "benchmarks/device_plan.hpp"
 #include "core/error.hpp"
 
 namespace attn::bench {
@@ -23,7 +24,7 @@ std::string FamilySpec::mask_name() const {
 }
 
 std::string FamilySpec::name() const {
-  return fmt::format("{}/{}/d{}/{}", implementation->name(), to_string(dtype), head_dim, mask_name());
+  return fmt::format("{}/{}/d{}/{}{}", implementation->name(), to_string(dtype), head_dim, mask_name(), variant.empty() ? "" : "/" + variant);
 }
 
 Problem FamilySpec::problem(std::int64_t n) const {
@@ -65,6 +66,7 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
   ProblemList list;
   for (const Implementation* impl : implementations) {
     const Capabilities caps = impl->describe();
+    const std::string variant = runs_on_gpu(*impl) ? o.gpu_variant : std::string();
     std::vector<DType> dtypes = o.dtypes;
     if (dtypes.empty()) dtypes = o.smoke ? caps.dtypes : std::vector<DType>{DType::f32};
 
@@ -83,7 +85,7 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
       }
       for (std::int64_t d : o.head_dims) {
         for (Causal causal : o.masks) {
-          FamilySpec family{impl, dtype, o.batch, o.heads, d, causal, {}};
+          FamilySpec family{impl, dtype, o.batch, o.heads, d, causal, {}, variant};
           for (std::int64_t n : sizes) {
             const Support support = impl->supports(family.problem(n));
             if (support.ok)

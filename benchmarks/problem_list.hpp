@@ -21,8 +21,12 @@ struct FamilySpec {
   std::int64_t head_dim = 64;  // d_k = d_v
   Causal causal = Causal::none;
   std::vector<std::int64_t> sizes;  // n, ascending
+  // How it is measured, when that is part of the result: GPU families' "l2_cold" or "l2_hot"
+  // (a cold and a hot run of one family must never be compared as the same benchmark).
+  std::string variant;
 
-  // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask.
+  // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask; then the variant,
+  // if any ("cuda_cublas/f16/d64/none/l2_cold").
   std::string name() const;
   std::string mask_name() const;  // "none", "causal" (top-left), "causal_bottom_right"
   // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1.
@@ -39,6 +43,7 @@ struct ProblemListOptions {
   std::int64_t max_n = 8192;
   std::map<std::string, std::int64_t> max_n_for;  // per-implementation caps on n (slow ones)
   bool smoke = false;                   // n = 16, 32, 64 whatever min_n/max_n say
+  std::string gpu_variant;              // the variant of GPU families (describe().device == "cuda"): "l2_cold", "l2_hot"
 };
 
 struct ProblemList {

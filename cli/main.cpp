@@ -208,8 +208,12 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bench_args.json_path, "Google Benchmark JSON output ('' to skip)")->capture_default_str();
   bench->add_flag("--smoke", bench_args.smoke, "Tiny sizes (n = 16..64), one iteration each, short peak probes: for CTest");
   bench->add_option("--peers", bench_args.peers_command,
-                    "Afterwards run COMMAND through /bin/sh (the peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py') "
-                    "with --min-n --max-n --threads --masks --out appended, and compare its medians with ours (b=1, h=8, d=64, f32 only)");
+                    "Afterwards run COMMAND through /bin/sh (a peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py' or "
+                    "'python3 benchmarks/peers/torch_sdpa.py') with --min-n --max-n --threads --masks --batch --heads --d --dtype "
+                    "[--l2] --out appended, and compare its medians with ours per (dtype, d, mask, n)");
+  bench->add_option("--l2", bench_args.l2,
+                    "GPU families: cold (flush L2 before every timed iteration) or hot (no flush); part of their names")
+      ->capture_default_str();
   bench->allow_extras();
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.

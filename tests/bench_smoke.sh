@@ -2,13 +2,19 @@
 # `attnbench bench --smoke`: every family of every built-in implementation runs once at tiny
 # sizes without an error, and the JSON is Google Benchmark's (what compare.py reads) with our
 # context, peaks and fits; `--peers` with a fake peers command (the side-by-side table, the JSON
-# comparisons, a failing command). Also the bench command's bad-input contract (exit 2, nothing written).
+# comparisons, a failing command, an unavailable peer). GPU implementations: where no device is, they
+# are skipped with the reason (not an error), and asked for alone they run nothing (exit 0 with --smoke,
+# 1 without); where a device is, their families run like the others (event-timed, named .../l2_cold).
+# The peers scripts' argument contracts (cpu_peers.py f32 only; torch_sdpa.py unavailable without
+# PyTorch or a GPU) and torch_sdpa.py's timing and record logic with a stub timer. Also the bench
+# command's bad-input contract (exit 2, nothing written).
 # Usage: bench_smoke.sh path/to/attnbench
 set -u
 
 bin=${1:?usage: bench_smoke.sh path/to/attnbench}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 [ -x "$bin" ] || { echo "bench_smoke: '$bin' is not an executable" >&2; exit 2; }
+src=$(cd "$(dirname "$0")/.." && pwd)  # the repository: benchmarks/peers/*.py
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,17 +39,37 @@ grep -q "Eigen SGEMM" "$tmp/smoke.out" || fail "no SGEMM peak printed"
 grep -q "^Scaling per family" "$tmp/smoke.out" || fail "no scaling table printed"
 
 "$bin" list >"$tmp/list.out" 2>&1 || fail "attnbench list failed"
-# Implementations and the dtypes each accepts, from `attnbench list`.
-awk '/^[a-z]/ {name=$1} /dtypes:/ {sub(/.*dtypes: /, ""); sub(/;.*/, ""); gsub(/ /, ""); print name, $0}' "$tmp/list.out" >"$tmp/impls.txt"
+# Implementations, their device and the dtypes each accepts, from `attnbench list`.
+awk '/^[a-z]/ {name=$1} /dtypes:/ {dev=$0; sub(/.*device: /, "", dev); sub(/;.*/, "", dev); sub(/.*dtypes: /, ""); sub(/;.*/, ""); gsub(/ /, ""); print name, dev, $0}' "$tmp/list.out" >"$tmp/impls.txt"
 
-if ! python3 - "$tmp/out/bench.json" "$tmp/impls.txt" <<'PY'
+if ! python3 - "$tmp/out/bench.json" "$tmp/impls.txt" "$tmp/smoke.out" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-impls = {}
+console = open(sys.argv[3]).read()
+impls, gpu_impls = {}, {}
 for line in open(sys.argv[2]):
-    name, dtypes = line.split()
-    impls[name] = dtypes.split(",")
+    name, device, dtypes = line.split()
+    (gpu_impls if device == "cuda" else impls)[name] = dtypes.split(",")
 assert impls, "no implementations listed"
+section = doc["attnbench"]
+if gpu_impls:
+    # Without a device each is skipped with the reason, printed and in the JSON; with one, its
+    # families run like the CPU ones, named .../l2_cold.
+    gpu = section["gpu"]
+    if not gpu["device"]["available"]:
+        for name in gpu_impls:
+            note = f"{name}: skipped: {gpu['device']['reason']}"
+            assert note in gpu["skipped"] and note in section["notes"], (note, gpu["skipped"])
+            assert "note: " + note in console, note
+        print("bench_smoke: no CUDA device: %s skipped (%s)" % (", ".join(gpu_impls), gpu["device"]["reason"]))
+        gpu_impls = {}
+    else:
+        ctx = doc["context"]
+        for key in ("gpu_name", "gpu_sm_count", "gpu_max_sm_clock_mhz", "gpu_memory_clock_mhz", "cuda_driver_version",
+                    "cuda_runtime_version", "gpu_l2_mode", "gpu_timing", "gpu_peak_copy_gbytes_per_second"):
+            assert key in ctx, "context lacks " + key
+        assert ctx["gpu_l2_mode"] == "cold"
+        assert gpu["peaks"]["copy_gbytes_per_second"] > 0 and all(g["gflops"] > 0 for g in gpu["peaks"]["gemm"]), gpu["peaks"]
 
 ctx = doc["context"]
 for key in ("git_revision", "compiler", "compiler_flags", "cpu_model", "threads", "build_type",
@@ -56,14 +82,19 @@ runs, bigo, rms = {}, set(), set()
 for b in doc["benchmarks"]:
     assert not b.get("error_occurred", False), (b["name"], b.get("error_message"))
     family = b["run_name"].split("/n:")[0].split("/iterations:")[0]
+    on_gpu = family.split("/")[0] in gpu_impls
     if b["run_type"] == "iteration":
         # What compare.py reads of every run.
         for key in ("name", "real_time", "cpu_time", "time_unit", "iterations", "family_index", "per_family_instance_index"):
             assert key in b, (b["name"], key)
         assert b["iterations"] == 1, b["name"]
         assert b["time_unit"] == "ms", b["name"]
-        for counter in ("gflops_exact", "gflops_published", "gbytes_per_second", "peak_fraction", "workspace_bytes", "rss_growth_bytes"):
+        assert b["name"].endswith("/manual_time" if on_gpu else "/real_time"), b["name"]
+        counters = ("gflops_exact", "gflops_published", "gbytes_per_second", "peak_fraction", "workspace_bytes")
+        for counter in counters + (() if on_gpu else ("rss_growth_bytes",)):
             assert counter in b, (b["name"], counter)
+        if on_gpu:
+            assert "rss_growth_bytes" not in b, b["name"]
         assert b["gflops_exact"] > 0 and b["gflops_published"] >= b["gflops_exact"] * 0.9, b["name"]
         runs.setdefault(family, set()).add(int(b["name"].split("/n:")[1].split("/")[0]))
     elif b.get("aggregate_name") == "BigO":
@@ -73,13 +104,14 @@ for b in doc["benchmarks"]:
         rms.add(family)
 
 expected = {f"{impl}/{dt}/d64/{mask}" for impl, dts in impls.items() for dt in dts for mask in ("none", "causal")}
+expected |= {f"{impl}/{dt}/d64/{mask}/l2_cold" for impl, dts in gpu_impls.items() for dt in dts for mask in ("none", "causal")}
 missing = expected - set(runs)
 assert not missing, "families that did not run: " + ", ".join(sorted(missing))
+assert set(runs) == expected, "families that should not have run: " + ", ".join(sorted(set(runs) - expected))
 for family in expected:
     assert runs[family] == {16, 32, 64}, (family, runs[family])
     assert family in bigo and family in rms, family + " has no complexity rows"
 
-section = doc["attnbench"]
 assert section["errors"] == [], section["errors"]
 fits = {f["family"]: f for f in section["fits"]}
 for family in expected:
@@ -105,7 +137,7 @@ compare=/usr/share/benchmark/compare.py
 debian_python=/usr/bin/python3
 if [ -f "$compare" ] && "$debian_python" -c "import scipy" 2>/dev/null; then
   if "$debian_python" "$compare" --no-color benchmarks "$tmp/out/bench.json" "$tmp/out/bench.json" >"$tmp/compare.out" 2>&1; then
-    compared=$(grep -c -E '^cpu_[a-z_]+/[^ ]+/real_time +[-+]0\.0000 ' "$tmp/compare.out")
+    compared=$(grep -c -E '^[a-z][a-z0-9_]*/[^ ]+/(real|manual)_time +[-+]0\.0000 ' "$tmp/compare.out")
     listed=$(python3 -c "import json,sys; print(sum(b['run_type'] == 'iteration' for b in json.load(open(sys.argv[1]))['benchmarks']))" "$tmp/out/bench.json")
     echo "bench_smoke: compare.py read $compared of $listed runs"
     [ "$compared" -eq "$listed" ] || { fail "compare.py listed $compared of $listed runs with a zero change"; tail -n 20 "$tmp/compare.out"; }
@@ -122,20 +154,26 @@ fi
 # arguments bench appends, prints progress on stdout and stderr, and writes the script's JSON schema
 # with made-up medians: peer_ok (valid; an error record at none/n=32), peer_bad (fastest, but failed
 # its checks: never the target), peer_nochk (checks skipped: valid_target null), peer_missing
-# (skipped); Infinity and NaN in the checks, as Python's json writes them. It exits 1, as the script
-# does when a peer fails its checks. --mode exit3|nofile|malformed makes it fail.
+# (skipped); Infinity and NaN in the checks, as Python's json writes them. Records for every (dtype, d)
+# it is given. It exits 1, as the script does when a peer fails its checks. --mode exit4|nofile|malformed
+# makes it fail; --mode unavailable exits 3 as torch_sdpa.py does without PyTorch or a GPU.
 cat >"$tmp/fake_peers.py" <<'PY'
 import argparse, json, sys
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="ok")
-for name in ("--min-n", "--max-n", "--threads"):
+for name in ("--min-n", "--max-n", "--threads", "--batch", "--heads"):
     ap.add_argument(name, type=int, required=True)
-ap.add_argument("--masks", required=True)
-ap.add_argument("--out", required=True)
+for name in ("--masks", "--d", "--dtype", "--out"):
+    ap.add_argument(name, required=True)
+ap.add_argument("--l2", default="-")
 a = ap.parse_args()
-print(f"fake_peers: min-n {a.min_n} max-n {a.max_n} threads {a.threads} masks {a.masks} out {a.out}", flush=True)
+print(f"fake_peers: min-n {a.min_n} max-n {a.max_n} threads {a.threads} masks {a.masks} batch {a.batch} heads {a.heads} "
+      f"d {a.d} dtype {a.dtype} l2 {a.l2} out {a.out}", flush=True)
 print("fake_peers: progress on stderr", file=sys.stderr, flush=True)
-if a.mode == "exit3":
+if a.mode == "exit4":
+    sys.exit(4)
+if a.mode == "unavailable":
+    json.dump({"context": {}, "peers": [{"peer": "peer_gpu", "skipped": "no CUDA device (made up)"}], "results": []}, open(a.out, "w"))
     sys.exit(3)
 if a.mode == "nofile":
     sys.exit(0)
@@ -152,11 +190,13 @@ peers = [{"peer": "peer_ok", "peer_version": "1.0", "checked": [], "valid_target
          {"peer": "peer_nochk", "peer_version": "3.0", "checked": [], "valid_target": None},
          {"peer": "peer_missing", "skipped": "ModuleNotFoundError: No module named 'peer_missing'"}]
 results = []
-for mask in a.masks.split(","):
-    causal = {"none": "none", "causal": "top_left"}[mask]
-    for n in ns:
-        problem = {"repro": f"b=1 hq=8 hkv=8 nq={n} nk={n} dk=64 dv=64 dtype=f32 causal={causal} regime=diffuse seed=0",
-                   "b": 1, "h_q": 8, "h_kv": 8, "n_q": n, "n_k": n, "d_k": 64, "d_v": 64, "dtype": "f32", "causal": causal}
+for dtype in a.dtype.split(","):
+  for d in map(int, a.d.split(",")):
+    for mask in a.masks.split(","):
+      causal = {"none": "none", "causal": "top_left"}[mask]
+      for n in ns:
+        problem = {"repro": f"b={a.batch} hq={a.heads} hkv={a.heads} nq={n} nk={n} dk={d} dv={d} dtype={dtype} causal={causal} regime=diffuse seed=0",
+                   "b": a.batch, "h_q": a.heads, "h_kv": a.heads, "n_q": n, "n_k": n, "d_k": d, "d_v": d, "dtype": dtype, "causal": causal}
         def record(peer, version, median, valid):
             return {"peer": peer, "peer_version": version, "problem": problem, "median_seconds": median,
                     "min_seconds": median, "times": [median], "valid_target": valid}
@@ -166,6 +206,9 @@ for mask in a.masks.split(","):
             results.append(record("peer_ok", "1.0", n * 1e-5, True))
         results.append(record("peer_bad", "2.0", n * 1e-9, False))
         results.append(record("peer_nochk", "3.0", n * 3e-5, None))
+# A record off the problem list (another head count) is left out, never compared.
+off = dict(results[-1], problem=dict(results[-1]["problem"], h_q=a.heads + 1, repro="off the list"))
+results.append(off)
 with open(a.out, "w") as f:
     json.dump({"context": {"args": vars(a)}, "peers": peers, "results": results}, f, indent=2)
 sys.exit(1)
@@ -179,13 +222,14 @@ if [ "$rc" -ne 0 ]; then
   tail -n 40 "$tmp/peers.out"
   sed 's/^/  ! /' "$tmp/peers.err" | tail -n 20
 fi
-grep -q "^fake_peers: min-n 16 max-n 64 threads 1 masks none,causal out $tmp/peers/bench.peers.json$" "$tmp/peers.out" ||
+grep -q "^fake_peers: min-n 16 max-n 64 threads 1 masks none,causal batch 1 heads 8 d 64 dtype f32 l2 - out $tmp/peers/bench.peers.json$" "$tmp/peers.out" ||
   fail "--peers: the command's stdout did not stream through with the expected arguments"
 grep -q "^fake_peers: progress on stderr" "$tmp/peers.err" || fail "--peers: the command's stderr did not stream through"
 grep -q "^Side by side with the peers (medians, same run)" "$tmp/peers.out" || fail "--peers: no side-by-side table"
 grep -q "peer_bad FAILED" "$tmp/peers.out" || fail "--peers: the invalid peer is not reported prominently"
 grep -q "peer peer_missing: skipped" "$tmp/peers.out" || fail "--peers: the skipped peer is not reported"
-grep -q "peer_ok none n=32: RuntimeError: made up" "$tmp/peers.out" || fail "--peers: the peer's error record is not reported"
+grep -q "peer_ok f32 d64 none n=32: RuntimeError: made up" "$tmp/peers.out" || fail "--peers: the peer's error record is not reported"
+grep -q "off the list: h_q=9 (expected 8) is not on the problem list" "$tmp/peers.out" || fail "--peers: the record off the list is not reported as left out"
 if ! python3 - "$tmp/peers/bench.json" "$tmp/peers.out" <<'PY'
 import json, re, sys
 doc = json.load(open(sys.argv[1]))
@@ -195,18 +239,20 @@ assert section["exit_code"] == 1 and section["status"] == "peer_checks_failed", 
 assert section["invalid_peers"] == ["peer_bad"], section["invalid_peers"]
 assert section["json"] == sys.argv[1].replace("bench.json", "bench.peers.json"), section["json"]
 assert [p["peer"] for p in section["peers"]] == ["peer_ok", "peer_bad", "peer_nochk", "peer_missing"]
-assert len(section["results"]) == 3 * 2 * 3
+assert len(section["results"]) == 3 * 2 * 3 + 1
+assert len(section["left_out_records"]) == 1, section["left_out_records"]
 
 ours = {}  # (implementation, mask, n) -> time in ms, from Google Benchmark's own records
 for b in doc["benchmarks"]:
     if b["run_type"] == "iteration":
-        impl, dtype, d, mask = b["run_name"].split("/n:")[0].split("/")
+        impl, dtype, d, mask = b["run_name"].split("/n:")[0].split("/")[:4]
         ours[(impl, mask, int(b["name"].split("/n:")[1].split("/")[0]))] = b["real_time"]
 comparisons = {(c["mask"], c["n"]): c for c in section["comparisons"]}
 assert set(comparisons) == {(m, n) for m in ("none", "causal") for n in (16, 32, 64)}, sorted(comparisons)
 impls = sorted({k[0] for k in ours})
 for (mask, n), c in comparisons.items():
     assert c["peer_mask"] == {"none": "none", "causal": "top_left"}[mask]
+    assert (c["dtype"], c["head_dim"]) == ("f32", 64), c
     # Made-up medians: peer_ok n*1e-5 s (an error at none/32), peer_bad n*1e-9 s (invalid), peer_nochk n*3e-5 s.
     if (mask, n) == ("none", 32):
         want = ("peer_nochk", n * 3e-2, None)
@@ -220,7 +266,7 @@ for (mask, n), c in comparisons.items():
         assert abs(o["time_ms"] - measured) <= 1e-9 * measured, (o, measured)
         assert abs(o["ratio"] - want[1] / measured) <= 1e-9 * o["ratio"], (o, want[1] / measured)
     # The console row shows the same ratios.
-    row = re.search(r"^%s +%d +(.*)$" % (mask, n), table, re.M)
+    row = re.search(r"^f32 +64 +%s +%d +(.*)$" % (mask, n), table, re.M)
     assert row, (mask, n)
     cells = row.group(1).split()
     assert cells[-len(impls):] == ["%.2f" % o["ratio"] for o in c["ours"]], (cells, c["ours"])
@@ -237,9 +283,9 @@ fi
 "$bin" bench --smoke --dtype f32 --impl cpu_naive --masks bottom_right --json '' --peers "$fake_peers" >"$tmp/peers2.out" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] || { fail "bench --json '' --masks bottom_right --peers FAKE exited $rc"; tail -n 20 "$tmp/peers2.out"; }
-grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks causal out " "$tmp/peers2.out" ||
+grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks causal batch 1 heads 8 d 64 dtype f32 l2 - out " "$tmp/peers2.out" ||
   fail "--peers --masks bottom_right: the command did not get --masks causal"
-grep -qE "^causal_bottom_right +64 .* peer_ok" "$tmp/peers2.out" || fail "--peers --masks bottom_right: no compared row"
+grep -qE "^f32 +64 +causal_bottom_right +64 .* peer_ok" "$tmp/peers2.out" || fail "--peers --masks bottom_right: no compared row"
 temp_out=$(sed -n 's/^fake_peers: .* out //p' "$tmp/peers2.out")
 [ -n "$temp_out" ] && [ ! -e "$temp_out" ] || fail "--peers --json '': the temporary peers file $temp_out was not removed"
 
@@ -258,13 +304,36 @@ doc = json.load(open(sys.argv[1]))
 assert sum(b["run_type"] == "iteration" for b in doc["benchmarks"]) == 3, "our runs are missing"
 peers = doc["attnbench"]["peers"]
 assert peers["status"] == "failed" and peers["failure"], peers
-assert peers["exit_code"] == (3 if sys.argv[2] == "exit3" else 0), peers["exit_code"]
+assert peers["exit_code"] == (4 if sys.argv[2] == "exit4" else 0), peers["exit_code"]
 assert "comparisons" not in peers
 PY
 }
-peers_fails exit3 "the peers command failed: 'python3 $tmp/fake_peers.py --mode exit3' exited 3"
+peers_fails exit4 "the peers command failed: 'python3 $tmp/fake_peers.py --mode exit4' exited 4"
 peers_fails nofile "but it did not write $tmp/pfail/bench.peers.json"
 peers_fails malformed "bench.peers.json is not valid JSON"
+
+# Exit 3: the peer cannot run here (torch_sdpa.py without PyTorch or a GPU): said, not a failure.
+rm -rf "$tmp/pun"
+"$bin" bench --smoke --dtype f32 --impl cpu_naive --masks none --json "$tmp/pun/bench.json" \
+  --peers "$fake_peers --mode unavailable" >"$tmp/pun.out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] || { fail "--peers with an unavailable peer (exit 3): exit $rc, expected 0"; tail -n 10 "$tmp/pun.out"; }
+grep -q "peer unavailable: peer_gpu: no CUDA device (made up)" "$tmp/pun.out" || fail "--peers (exit 3): 'peer unavailable' not reported"
+python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['attnbench']['peers']; assert p['status'] == 'unavailable' and p['exit_code'] == 3, p" \
+  "$tmp/pun/bench.json" || fail "--peers (exit 3): the JSON does not say unavailable"
+
+# The problem list goes to the peers: batch, heads, every dtype and d our families run; their
+# records are compared per (dtype, d).
+"$bin" bench --smoke --impl cpu_blocked --masks none --dtype f32,f16 --d 32 --heads 2 --batch 2 --json "$tmp/plist/bench.json" \
+  --peers "$fake_peers" >"$tmp/plist.out" 2>&1 || { fail "--peers with --dtype f32,f16 --d 32 --heads 2 --batch 2 failed"; tail -n 20 "$tmp/plist.out"; }
+grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks none batch 2 heads 2 d 32 dtype f32,f16 l2 - out " "$tmp/plist.out" ||
+  fail "--peers: the command did not get our batch, heads, d and dtypes"
+python3 - "$tmp/plist/bench.json" <<'PY' || fail "--peers: the comparisons are not per (dtype, d)"
+import json, sys
+c = json.load(open(sys.argv[1]))["attnbench"]["peers"]["comparisons"]
+assert sorted((x["dtype"], x["head_dim"], x["n"]) for x in c) == sorted((dt, 32, n) for dt in ("f16", "f32") for n in (16, 32, 64)), c
+assert all(x["target"] and x["ours"][0]["ratio"] > 0 for x in c if x["n"] != 32), c
+PY
 
 # --- bad input: exit 2, a message naming the problem, no results written ---------------------------
 bad_input() {
@@ -283,16 +352,121 @@ bad_input "unknown implementation 'nosuch'" --impl nosuch
 bad_input "unknown option '--bogus'" --bogus
 bad_input "use --json PATH" --benchmark_out=x.json
 bad_input "--benchmark_min_time" --benchmark_min_time=soon
-bad_input "--peers: --heads 4 does not match the peers' problem list" --dtype f32 --heads 4 --peers "$fake_peers"
-bad_input "--peers: --d 128 does not match" --dtype f32 --d 128 --peers "$fake_peers"
-bad_input "--peers: --dtype f16 does not match" --dtype f32,f16 --peers "$fake_peers"
 bad_input "--peers with --smoke needs --dtype f32" --peers "$fake_peers"
 bad_input "--peers needs a command" --dtype f32 --peers ' '
+bad_input "--l2 'warm': expected cold" --l2 warm
 
 "$bin" bench --smoke --min-n 100 --json "$tmp/bad/bench.json" >/dev/null 2>&1
 [ $? -eq 0 ] || fail "--smoke must ignore --min-n"
 "$bin" bench --min-n 100 --json "$tmp/bad2/bench.json" >"$tmp/bad.out" 2>"$tmp/bad.err"
 [ $? -eq 2 ] && grep -qF -- "--min-n 100 is not a power of two" "$tmp/bad.err" || fail "--min-n 100 was not rejected"
+
+# --- GPU implementations without a device ------------------------------------------------------------
+# Asked for alone: nothing runs; --smoke exits 0 ("nothing to run: REASON"), a real run exits 1.
+gpu_impl=$(awk '$2 == "cuda" {print $1; exit}' "$tmp/impls.txt")
+device_available=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['attnbench'].get('gpu', {}).get('device', {}).get('available', False))" "$tmp/out/bench.json" 2>/dev/null)
+if [ -n "$gpu_impl" ] && [ "$device_available" = "False" ]; then
+  rm -rf "$tmp/nogpu"
+  "$bin" bench --smoke --impl "$gpu_impl" --json "$tmp/nogpu/bench.json" >"$tmp/nogpu.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "bench --smoke --impl $gpu_impl without a device: exit $rc, expected 0"
+  grep -q "^attnbench bench: nothing to run: $gpu_impl: skipped: " "$tmp/nogpu.out" || { fail "bench --smoke --impl $gpu_impl: no 'nothing to run' with the reason"; cat "$tmp/nogpu.out"; }
+  [ ! -e "$tmp/nogpu" ] || fail "bench --smoke --impl $gpu_impl without a device wrote $tmp/nogpu"
+  grep -q "measuring machine peaks" "$tmp/nogpu.out" && fail "bench --smoke --impl $gpu_impl without a device measured peaks"
+  "$bin" bench --impl "$gpu_impl" --json "$tmp/nogpu/bench.json" >"$tmp/nogpu.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "bench --impl $gpu_impl without a device: exit $rc, expected 1"
+  grep -q "nothing to run: $gpu_impl: skipped: " "$tmp/nogpu.out" || fail "bench --impl $gpu_impl without a device: the reason is not printed"
+  echo "bench_smoke: $gpu_impl alone without a device: --smoke exits 0, a real run 1"
+else
+  echo "bench_smoke: no-device checks not run (GPU implementation: '${gpu_impl:-none}', device available: ${device_available:-n/a})"
+fi
+
+# --- the peers scripts' argument contracts -------------------------------------------------------------
+# cpu_peers.py takes the bench's problem-list flags and says what it does not support (exit 2).
+python3 "$src/benchmarks/peers/cpu_peers.py" --dtype f32,f16 --out "$tmp/cpu_peers.json" >"$tmp/cpu_peers.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "cpu_peers.py --dtype f32,f16: exit $rc, expected 2"
+grep -qF -- "--dtype f16: cpu_peers.py times float32 only" "$tmp/cpu_peers.out" || { fail "cpu_peers.py --dtype f16: no clear message"; cat "$tmp/cpu_peers.out"; }
+python3 "$src/benchmarks/peers/cpu_peers.py" --d 64,x --out "$tmp/cpu_peers.json" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "cpu_peers.py --d 64,x: expected exit 2"
+
+# torch_sdpa.py: bad usage exits 2; without PyTorch or a GPU it exits 3, saying why, and writes the
+# reason as skipped peers; `bench --peers` reports that as "peer unavailable" (exit 0).
+torch_sdpa="$src/benchmarks/peers/torch_sdpa.py"
+python3 "$torch_sdpa" --dtype f8 --out "$tmp/torch.json" >"$tmp/torch.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -qF -- "--dtype f8: torch_sdpa.py supports f32, f16, bf16, f64" "$tmp/torch.out" ||
+  { fail "torch_sdpa.py --dtype f8: exit $rc, expected 2 with a clear message"; cat "$tmp/torch.out"; }
+python3 "$torch_sdpa" --backends flash,fast --out "$tmp/torch.json" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "torch_sdpa.py --backends flash,fast: expected exit 2"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+  echo "bench_smoke: PyTorch and a CUDA device are here: torch_sdpa.py's unavailable path not checked"
+else
+  python3 "$torch_sdpa" --min-n 16 --max-n 64 --dtype f16,bf16 --l2 hot --out "$tmp/torch/peers.json" >"$tmp/torch.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 3 ] || { fail "torch_sdpa.py without PyTorch or a GPU: exit $rc, expected 3"; cat "$tmp/torch.out"; }
+  grep -q "^torch_sdpa: peer unavailable: " "$tmp/torch.out" || fail "torch_sdpa.py: the reason is not printed"
+  python3 - "$tmp/torch/peers.json" <<'PY' || fail "torch_sdpa.py unavailable: its JSON does not hold the skipped peers"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["results"] == [] and doc["context"]["l2_mode"] == "hot", doc
+assert [p["peer"] for p in doc["peers"]] == ["torch_sdpa_math", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"], doc["peers"]
+assert all(p["skipped"] for p in doc["peers"]), doc["peers"]
+PY
+  "$bin" bench --smoke --impl cpu_blocked --dtype f16 --masks causal --json '' --peers "python3 $torch_sdpa" >"$tmp/tpeers.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { fail "bench --peers torch_sdpa.py without PyTorch or a GPU: exit $rc, expected 0"; tail -n 10 "$tmp/tpeers.out"; }
+  grep -q "peer unavailable: torch_sdpa_math: " "$tmp/tpeers.out" || fail "bench --peers torch_sdpa.py: 'peer unavailable' not reported"
+fi
+
+# torch_sdpa.py's timing and records with a stub timer (no PyTorch needed): warm-up outside the marks,
+# before_each (flush, hold) before each start mark, medians, and the FLOP and byte conventions.
+python3 - "$torch_sdpa" <<'PY' || fail "torch_sdpa.py: the timing or record logic is wrong"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("torch_sdpa", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+sys.modules["torch_sdpa"] = m  # dataclasses look their module up
+spec.loader.exec_module(m)
+
+log = []
+class StubTimer:  # "time" advances 1 per call; marks are log positions
+    def mark(self):
+        log.append("mark")
+        return len(log)
+    def synchronize(self):
+        log.append("sync")
+    @staticmethod
+    def seconds(a, b):
+        return float(b - a - 1) * 1e-3
+durations = iter([1, 5, 3])
+def call():
+    log.append("call")
+    for _ in range(next(durations, 0)):
+        log.append("work")
+t = m.measure(call, StubTimer(), repetitions=3, warmup=2, before_each=lambda: log.append("flush"))
+# The two warm-up calls consume durations 1 and 5: the timed calls take 3, 0 and 0 "work" steps.
+assert log[:9] == ["call", "work", "call", "work", "work", "work", "work", "work", "sync"], log
+assert log[9:12] == ["flush", "mark", "call"], log
+assert t["times"] == [0.004, 0.001, 0.001] and t["median_seconds"] == 0.001 and t["min_seconds"] == 0.001, t
+assert t["calls_per_repetition"] == 1 and t["warmup_calls"] == 2
+
+p = m.Problem(2, 4, 128, 128, 64, "top_left", "f16")
+assert p.visible_pairs() == 2 * 4 * 128 * 129 // 2
+assert p.flops_exact() == 2.0 * p.visible_pairs() * 128
+assert p.flops_published() == 4.0 * 2 * 4 * 128 * 128 * 64 / 2
+assert p.bytes_min() == 2 * 2 * 4 * 128 * 64 * 4
+assert m.Problem(1, 8, 64, 64, 64, "none", "f32").bytes_min() == 4 * 8 * 64 * 64 * 4
+r = m.timing_record("flash", "2.9.0", p, {"times": [0.002, 0.001, 0.003], "median_seconds": 0.002, "min_seconds": 0.001,
+                                            "calls_per_repetition": 1, "warmup_calls": 3}, True, "cold")
+assert r["peer"] == "torch_sdpa_flash" and r["backend"] == "FLASH_ATTENTION" and r["valid_target"] is True
+assert abs(r["gflops_exact"] - p.flops_exact() / 0.002 / 1e9) < 1e-9 and r["problem"]["dtype"] == "f16" and r["problem"]["d_k"] == 64
+e = m.error_record("cudnn", "2.9.0", p, "RuntimeError: No available kernel", True)
+assert e["error"].startswith("unsupported: ") and e["unsupported"] and "median_seconds" not in e
+assert m.ulp("f16", 1.0) == 2.0 ** -10 and m.ulp("bf16", 3.0) == 2.0 ** -6 and m.ulp("f32", 0.0) == 2.0 ** -149
+assert m.refused(RuntimeError("No available kernel. Aborting execution.")) and not m.refused(RuntimeError("CUDA error: illegal address"))
+print("bench_smoke: torch_sdpa.py timing and records checked with a stub timer")
+PY
 
 echo "bench_smoke: $failures failed"
 [ "$failures" -eq 0 ]

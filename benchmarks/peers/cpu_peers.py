@@ -3,7 +3,8 @@
 
 Peers: ONNX Runtime's com.microsoft MultiHeadAttention contrib operator (a one-node model
 built with onnx.helper) and JAX's jax.nn.dot_product_attention (implementation='xla').
-Same problem list and FLOP conventions as `attnbench bench`: b=1, h=8, d=64, f32,
+Same problem list and FLOP conventions as `attnbench bench`: b=1, h=8, d=64, f32 by default
+(--batch, --heads, --d as `attnbench bench --peers` passes them; f32 is the only dtype),
 n_q = n_k = n for n = 128, 256, ..., 8192, masks none and causal (top-left).
 
 Before timing, each peer is checked against a float64 oracle on small cases under the
@@ -15,7 +16,7 @@ Run from the repository root after `bash ci/install-peers.sh`:
         [--threads N] [--repetitions R] [--out results/peers.json]
 
 Exit codes: 0 every peer that ran passed its checks, 1 a peer failed its checks,
-2 bad usage or no peer could run.
+2 bad usage (e.g. a dtype other than f32) or no peer could run.
 """
 
 from __future__ import annotations
@@ -153,8 +154,9 @@ def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0) -> 
     return verdict
 
 
-CHECK_CASES = [Problem(1, 8, n, n, 64, 64, causal, regime, seed=7)
-               for n in (64, 129) for causal in ("none", "top_left") for regime in ("diffuse", "peaked", "large")]
+def check_cases(heads: int, head_dims: list[int]) -> list[Problem]:
+    return [Problem(1, heads, n, n, d, d, causal, regime, seed=7)
+            for d in head_dims for n in (64, 129) for causal in ("none", "top_left") for regime in ("diffuse", "peaked", "large")]
 
 
 # --------------------------------------------------------------------------------------
@@ -299,10 +301,10 @@ def output_of(run):
 # Checks and timing
 # --------------------------------------------------------------------------------------
 
-def check_peer(peer) -> list[dict]:
+def check_peer(peer, cases: list[Problem]) -> list[dict]:
     import numpy as np
     results = []
-    for p in CHECK_CASES:
+    for p in cases:
         q, k, v = make_inputs(p)
         ref64 = textbook_attention(p, q, k, v, np.float64)
         naive32 = textbook_attention(p, q, k, v, np.float32)
@@ -381,6 +383,8 @@ def context(args, threads: int, xla_flags: str) -> dict:
         "python": sys.version.split()[0],
         "packages": {n: package_version(n) for n in ("numpy", "onnxruntime", "onnx", "jax", "jaxlib")},
         "xla_flags": xla_flags,
+        "problem_list": {"batch": args.batch, "heads": args.heads, "head_dims": args.d_list, "dtype": "f32"},
+        "l2": (f"--l2 {args.l2} given: not applicable (CPU timing flushes no cache)" if args.l2 else None),
         "git_revision": git_revision(),
         "repetitions": args.repetitions,
         "min_repetition_seconds": args.min_repetition_seconds,
@@ -432,7 +436,25 @@ def parse_args(argv):
                     help="how ORT's MultiHeadAttention gets the causal mask: its unidirectional attribute "
                          "(default) or an additive -inf attention_bias")
     ap.add_argument("--skip-checks", action="store_true", help="do not check the peers against the oracle")
+    # The problem list as `attnbench bench --peers` passes it.
+    ap.add_argument("--batch", type=int, default=1, help="b (default 1)")
+    ap.add_argument("--heads", type=int, default=8, help="h_q = h_kv (default 8)")
+    ap.add_argument("--d", default="64", help="head dimensions d_k = d_v, comma-separated (default 64)")
+    ap.add_argument("--dtype", default="f32", help="f32 only: the CPU peers time float32")
+    ap.add_argument("--l2", choices=("cold", "hot"), default=None,
+                    help="accepted for GPU runs of attnbench bench; CPU timing flushes no cache (recorded, ignored)")
     args = ap.parse_args(argv)
+    if args.batch < 1 or args.heads < 1:
+        ap.error("--batch and --heads must be at least 1")
+    try:
+        args.d_list = [int(x) for x in args.d.split(",") if x]
+    except ValueError:
+        ap.error(f"--d takes comma-separated positive integers, got '{args.d}'")
+    if not args.d_list or any(d < 1 for d in args.d_list):
+        ap.error(f"--d takes comma-separated positive integers, got '{args.d}'")
+    other = [t for t in args.dtype.split(",") if t and t != "f32"]
+    if other or not args.dtype.split(",")[0]:
+        ap.error(f"--dtype {','.join(other) or args.dtype}: cpu_peers.py times float32 only (give --dtype f32)")
     if args.min_n < 1 or args.max_n < args.min_n:
         ap.error("need 1 <= --min-n <= --max-n")
     if args.repetitions < 1:
@@ -473,7 +495,7 @@ def main(argv=None) -> int:
     ctx = context(args, threads, os.environ["XLA_FLAGS"])
     print(f"cpu_peers: {ctx['cpu_model']}, {threads} thread(s), python {ctx['python']}, "
           + ", ".join(f"{k} {v}" for k, v in ctx["packages"].items() if v))
-    print(f"problems: b=1 h=8 d=64 f32, n = {ns[0]} .. {ns[-1]}, masks {', '.join(args.mask_list)}; "
+    print(f"problems: b={args.batch} h={args.heads} d={args.d} f32, n = {ns[0]} .. {ns[-1]}, masks {', '.join(args.mask_list)}; "
           f"{args.repetitions} repetitions\n")
 
     makers = {"onnxruntime": lambda: OnnxRuntimePeer(threads, args.ort_causal), "jax": lambda: JaxPeer(threads)}
@@ -486,7 +508,7 @@ def main(argv=None) -> int:
             peers_json.append({"peer": name, "skipped": f"{type(e).__name__}: {e}"})
             continue
         any_ran = True
-        checks = [] if args.skip_checks else check_peer(peer)
+        checks = [] if args.skip_checks else check_peer(peer, check_cases(args.heads, args.d_list))
         valid = all(c["pass"] for c in checks) if checks else None
         any_failed |= valid is False
         print(f"{name} {peer.version}: correctness checks "
@@ -495,9 +517,9 @@ def main(argv=None) -> int:
         print()
         peers_json.append({"peer": name, "peer_version": peer.version, "checked": checks,
                            "valid_target": valid, "mask_methods": {c: peer.mask_method(c) for c in causals}})
-        for causal in causals:
+        for causal, d in ((c, d) for d in args.d_list for c in causals):
             for n in ns:
-                p = Problem(1, 8, n, n, 64, 64, causal)
+                p = Problem(args.batch, args.heads, n, n, d, d, causal)
                 q, k, v = make_inputs(p)
                 try:
                     t = time_peer(peer.prepare(p, q, k, v), args.repetitions, args.min_repetition_seconds)

@@ -1,0 +1,48 @@
+#include "benchmarks/device_plan.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attn::bench {
+
+L2Mode parse_l2_mode(const std::string& text) {
+  if (text == "cold") return L2Mode::cold;
+  if (text == "hot") return L2Mode::hot;
+  throw InputError(fmt::format("--l2 '{}': expected cold (flush L2 before every timed iteration) or hot", text));
+}
+
+std::string to_string(L2Mode mode) { return mode == L2Mode::cold ? "cold" : "hot"; }
+
+nlohmann::json to_json(const GpuDeviceInfo& d) {
+  if (!d.available) return {{"available", false}, {"reason", d.reason}};
+  return {{"available", true},
+          {"name", d.name},
+          {"compute_capability", fmt::format("{}.{}", d.sm_major, d.sm_minor)},
+          {"multiprocessors", d.multiprocessors},
+          {"sm_clock_mhz", d.sm_clock_mhz},
+          {"memory_clock_mhz", d.memory_clock_mhz},
+          {"memory_gib", d.memory_gib},
+          {"l2_bytes", d.l2_bytes},
+          {"driver_version", d.driver_version},
+          {"runtime_version", d.runtime_version}};
+}
+
+bool runs_on_gpu(const Implementation& implementation) { return implementation.describe().device == "cuda"; }
+
+DevicePlan plan_devices(std::span<const Implementation* const> implementations, const GpuDeviceInfo& device) {
+  DevicePlan plan;
+  for (const Implementation* impl : implementations) {
+    if (!runs_on_gpu(*impl)) {
+      plan.runnable.push_back(impl);
+    } else if (device.available) {
+      plan.runnable.push_back(impl);
+      plan.gpu = true;
+    } else {
+      plan.skipped.push_back(fmt::format("{}: skipped: {}", impl->name(), device.reason.empty() ? "no CUDA device" : device.reason));
+    }
+  }
+  return plan;
+}
+
+}  // namespace attn::bench
