@@ -62,7 +62,7 @@ struct Environment {
 // What the GPU side of a run measured and how (only filled when a GPU family runs).
 struct GpuRun {
   L2Mode l2 = L2Mode::cold;
-  std::vector<DType> dtypes;       // of the GPU families the filter selects: the GEMM peaks measured
+  std::vector<GemmPrecision> precisions;  // of the GPU families the filter selects: the GEMM peaks measured
   std::optional<GpuPeaks> peaks;
   std::string timing;              // GpuTimer::method()
   std::vector<std::string> errors; // the GPU could not be set up, or its peaks not measured
@@ -83,8 +83,8 @@ void add_gpu_context(const GpuDeviceInfo& d, const GpuRun& g) {
   if (!g.timing.empty()) benchmark::AddCustomContext("gpu_timing", g.timing);
   if (g.peaks) {
     for (const auto& gemm : g.peaks->gemm) {
-      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_gflops", to_string(gemm.dtype)), fmt::format("{:.2f}", gemm.gflops));
-      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_method", to_string(gemm.dtype)), gemm.method);
+      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_gflops", gemm.precision.name()), fmt::format("{:.2f}", gemm.gflops));
+      benchmark::AddCustomContext(fmt::format("gpu_peak_gemm_{}_method", gemm.precision.name()), gemm.method);
     }
     benchmark::AddCustomContext("gpu_peak_copy_gbytes_per_second", fmt::format("{:.2f}", g.peaks->copy_gbytes_per_second));
     benchmark::AddCustomContext("gpu_peak_copy_method", g.peaks->copy_method);
@@ -98,7 +98,8 @@ nlohmann::json gpu_section(const GpuDeviceInfo& d, const GpuRun& g, const std::v
           {"l2_mode", to_string(g.l2)},
           {"timing", g.timing.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.timing)},
           {"peaks", g.peaks ? g.peaks->to_json() : nlohmann::json(nullptr)},
-          {"roofline", "a GPU family's peak_fraction divides by the cuBLAS GEMM rate of its dtype"},
+          {"roofline", "a GPU family's peak_fraction divides by the cuBLAS GEMM rate of its dtype (tf32 for f32 families whose "
+                       "implementation multiplies in TF32)"},
           {"skipped", skipped},
           {"errors", g.errors}};
 }
@@ -306,8 +307,8 @@ std::string cell(double value, const char* format) {
 
 void print_table(const std::vector<FamilyResult>& results, const GpuRun& gpu) {
   if (std::any_of(results.begin(), results.end(), [](const FamilyResult& r) { return runs_on_gpu(*r.family->implementation) && !r.rows.empty(); }))
-    fmt::print("\nGPU rows: CUDA-event time of one enqueue (L2 {}); \"of peak\" divides by the cuBLAS GEMM rate of the row's dtype; "
-               "workspace is device memory; no RSS growth.\n",
+    fmt::print("\nGPU rows: CUDA-event time of one enqueue (L2 {}); \"of peak\" divides by the cuBLAS GEMM rate of the row's dtype "
+               "(tf32 for TF32 products); workspace is device memory; no RSS growth.\n",
                to_string(gpu.l2));
   fmt::print("\n{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "implementation", "dtype", "d",
              "mask", "n", "time (ms)", "GFLOP/s", "GFLOP/s", "GB/s", "of peak", "workspace", "RSS growth");
@@ -366,6 +367,7 @@ nlohmann::json bench_section(const std::vector<FamilyResult>& results, const Pea
                      {"sizes_measured", nlohmann::json::array()},
                      {"workspace_bytes_at_16384", f.implementation->workspace_bytes(f.problem(workspace_probe_n))}};
     for (const auto& row : r.rows) j["sizes_measured"].push_back(row.n);
+    if (runs_on_gpu(*f.implementation)) j["roofline_precision"] = roofline_precision(*f.implementation, f.dtype).name();
     if (r.fit) {
       j["exponent"] = r.fit->exponent;
       j["r_squared"] = r.fit->r_squared;
@@ -555,11 +557,13 @@ int run_bench(const BenchOptions& o) {
   // family's roofline) and the device-to-device copy bandwidth.
   GpuRun gpu_run;
   gpu_run.l2 = l2;
-  for (const FamilySpec& family : list.families)
-    if (runs_on_gpu(*family.implementation) && filter_selects(family, o.smoke) &&
-        std::find(gpu_run.dtypes.begin(), gpu_run.dtypes.end(), family.dtype) == gpu_run.dtypes.end())
-      gpu_run.dtypes.push_back(family.dtype);
-  if (!gpu_run.dtypes.empty()) {
+  for (const FamilySpec& family : list.families) {
+    if (!runs_on_gpu(*family.implementation) || !filter_selects(family, o.smoke)) continue;
+    const GemmPrecision precision = roofline_precision(*family.implementation, family.dtype);
+    if (std::find(gpu_run.precisions.begin(), gpu_run.precisions.end(), precision) == gpu_run.precisions.end())
+      gpu_run.precisions.push_back(precision);
+  }
+  if (!gpu_run.precisions.empty()) {
     fmt::print("attnbench bench: measuring GPU peaks on {} ({} SMs, max SM clock {:.0f} MHz)...\n", device.name, device.multiprocessors,
                device.sm_clock_mhz);
     std::fflush(stdout);
@@ -573,11 +577,12 @@ int run_bench(const BenchOptions& o) {
     try {
       env.gpu = std::make_unique<GpuTimer>(l2);
       gpu_run.timing = env.gpu->method();
-      gpu_run.peaks = measure_gpu_peaks(gpu_run.dtypes, gpu_settings);
+      gpu_run.peaks = measure_gpu_peaks(gpu_run.precisions, gpu_settings);
       for (const auto& g : gpu_run.peaks->gemm)
-        fmt::print("  cuBLAS GEMM {:<4}: {:8.1f} GFLOP/s  ({})\n", to_string(g.dtype), g.gflops, g.method);
+        fmt::print("  cuBLAS GEMM {:<4}: {:8.1f} GFLOP/s  ({})\n", g.precision.name(), g.gflops, g.method);
       fmt::print("  device copy:      {:8.1f} GB/s     ({})\n", gpu_run.peaks->copy_gbytes_per_second, gpu_run.peaks->copy_method);
-      fmt::print("  GPU families: roofline = the GEMM rate of their dtype; {}\n", gpu_run.timing);
+      fmt::print("  GPU families: roofline = the GEMM rate of their dtype (tf32 where the implementation multiplies f32 in TF32); {}\n",
+                 gpu_run.timing);
     } catch (const std::exception& e) {
       gpu_run.errors.push_back(fmt::format("GPU setup: {}", e.what()));
       fmt::print("  GPU setup failed: {}\n", e.what());
@@ -609,7 +614,7 @@ int run_bench(const BenchOptions& o) {
     if (gpu && !env.gpu) continue;  // the GPU could not be set up: reported as an error
     benchmark::internal::Benchmark* b = nullptr;
     if (gpu) {
-      const double roofline = gpu_run.peaks ? gpu_run.peaks->gemm_gflops(family.dtype) : 0;
+      const double roofline = gpu_run.peaks ? gpu_run.peaks->gemm_gflops(roofline_precision(*family.implementation, family.dtype)) : 0;
       b = benchmark::RegisterBenchmark(family.name().c_str(), [&env, &family, roofline](benchmark::State& state) {
         env.gpu->run(state, family, roofline);
       });

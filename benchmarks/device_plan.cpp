@@ -28,6 +28,13 @@ nlohmann::json to_json(const GpuDeviceInfo& d) {
           {"runtime_version", d.runtime_version}};
 }
 
+std::string GemmPrecision::name() const { return tf32 ? "tf32" : std::string(to_string(dtype)); }
+
+GemmPrecision roofline_precision(const Implementation& implementation, DType dtype) {
+  constexpr double tf32_unit_roundoff = 0x1p-11;
+  return {dtype, dtype == DType::f32 && implementation.describe().matmul_unit_roundoff >= tf32_unit_roundoff};
+}
+
 bool runs_on_gpu(const Implementation& implementation) { return implementation.describe().device == "cuda"; }
 
 DevicePlan plan_devices(std::span<const Implementation* const> implementations, const GpuDeviceInfo& device) {

@@ -49,6 +49,17 @@ struct DevicePlan {
   bool gpu = false;                             // some runnable implementation runs on the GPU
 };
 
+// The precision of the GEMM whose cuBLAS rate is a GPU family's roofline: the family's dtype,
+// or TF32 for f32 families of an implementation whose matrix products round to TF32
+// (Capabilities::matmul_unit_roundoff of 2^-11 or coarser).
+struct GemmPrecision {
+  DType dtype = DType::f32;
+  bool tf32 = false;
+  std::string name() const;  // "f16", "bf16", "f32", "tf32", "f64"
+  bool operator==(const GemmPrecision&) const = default;
+};
+GemmPrecision roofline_precision(const Implementation& implementation, DType dtype);
+
 // Keeps the CPU implementations and, when the device is available, the GPU ones; a GPU
 // implementation without a device is skipped with the device's reason. Pure: the caller queries
 // the device (only when a GPU implementation was asked for).

@@ -86,8 +86,12 @@ struct GemmTypes {
   const char* description;
 };
 
-GemmTypes gemm_types(DType dtype) {
-  switch (dtype) {
+GemmTypes gemm_types(const GemmPrecision& precision) {
+  if (precision.tf32) {
+    if (precision.dtype != DType::f32) throw std::invalid_argument("TF32 GEMMs take f32 data");
+    return {CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, "f32 A, B, C; TF32 tensor-core products (CUBLAS_COMPUTE_32F_FAST_TF32)"};
+  }
+  switch (precision.dtype) {
     case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, "f16 A, B, C; f32 accumulation (CUBLAS_COMPUTE_32F)"};
     case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, "bf16 A, B, C; f32 accumulation (CUBLAS_COMPUTE_32F)"};
     case DType::f32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F, "f32 A, B, C; CUBLAS_COMPUTE_32F, default math mode (no TF32)"};
@@ -96,14 +100,15 @@ GemmTypes gemm_types(DType dtype) {
   throw std::invalid_argument("unknown dtype");
 }
 
-GpuGemmPeak measure_gemm(DType dtype, const GpuPeakSettings& s, const CublasHandle& handle, const gpu::Stream& stream) {
+GpuGemmPeak measure_gemm(const GemmPrecision& precision, const GpuPeakSettings& s, const CublasHandle& handle, const gpu::Stream& stream) {
+  const DType dtype = precision.dtype;
   const int m = s.gemm_size;
   const std::size_t count = static_cast<std::size_t>(m) * static_cast<std::size_t>(m);
   const std::vector<std::byte> host = operand_bits(dtype, count);
   gpu::DeviceBuffer a(host.size()), b(host.size()), c(host.size());
   check(cudaMemcpy(a.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   check(cudaMemcpy(b.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  const GemmTypes t = gemm_types(dtype);
+  const GemmTypes t = gemm_types(precision);
   const float alpha32 = 1, beta32 = 0;
   const double alpha64 = 1, beta64 = 0;
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
@@ -124,7 +129,7 @@ GpuGemmPeak measure_gemm(DType dtype, const GpuPeakSettings& s, const CublasHand
     if (seconds > 0) best = std::max(best, 2.0 * m * static_cast<double>(m) * m / seconds / 1e9);
   }
   const char* tf32_override = std::getenv("NVIDIA_TF32_OVERRIDE");
-  return {dtype, best,
+  return {precision, best,
           fmt::format("cublasGemmEx {0}x{0}x{0}, {1}, CUBLAS_GEMM_DEFAULT; best of {2} after {3} warm-up{4}", m, t.description,
                       s.repetitions, s.warmup,
                       tf32_override ? fmt::format(" (NVIDIA_TF32_OVERRIDE={} in the environment)", tf32_override) : "")};
@@ -132,7 +137,7 @@ GpuGemmPeak measure_gemm(DType dtype, const GpuPeakSettings& s, const CublasHand
 
 }  // namespace
 
-GpuPeaks measure_gpu_peaks(const std::vector<DType>& dtypes, const GpuPeakSettings& s) {
+GpuPeaks measure_gpu_peaks(const std::vector<GemmPrecision>& precisions, const GpuPeakSettings& s) {
   if (s.gemm_size < 1 || s.copy_bytes < 1 || s.warmup < 0 || s.repetitions < 1)
     throw std::invalid_argument("measure_gpu_peaks: sizes and repetitions must be positive");
   gpu::Stream stream;
@@ -141,9 +146,9 @@ GpuPeaks measure_gpu_peaks(const std::vector<DType>& dtypes, const GpuPeakSettin
   check_cublas(cublasSetMathMode(handle.get(), CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
 
   GpuPeaks peaks;
-  for (DType dtype : dtypes) {
-    if (peaks.gemm_gflops(dtype) > 0) continue;  // measured already
-    peaks.gemm.push_back(measure_gemm(dtype, s, handle, stream));
+  for (const GemmPrecision& precision : precisions) {
+    if (peaks.gemm_gflops(precision) > 0) continue;  // measured already
+    peaks.gemm.push_back(measure_gemm(precision, s, handle, stream));
   }
 
   gpu::DeviceBuffer src(s.copy_bytes), dst(s.copy_bytes);

@@ -27,6 +27,6 @@ std::string GpuTimer::try_once(const FamilySpec&, std::int64_t) { return without
 void GpuTimer::release() {}
 std::string GpuTimer::method() const { return without_cuda; }
 
-GpuPeaks measure_gpu_peaks(const std::vector<DType>&, const GpuPeakSettings&) { throw std::runtime_error(without_cuda); }
+GpuPeaks measure_gpu_peaks(const std::vector<GemmPrecision>&, const GpuPeakSettings&) { throw std::runtime_error(without_cuda); }
 
 }  // namespace attn::bench

@@ -1,6 +1,7 @@
 // The benchmark suite's own parts: the log-log exponent fit, the curated problem list, the
-// memory probe, the machine-peak probes, and run_bench's contract (errors are reported per
-// benchmark, the run goes on, and the result is 1).
+// memory probe, the machine-peak probes, run_bench's contract (errors are reported per
+// benchmark, the run goes on, and the result is 1), the device plan (GPU implementations without
+// a device are skipped with the reason) and the --peers plan and comparison per (dtype, d).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,17 +9,22 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "benchmarks/bench.hpp"
+#include "benchmarks/device_plan.hpp"
 #include "benchmarks/machine_peaks.hpp"
 #include "benchmarks/memory_probe.hpp"
+#include "benchmarks/peer_comparison.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "benchmarks/scaling_fit.hpp"
 #include "core/error.hpp"
@@ -40,6 +46,8 @@ class FakeImplementation final : public Implementation {
     Capabilities c;
     c.summary = "test fake";
     c.dtypes = dtypes_;
+    c.device = device;
+    c.matmul_unit_roundoff = matmul_unit_roundoff;
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -65,7 +73,24 @@ class FakeImplementation final : public Implementation {
   std::vector<DType> dtypes_;
   Behaviour behaviour_;
   std::int64_t max_supported_n_;
+
+ public:
+  std::string device = "cpu";       // "cuda": a GPU implementation as far as bench's planning is concerned
+  double matmul_unit_roundoff = 0;
 };
+
+// A fake GPU implementation (never run: the tests that would run one skip where a device is).
+std::unique_ptr<FakeImplementation> fake_gpu(const std::string& name, std::vector<DType> dtypes = {DType::f32, DType::f16}) {
+  auto impl = std::make_unique<FakeImplementation>(name, std::move(dtypes));
+  impl->device = "cuda";
+  return impl;
+}
+
+GpuDeviceInfo no_device() {
+  GpuDeviceInfo d;
+  d.reason = "no CUDA device: made up for the test";
+  return d;
+}
 
 const std::vector<DType> all_dtypes{DType::f64, DType::f32, DType::f16, DType::bf16};
 
@@ -415,6 +440,228 @@ TEST(RunBench, BadOptionsAreInputErrorsBeforeAnythingIsWritten) {
   expect_input_error([](BenchOptions& o) { o.benchmark_flags = {"--benchmark_out=elsewhere.json"}; }, "use --json PATH");
   expect_input_error([](BenchOptions& o) { o.benchmark_flags = {"--benchmark_no_such_flag=1"}; }, "--benchmark_no_such_flag=1");
   expect_input_error([](BenchOptions& o) { o.implementations.clear(); }, "no implementations");
+  std::filesystem::remove_all(dir);
+}
+
+// --- the device plan -----------------------------------------------------------------------------
+
+TEST(DevicePlan, GpuImplementationsWithoutADeviceAreSkippedWithTheReasonTheOthersKept) {
+  FakeImplementation cpu("cpu_fake", all_dtypes);
+  const auto gpu = fake_gpu("gpu_fake");
+  const std::vector<const Implementation*> impls{gpu.get(), &cpu};
+  const DevicePlan plan = plan_devices(impls, no_device());
+  EXPECT_EQ(plan.runnable, (std::vector<const Implementation*>{&cpu}));
+  EXPECT_EQ(plan.skipped, (std::vector<std::string>{"gpu_fake: skipped: no CUDA device: made up for the test"}));
+  EXPECT_FALSE(plan.gpu);
+}
+
+TEST(DevicePlan, WithADeviceGpuImplementationsRunInTheOrderAsked) {
+  FakeImplementation cpu("cpu_fake", all_dtypes);
+  const auto gpu = fake_gpu("gpu_fake");
+  const std::vector<const Implementation*> impls{gpu.get(), &cpu};
+  GpuDeviceInfo device;
+  device.available = true;
+  device.name = "made-up GPU";
+  const DevicePlan plan = plan_devices(impls, device);
+  EXPECT_EQ(plan.runnable, impls);
+  EXPECT_TRUE(plan.skipped.empty());
+  EXPECT_TRUE(plan.gpu);
+  EXPECT_EQ(to_json(device)["name"], "made-up GPU");
+  EXPECT_EQ(to_json(no_device()), (nlohmann::json{{"available", false}, {"reason", "no CUDA device: made up for the test"}}));
+}
+
+TEST(DevicePlan, L2ModesAndRooflinePrecision) {
+  EXPECT_EQ(parse_l2_mode("cold"), L2Mode::cold);
+  EXPECT_EQ(parse_l2_mode("hot"), L2Mode::hot);
+  EXPECT_EQ(to_string(L2Mode::cold), "cold");
+  EXPECT_THROW(parse_l2_mode("warm"), InputError);
+  // The roofline is the GEMM in the precision the implementation multiplies in: TF32 only for f32
+  // data of an implementation whose products round to TF32.
+  const auto gpu = fake_gpu("gpu_fake");
+  EXPECT_EQ(roofline_precision(*gpu, DType::f32).name(), "f32");
+  EXPECT_EQ(roofline_precision(*gpu, DType::bf16).name(), "bf16");
+  gpu->matmul_unit_roundoff = 0x1p-11;
+  EXPECT_EQ(roofline_precision(*gpu, DType::f32).name(), "tf32");
+  EXPECT_EQ(roofline_precision(*gpu, DType::f16).name(), "f16");
+}
+
+TEST(DevicePlan, GpuFamiliesCarryTheL2ModeInTheirNamesCpuFamiliesDoNot) {
+  FakeImplementation cpu("cpu_fake", all_dtypes);
+  const auto gpu = fake_gpu("gpu_fake");
+  const std::vector<const Implementation*> impls{&cpu, gpu.get()};
+  ProblemListOptions o;
+  o.masks = {Causal::none};
+  o.gpu_variant = "l2_hot";
+  const ProblemList list = curated_problem_list(impls, o);
+  ASSERT_EQ(list.families.size(), 2u);
+  EXPECT_EQ(list.families[0].name(), "cpu_fake/f32/d64/none");
+  EXPECT_EQ(list.families[1].name(), "gpu_fake/f32/d64/none/l2_hot");
+  EXPECT_EQ(list.families[1].mask_name(), "none");
+}
+
+TEST(RunBench, OnlyGpuImplementationsWithoutADeviceRunNothingSmokePassesARealRunFails) {
+  if (gpu_device_info().available) GTEST_SKIP() << "a CUDA device is present: the fake GPU implementation would be run";
+  const auto gpu = fake_gpu("gpu_fake");
+  const auto dir = fresh_temp_dir("nogpu");
+  const auto json_path = dir / "out" / "bench.json";
+  auto o = smoke_options({gpu.get()}, json_path);
+  EXPECT_EQ(run_bench(o), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out")) << "nothing ran: no JSON";
+  o.smoke = false;
+  EXPECT_EQ(run_bench(o), 1);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  o.l2 = "warm";  // bad input still comes first
+  EXPECT_THROW(run_bench(o), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunBench, AGpuImplementationWithoutADeviceIsSkippedNotAnErrorAndSaidSoInTheJson) {
+  if (gpu_device_info().available) GTEST_SKIP() << "a CUDA device is present: the fake GPU implementation would be run";
+  FakeImplementation good("good", all_dtypes);
+  const auto gpu = fake_gpu("gpu_fake");
+  const auto dir = fresh_temp_dir("skipgpu");
+  const auto json_path = dir / "bench.json";
+  auto o = smoke_options({gpu.get(), &good}, json_path);
+  o.masks = {"none"};
+  EXPECT_EQ(run_bench(o), 0);
+  const auto doc = load_json(json_path);
+  for (const auto& b : doc["benchmarks"]) EXPECT_EQ(std::string(b["name"]).rfind("good/", 0), 0u) << b["name"];
+  const auto& gpu_json = doc["attnbench"]["gpu"];
+  EXPECT_FALSE(gpu_json["device"]["available"]);
+  ASSERT_EQ(gpu_json["skipped"].size(), 1u);
+  EXPECT_EQ(std::string(gpu_json["skipped"][0]).rfind("gpu_fake: skipped: ", 0), 0u) << gpu_json["skipped"][0];
+  EXPECT_EQ(gpu_json["l2_mode"], "cold");
+  EXPECT_TRUE(doc["attnbench"]["errors"].empty());
+  std::filesystem::remove_all(dir);
+}
+
+// --- the --peers plan and comparison ---------------------------------------------------------------
+
+TEST(PeersPlan, PassesTheProblemListOurFamiliesRun) {
+  FakeImplementation cpu("cpu_fake", all_dtypes);
+  const std::vector<const Implementation*> impls{&cpu};
+  ProblemListOptions plo;
+  plo.dtypes = {DType::f32, DType::f16};
+  plo.head_dims = {32, 64};
+  plo.batch = 2;
+  plo.heads = 4;
+  plo.min_n = 256;
+  plo.max_n = 1024;
+  const ProblemList list = curated_problem_list(impls, plo);
+  BenchOptions o;
+  o.implementations = impls;
+  o.dtypes = {"f32", "f16"};
+  o.head_dims = {32, 64};
+  o.batch = 2;
+  o.heads = 4;
+  o.masks = {"none", "bottom_right", "causal"};
+  o.json_path = "results/x.json";
+  o.peers_command = "python3 peers.py";
+  const PeersPlan plan = plan_peers(o, 3, list.families);
+  EXPECT_EQ(plan.arguments(), "--min-n 256 --max-n 1024 --threads 3 --masks none,causal --batch 2 --heads 4 --d 32,64 --dtype f32,f16");
+  EXPECT_EQ(plan.out_path, "results/x.peers.json");
+  ASSERT_EQ(plan.notes.size(), 1u);  // bottom_right is compared with the peers' causal
+
+  // A GPU family in the run adds --l2; with no family left the options' list is passed.
+  const auto gpu = fake_gpu("gpu_fake");
+  const std::vector<const Implementation*> gpu_impls{gpu.get()};
+  ProblemListOptions gpu_plo;
+  gpu_plo.masks = {Causal::none};
+  gpu_plo.min_n = gpu_plo.max_n = 128;
+  const ProblemList gpu_list = curated_problem_list(gpu_impls, gpu_plo);
+  o.l2 = "hot";
+  EXPECT_EQ(plan_peers(o, 1, gpu_list.families).arguments(),
+            "--min-n 128 --max-n 128 --threads 1 --masks none,causal --batch 2 --heads 4 --d 64 --dtype f32 --l2 hot");
+  o.min_n = 16;
+  o.max_n = 32;
+  EXPECT_EQ(plan_peers(o, 1, {}).arguments(), "--min-n 16 --max-n 32 --threads 1 --masks none,causal --batch 2 --heads 4 --d 32,64 --dtype f32,f16");
+}
+
+TEST(PeersPlan, SmokeNeedsNamedDtypesAndTheCommandMustNotBeEmpty) {
+  FakeImplementation cpu("cpu_fake", all_dtypes);
+  BenchOptions o;
+  o.implementations = {&cpu};
+  o.smoke = true;
+  o.peers_command = "python3 peers.py";
+  EXPECT_THROW(plan_peers(o, 1, {}), InputError);
+  o.dtypes = {"bf16"};
+  EXPECT_NO_THROW(plan_peers(o, 1, {}));
+  o.peers_command = "  ";
+  EXPECT_THROW(plan_peers(o, 1, {}), InputError);
+}
+
+// A peers command that copies a prepared JSON to the --out path it is given (the last argument),
+// then exits with `code`.
+std::string copying_command(const std::filesystem::path& json, int code) {
+  return fmt::format("sh -c 'for a; do out=$a; done; cp {} \"$out\"; exit {}' sh", json.string(), code);
+}
+
+nlohmann::json peer_record(const std::string& dtype, std::int64_t d, const std::string& causal, std::int64_t n, double seconds) {
+  return {{"peer", "p"},
+          {"peer_version", "1"},
+          {"problem", {{"b", 1}, {"h_q", 8}, {"h_kv", 8}, {"n_q", n}, {"n_k", n}, {"d_k", d}, {"d_v", d}, {"dtype", dtype}, {"causal", causal}}},
+          {"median_seconds", seconds},
+          {"valid_target", true}};
+}
+
+TEST(RunPeers, ComparesEachRecordWithOurFamilyOfTheSameDtypeAndHeadDimension) {
+  const auto dir = fresh_temp_dir("peers_dtype");
+  const auto json = dir / "prepared.json";
+  {
+    std::ofstream out(json);
+    out << nlohmann::json{{"peers", {{{"peer", "p"}, {"peer_version", "1"}, {"valid_target", true}}}},
+                          {"results",
+                           {peer_record("f16", 64, "none", 128, 0.004), peer_record("bf16", 64, "none", 128, 0.006),
+                            peer_record("f16", 128, "top_left", 128, 0.010), peer_record("f32", 64, "none", 128, 1.0)}}}
+               .dump();
+  }
+  PeersPlan plan;
+  plan.command = copying_command(json, 0);
+  plan.min_n = plan.max_n = 128;
+  plan.head_dims = {64, 128};
+  plan.dtypes = {"f16", "bf16"};
+  plan.script_masks = {"none", "causal"};
+  plan.out_path = (dir / "peers.json").string();
+  const std::vector<OurTime> ours{{"gpu", "none", Causal::none, 128, 2.0, "f16", 64},
+                                  {"gpu", "none", Causal::none, 128, 3.0, "bf16", 64},
+                                  {"gpu", "causal", Causal::top_left, 128, 4.0, "f16", 128}};
+  const PeersOutcome outcome = run_peers(plan, ours);
+  ASSERT_FALSE(outcome.failed) << outcome.failure;
+  const auto& c = outcome.section["comparisons"];
+  ASSERT_EQ(c.size(), 3u) << c.dump();
+  std::map<std::tuple<std::string, std::int64_t, std::string>, double> ratio;
+  for (const auto& row : c) ratio[{row["dtype"], row["head_dim"], row["mask"]}] = row["ours"][0]["ratio"];
+  EXPECT_DOUBLE_EQ((ratio[{"f16", 64, "none"}]), 4.0 / 2.0);
+  EXPECT_DOUBLE_EQ((ratio[{"bf16", 64, "none"}]), 6.0 / 3.0);
+  EXPECT_DOUBLE_EQ((ratio[{"f16", 128, "causal"}]), 10.0 / 4.0);
+  ASSERT_EQ(outcome.section["left_out_records"].size(), 1u);  // the f32 record is not on the list
+  EXPECT_NE(std::string(outcome.section["left_out_records"][0]).find("dtype=\"f32\""), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunPeers, ExitThreeIsPeerUnavailableWithTheScriptsReasonNotAFailure) {
+  const auto dir = fresh_temp_dir("peers_unavailable");
+  const auto json = dir / "prepared.json";
+  {
+    std::ofstream out(json);
+    out << R"({"peers": [{"peer": "torch_sdpa_flash", "skipped": "PyTorch is not installed"}], "results": []})";
+  }
+  PeersPlan plan;
+  plan.command = copying_command(json, 3);
+  plan.min_n = plan.max_n = 16;
+  plan.head_dims = {64};
+  plan.dtypes = {"f16"};
+  plan.script_masks = {"none"};
+  plan.out_path = (dir / "peers.json").string();
+  const PeersOutcome outcome = run_peers(plan, {{"gpu", "none", Causal::none, 16, 1.0, "f16", 64}});
+  EXPECT_FALSE(outcome.failed) << outcome.failure;
+  EXPECT_TRUE(outcome.unavailable);
+  EXPECT_EQ(outcome.unavailable_reason, "torch_sdpa_flash: PyTorch is not installed");
+  EXPECT_EQ(outcome.section["status"], "unavailable");
+  EXPECT_EQ(outcome.section["exit_code"], 3);
+  // Another exit code is a failure.
+  plan.command = copying_command(json, 4);
+  EXPECT_TRUE(run_peers(plan, {}).failed);
   std::filesystem::remove_all(dir);
 }
 
