@@ -318,7 +318,7 @@ void print_table(const std::vector<FamilyResult>& results, const GpuRun& gpu) {
     const FamilySpec& f = *r.family;
     for (const auto& row : r.rows) {
       fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", f.implementation->name(),
-                 to_string(f.dtype), f.head_dim, f.mask_name(), row.n, cell(row.time_ms, "{:.3f}"),
+                 to_string(f.dtype), f.head_dim, f.mask_name(), row.n, cell(row.time_ms, row.time_ms < 1 ? "{:.4f}" : "{:.3f}"),
                  cell(counter_or_nan(row, "gflops_exact"), "{:.2f}"), cell(counter_or_nan(row, "gflops_published"), "{:.2f}"),
                  cell(counter_or_nan(row, "gbytes_per_second"), "{:.3f}"), cell(100 * counter_or_nan(row, "peak_fraction"), "{:.1f}%"),
                  cell(counter_or_nan(row, "workspace_bytes") / mib, "{:.2f}"), cell(counter_or_nan(row, "rss_growth_bytes") / mib, "{:.2f}"));

@@ -4,7 +4,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include <benchmark/benchmark.h>
@@ -52,14 +52,23 @@ constexpr std::size_t flush_bytes_without_l2_size = std::size_t{256} << 20;
 // Holds a stream until opened: a host function enqueued before the start event waits for the
 // flag, so everything the host enqueues after it (the start event, the timed work, the stop
 // event) is queued before the GPU reaches the start event; the host's launch latency is then
-// not timed. The wait is bounded (10 s) so that a host that never opens it cannot hang the run.
+// not timed. The wait is bounded (10 s) so that a host that never opens it (an enqueue that
+// synchronises the stream, which DeviceRun::enqueue must not) cannot hang the run; the timed-out
+// iteration is then an error, not a time.
 struct StreamGate {
   std::atomic<bool> open{true};
+  std::atomic<bool> timed_out{false};
 
   static void CUDART_CB wait(void* self) {
     auto& gate = *static_cast<StreamGate*>(self);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!gate.open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    while (!gate.open.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        gate.timed_out.store(true, std::memory_order_release);
+        return;
+      }
+      std::this_thread::yield();
+    }
   }
 };
 
@@ -97,6 +106,7 @@ struct GpuTimer::Resources {
   double time_once(DeviceRun& r) {
     if (mode == L2Mode::cold) check(cudaMemsetAsync(flush.data(), 0, flush.bytes(), stream.get()), "cudaMemsetAsync (L2 flush)");
     gate.open.store(false, std::memory_order_release);
+    gate.timed_out.store(false, std::memory_order_release);
     // Opens the gate on every path; after a failure also waits for the stream, so the host
     // function is done with the gate before it is used again.
     struct Opener {
@@ -115,6 +125,8 @@ struct GpuTimer::Resources {
     gate.open.store(true, std::memory_order_release);
     const double seconds = gpu::elapsed_seconds(start, stop);
     opener.done = true;
+    if (gate.timed_out.load(std::memory_order_acquire))
+      throw std::runtime_error("the stream was held for 10 s without the timed work enqueued: did DeviceRun::enqueue synchronise?");
     return seconds;
   }
 
