@@ -15,7 +15,10 @@ if(NOT ATTN_CUDA STREQUAL "OFF")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    set(CMAKE_CUDA_STANDARD 20)
+    # C++17 for device code: CMake 3.25.1 (Debian 12) knows no C++20 flag for nvcc and fails to
+    # generate any target with .cu sources under CMAKE_CUDA_STANDARD 20.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_EXTENSIONS OFF)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(ATTN_HAVE_CUDA ON)
   elseif(ATTN_CUDA STREQUAL "ON")

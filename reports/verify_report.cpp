@@ -109,7 +109,7 @@ void write_json_file(const std::string& path, const nlohmann::json& document) {
 }
 
 void print_verify_header(std::ostream& os) {
-  fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", "impl", "case", "problem", "max abs", "ulps", "ratio", "verdict");
+  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", "impl", "case", "problem", "max abs", "ulps", "ratio", "verdict");
 }
 
 void print_verify_row(std::ostream& os, const Record& r) {
@@ -117,11 +117,11 @@ void print_verify_row(std::ostream& os, const Record& r) {
   std::string label = c.problem.label();
   if (c.sampled) label += fmt::format(" [{}/{} rows]", c.rows_checked, c.rows_total);
   if (r.status == Status::skip) {
-    fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  skip: {}\n", r.implementation, c.index, label, "-", "-", "-", r.skip_reason);
+    fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  skip: {}\n", r.implementation, c.index, label, "-", "-", "-", r.skip_reason);
     return;
   }
   const std::string ratio = std::isfinite(r.verdict.ratio) ? fmt::format("{:.2f}", r.verdict.ratio) : "inf";
-  fmt::print(os, "{:<12} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs),
+  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs),
              format_ulps(r.metrics.max_ulps), ratio, r.status == Status::pass ? "PASS" : "FAIL");
 }
 

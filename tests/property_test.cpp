@@ -48,10 +48,10 @@ TEST_P(PropertySuite, HoldsForEveryRegisteredImplementation) {
     const PropertyVerdict v = check_property(property, *impl, these);
     switch (v.kind) {
       case PropertyVerdict::Kind::held:
-        std::printf("  %-12s held on %d cases (seed %llu)\n", impl->name().c_str(), v.cases, (unsigned long long)v.seed);
+        std::printf("  %-16s held on %d cases (seed %llu)\n", impl->name().c_str(), v.cases, (unsigned long long)v.seed);
         break;
       case PropertyVerdict::Kind::not_applicable:
-        std::printf("  %-12s n/a: %s\n", impl->name().c_str(), v.message.c_str());
+        std::printf("  %-16s n/a: %s\n", impl->name().c_str(), v.message.c_str());
         break;
       case PropertyVerdict::Kind::gave_up:
         ADD_FAILURE() << impl->name() << ": RapidCheck gave up after " << v.cases << " cases: " << v.message << " (seed " << v.seed << ")";
