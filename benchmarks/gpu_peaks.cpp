@@ -14,30 +14,15 @@
 
 #include <fmt/format.h>
 
-#include "benchmarks/gpu_resources.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 
 namespace attn::bench {
 namespace {
 
 using cuda::check;
-
-void check_cublas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw cuda::CudaError(fmt::format("{} failed: {}: {}", call, cublasGetStatusName(status), cublasGetStatusString(status)));
-}
-
-class CublasHandle {
- public:
-  CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreate"); }
-  ~CublasHandle() { cublasDestroy(handle_); }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
+using cuda::check_cublas;
+using cuda::CublasHandle;
 
 // Operand values of magnitude [1, 2) with random signs, as the dtype's bits: data that makes the
 // tensor cores work as hard as real data does (zeros would flatter the clocks), and sums of
@@ -100,14 +85,14 @@ GemmTypes gemm_types(const GemmPrecision& precision) {
   throw std::invalid_argument("unknown dtype");
 }
 
-GpuGemmPeak measure_gemm(const GemmPrecision& precision, const GpuPeakSettings& s, const CublasHandle& handle, const gpu::Stream& stream) {
+GpuGemmPeak measure_gemm(const GemmPrecision& precision, const GpuPeakSettings& s, const CublasHandle& handle, const cuda::Stream& stream) {
   const DType dtype = precision.dtype;
   const int m = s.gemm_size;
   const std::size_t count = static_cast<std::size_t>(m) * static_cast<std::size_t>(m);
   const std::vector<std::byte> host = operand_bits(dtype, count);
-  gpu::DeviceBuffer a(host.size()), b(host.size()), c(host.size());
-  check(cudaMemcpy(a.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  check(cudaMemcpy(b.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  cuda::DeviceBuffer a(host.size()), b(host.size()), c(host.size());
+  a.upload(host.data());
+  b.upload(host.data());
   const GemmTypes t = gemm_types(precision);
   const float alpha32 = 1, beta32 = 0;
   const double alpha64 = 1, beta64 = 0;
@@ -119,13 +104,13 @@ GpuGemmPeak measure_gemm(const GemmPrecision& precision, const GpuPeakSettings& 
                  "cublasGemmEx");
   };
   for (int i = 0; i < s.warmup; ++i) gemm();
-  gpu::Event start, stop;
+  cuda::Event start, stop;
   double best = 0;
   for (int i = 0; i < s.repetitions; ++i) {
     check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord");
     gemm();
     check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord");
-    const double seconds = gpu::elapsed_seconds(start, stop);
+    const double seconds = cuda::elapsed_seconds(start, stop);
     if (seconds > 0) best = std::max(best, 2.0 * m * static_cast<double>(m) * m / seconds / 1e9);
   }
   const char* tf32_override = std::getenv("NVIDIA_TF32_OVERRIDE");
@@ -140,7 +125,7 @@ GpuGemmPeak measure_gemm(const GemmPrecision& precision, const GpuPeakSettings& 
 GpuPeaks measure_gpu_peaks(const std::vector<GemmPrecision>& precisions, const GpuPeakSettings& s) {
   if (s.gemm_size < 1 || s.copy_bytes < 1 || s.warmup < 0 || s.repetitions < 1)
     throw std::invalid_argument("measure_gpu_peaks: sizes and repetitions must be positive");
-  gpu::Stream stream;
+  cuda::Stream stream;
   CublasHandle handle;
   check_cublas(cublasSetStream(handle.get(), stream.get()), "cublasSetStream");
   check_cublas(cublasSetMathMode(handle.get(), CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -151,18 +136,18 @@ GpuPeaks measure_gpu_peaks(const std::vector<GemmPrecision>& precisions, const G
     peaks.gemm.push_back(measure_gemm(precision, s, handle, stream));
   }
 
-  gpu::DeviceBuffer src(s.copy_bytes), dst(s.copy_bytes);
+  cuda::DeviceBuffer src(s.copy_bytes), dst(s.copy_bytes);
   check(cudaMemsetAsync(src.data(), 1, s.copy_bytes, stream.get()), "cudaMemsetAsync");
   auto copy = [&] {
     check(cudaMemcpyAsync(dst.data(), src.data(), s.copy_bytes, cudaMemcpyDeviceToDevice, stream.get()), "cudaMemcpyAsync");
   };
   for (int i = 0; i < s.warmup; ++i) copy();
-  gpu::Event start, stop;
+  cuda::Event start, stop;
   for (int i = 0; i < s.repetitions; ++i) {
     check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord");
     copy();
     check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord");
-    const double seconds = gpu::elapsed_seconds(start, stop);
+    const double seconds = cuda::elapsed_seconds(start, stop);
     if (seconds > 0) peaks.copy_gbytes_per_second = std::max(peaks.copy_gbytes_per_second, 2.0 * static_cast<double>(s.copy_bytes) / seconds / 1e9);
   }
   peaks.copy_method = fmt::format("cudaMemcpyAsync device to device of {:.0f} MiB, bytes read + written per second; best of {} after {} warm-up",

@@ -10,9 +10,9 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "benchmarks/gpu_resources.hpp"
 #include "core/inputs.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 
 namespace attn::bench {
 
@@ -78,7 +78,7 @@ struct GpuTimer::Resources {
   explicit Resources(L2Mode m) : mode(m) {
     if (mode == L2Mode::cold) {
       const std::int64_t l2 = gpu_device_info().l2_bytes;
-      flush = gpu::DeviceBuffer(l2 > 0 ? 2 * static_cast<std::size_t>(l2) : flush_bytes_without_l2_size);
+      flush = cuda::DeviceBuffer(l2 > 0 ? 2 * static_cast<std::size_t>(l2) : flush_bytes_without_l2_size);
     }
   }
 
@@ -123,7 +123,7 @@ struct GpuTimer::Resources {
     r.enqueue(stream.get());
     check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord");
     gate.open.store(true, std::memory_order_release);
-    const double seconds = gpu::elapsed_seconds(start, stop);
+    const double seconds = cuda::elapsed_seconds(start, stop);
     opener.done = true;
     if (gate.timed_out.load(std::memory_order_acquire))
       throw std::runtime_error("the stream was held for 10 s without the timed work enqueued: did DeviceRun::enqueue synchronise?");
@@ -131,9 +131,9 @@ struct GpuTimer::Resources {
   }
 
   L2Mode mode;
-  gpu::Stream stream;
-  gpu::Event start, stop;
-  gpu::DeviceBuffer flush;
+  cuda::Stream stream;
+  cuda::Event start, stop;
+  cuda::DeviceBuffer flush;
   StreamGate gate;
   std::unique_ptr<DeviceRun> run;
   const Implementation* run_implementation = nullptr;

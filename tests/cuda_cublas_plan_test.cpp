@@ -12,7 +12,7 @@
 
 #include "core/case_sets.hpp"
 #include "impls/cuda_cublas/cublas_plan.hpp"
-#include "impls/cuda_cublas/device_resources.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/registry.hpp"
 #include "properties/verify.hpp"
@@ -290,9 +290,9 @@ TEST(CudaCublasRegistry, VerifySkipsEveryCaseWithoutADevice) {
 }
 
 TEST(CheckCublas, NamesTheCallAndTheStatus) {
-  EXPECT_NO_THROW(check_cublas(CUBLAS_STATUS_SUCCESS, "cublasCreate"));
+  EXPECT_NO_THROW(cuda::check_cublas(CUBLAS_STATUS_SUCCESS, "cublasCreate"));
   try {
-    check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmStridedBatchedEx (S = scale * Q K^T)");
+    cuda::check_cublas(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmStridedBatchedEx (S = scale * Q K^T)");
     FAIL() << "no exception";
   } catch (const cuda::CudaError& e) {
     const std::string what = e.what();

@@ -14,7 +14,7 @@
 
 #include "core/case_sets.hpp"
 #include "core/inputs.hpp"
-#include "impls/cuda_cublas/device_resources.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/registry.hpp"
 #include "properties/verify.hpp"
@@ -78,7 +78,7 @@ TEST_F(CudaCublas, PreparedRunEnqueuesAndChecksItsOutput) {
   const auto run = impl("cuda_cublas").prepare_device_run(p, in);
   ASSERT_NE(run, nullptr);
   EXPECT_GE(run->workspace_bytes(), std::size_t(p.rows() * p.n_k) * (4 + 2));  // S and P at least
-  cuda_cublas::Stream stream;
+  cuda::Stream stream;
   run->enqueue(stream.get());
   run->enqueue(stream.get());  // a benchmark enqueues many times
   EXPECT_NO_THROW(run->check_output());
@@ -140,12 +140,12 @@ TEST_F(CudaCublas, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
 
 TEST_F(CudaCublas, GuardsCatchWritesOutsideThePayload) {
   {
-    cuda_cublas::GuardedBuffer intact(64, 256);
+    cuda::GuardedBuffer intact(64, 256);
     cuda::check(cudaMemset(intact.data(), 0, intact.bytes()), "cudaMemset");
     EXPECT_NO_THROW(intact.check_guards("O"));
   }
   {
-    cuda_cublas::GuardedBuffer after(64, 256);
+    cuda::GuardedBuffer after(64, 256);
     cuda::check(cudaMemset(static_cast<char*>(after.data()) + 64, 0, 4), "cudaMemset");
     try {
       after.check_guards("O");
@@ -155,7 +155,7 @@ TEST_F(CudaCublas, GuardsCatchWritesOutsideThePayload) {
     }
   }
   {
-    cuda_cublas::GuardedBuffer before(64, 256);
+    cuda::GuardedBuffer before(64, 256);
     cuda::check(cudaMemset(static_cast<char*>(before.data()) - 3, 0, 3), "cudaMemset");
     try {
       before.check_guards("O");
@@ -168,7 +168,7 @@ TEST_F(CudaCublas, GuardsCatchWritesOutsideThePayload) {
 
 TEST_F(CudaCublas, CudaErrorsBecomeExceptionsNamingTheCall) {
   try {
-    cuda_cublas::DeviceBuffer absurd(std::size_t(1) << 62);
+    cuda::DeviceBuffer absurd(std::size_t(1) << 62);
     FAIL() << "a 4 EiB allocation succeeded";
   } catch (const cuda::CudaError& e) {
     EXPECT_NE(std::string(e.what()).find("cudaMalloc failed"), std::string::npos) << e.what();

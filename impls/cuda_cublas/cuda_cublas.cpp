@@ -10,13 +10,19 @@
 #include <fmt/format.h>
 
 #include "impls/cuda_cublas/cublas_plan.hpp"
-#include "impls/cuda_cublas/device_resources.hpp"
 #include "impls/cuda_cublas/kernels.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 
 namespace attn {
 namespace cuda_cublas {
 namespace {
+
+using cuda::check_cublas;
+using cuda::CublasHandle;
+using cuda::DeviceBuffer;
+using cuda::GuardedBuffer;
+using cuda::Stream;
 
 bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
 bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }

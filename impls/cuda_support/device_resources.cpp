@@ -1,20 +1,20 @@
-#include "impls/cuda_cublas/device_resources.hpp"
+#include "impls/cuda_support/device_resources.hpp"
 
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-namespace attn::cuda_cublas {
+namespace attn::cuda {
 
 void check_cublas(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   cudaGetLastError();  // as cuda::check: a non-sticky error does not outlive this case
-  throw cuda::CudaError(fmt::format("{} failed: {}: {}", call, cublasGetStatusName(status), cublasGetStatusString(status)));
+  throw CudaError(fmt::format("{} failed: {}: {}", call, cublasGetStatusName(status), cublasGetStatusString(status)));
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) cuda::check(cudaMalloc(&data_, bytes), "cudaMalloc");
+  if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -34,44 +34,57 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 
 void DeviceBuffer::upload(const void* host) {
-  if (bytes_ > 0) cuda::check(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  if (bytes_ > 0) check(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
 }
 
 void DeviceBuffer::download(void* host) const {
-  if (bytes_ > 0) cuda::check(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
+  if (bytes_ > 0) check(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
 }
 
 GuardedBuffer::GuardedBuffer(std::size_t payload_bytes, std::size_t guard_bytes)
     : payload_(payload_bytes), guard_(guard_bytes), buffer_(payload_bytes + 2 * guard_bytes) {
-  cuda::check(cudaMemset(buffer_.data(), canary, buffer_.bytes()), "cudaMemset (guard canary)");
+  check(cudaMemset(buffer_.data(), canary, buffer_.bytes()), "cudaMemset (guard canary)");
 }
 
 void GuardedBuffer::upload(const void* host) {
-  if (payload_ > 0) cuda::check(cudaMemcpy(data(), host, payload_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  if (payload_ > 0) check(cudaMemcpy(data(), host, payload_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
 }
 
 void GuardedBuffer::download(void* host) const {
-  if (payload_ > 0) cuda::check(cudaMemcpy(host, data(), payload_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
+  if (payload_ > 0) check(cudaMemcpy(host, data(), payload_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
 }
 
 void GuardedBuffer::check_guards(const char* name) const {
   if (guard_ == 0) return;
   std::vector<unsigned char> before(guard_), after(guard_);
   const auto* base = static_cast<const unsigned char*>(buffer_.data());
-  cuda::check(cudaMemcpy(before.data(), base, guard_, cudaMemcpyDeviceToHost), "cudaMemcpy (guard before)");
-  cuda::check(cudaMemcpy(after.data(), base + guard_ + payload_, guard_, cudaMemcpyDeviceToHost), "cudaMemcpy (guard after)");
+  check(cudaMemcpy(before.data(), base, guard_, cudaMemcpyDeviceToHost), "cudaMemcpy (guard before)");
+  check(cudaMemcpy(after.data(), base + guard_ + payload_, guard_, cudaMemcpyDeviceToHost), "cudaMemcpy (guard after)");
   std::size_t changed_before = 0, changed_after = 0;
   for (unsigned char c : before) changed_before += c != canary;
   for (unsigned char c : after) changed_after += c != canary;
-  if (changed_after > 0) throw cuda::CudaError(fmt::format("wrote past the end of {} ({} guard bytes changed after)", name, changed_after));
+  if (changed_after > 0) throw CudaError(fmt::format("wrote past the end of {} ({} guard bytes changed after)", name, changed_after));
   if (changed_before > 0)
-    throw cuda::CudaError(fmt::format("wrote before the start of {} ({} guard bytes changed before)", name, changed_before));
+    throw CudaError(fmt::format("wrote before the start of {} ({} guard bytes changed before)", name, changed_before));
 }
 
-Stream::Stream() { cuda::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+Stream::Stream() { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
 
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+Event::Event() { check(cudaEventCreate(&event_), "cudaEventCreate"); }
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(event_);
+}
+
+double elapsed_seconds(const Event& start, const Event& stop) {
+  check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
+  return static_cast<double>(ms) / 1e3;
 }
 
 CublasHandle::CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreate"); }
@@ -80,4 +93,4 @@ CublasHandle::~CublasHandle() {
   if (handle_) cublasDestroy(handle_);
 }
 
-}  // namespace attn::cuda_cublas
+}  // namespace attn::cuda

@@ -1,7 +1,8 @@
 #pragma once
-// RAII owners of what a cuda_cublas run holds on the device: memory (optionally between guard
-// regions), a stream, a cuBLAS handle; and cuBLAS statuses checked like CUDA ones. Plain C++
-// against the CUDA runtime and cuBLAS; every failure throws attn::cuda::CudaError naming the call.
+// RAII owners of what CUDA implementations, GPU tests and GPU benchmarks hold on the device:
+// memory (optionally between guard regions), streams, events, a cuBLAS handle; and cuBLAS
+// statuses checked like CUDA ones. Plain C++ against the CUDA runtime and cuBLAS; every failure
+// throws attn::cuda::CudaError naming the call.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -10,7 +11,7 @@
 
 #include "impls/cuda_support/cuda_support.hpp"
 
-namespace attn::cuda_cublas {
+namespace attn::cuda {
 
 // Throws CudaError "CALL failed: CUBLAS_STATUS_NAME: description" unless status is success.
 void check_cublas(cublasStatus_t status, const char* call);
@@ -70,6 +71,21 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Seconds between two recorded events, after waiting for the second.
+double elapsed_seconds(const Event& start, const Event& stop);
+
 class CublasHandle {
  public:
   CublasHandle();
@@ -82,4 +98,4 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
-}  // namespace attn::cuda_cublas
+}  // namespace attn::cuda
