@@ -6,7 +6,7 @@
 # are skipped with the reason (not an error), and asked for alone they run nothing (exit 0 with --smoke,
 # 1 without); where a device is, their families run like the others (event-timed, named .../l2_cold).
 # The peers scripts' argument contracts (cpu_peers.py f32 only; torch_sdpa.py unavailable without
-# PyTorch or a GPU) and torch_sdpa.py's timing and record logic with a stub timer. Also the bench
+# PyTorch or a GPU) and torch_sdpa.py's timing and record logic with a stand-in timer. Also the bench
 # command's bad-input contract (exit 2, nothing written).
 # Usage: bench_smoke.sh path/to/attnbench
 set -u
@@ -422,17 +422,18 @@ PY
   grep -q "peer unavailable: torch_sdpa_math: " "$tmp/tpeers.out" || fail "bench --peers torch_sdpa.py: 'peer unavailable' not reported"
 fi
 
-# torch_sdpa.py's timing and records with a stub timer (no PyTorch needed): warm-up outside the marks,
+# torch_sdpa.py's timing and records with a stand-in timer (no PyTorch needed): warm-up outside the marks,
 # before_each (flush, hold) before each start mark, medians, and the FLOP and byte conventions.
 python3 - "$torch_sdpa" <<'PY' || fail "torch_sdpa.py: the timing or record logic is wrong"
-import importlib.util, sys
+import importlib.util, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[1])))  # peer_problem.py, as when run as a script
 spec = importlib.util.spec_from_file_location("torch_sdpa", sys.argv[1])
 m = importlib.util.module_from_spec(spec)
 sys.modules["torch_sdpa"] = m  # dataclasses look their module up
 spec.loader.exec_module(m)
 
 log = []
-class StubTimer:  # "time" advances 1 per call; marks are log positions
+class FakeTimer:  # "time" advances 1 per call; marks are log positions
     def mark(self):
         log.append("mark")
         return len(log)
@@ -446,19 +447,19 @@ def call():
     log.append("call")
     for _ in range(next(durations, 0)):
         log.append("work")
-t = m.measure(call, StubTimer(), repetitions=3, warmup=2, before_each=lambda: log.append("flush"))
+t = m.measure(call, FakeTimer(), repetitions=3, warmup=2, before_each=lambda: log.append("flush"))
 # The two warm-up calls consume durations 1 and 5: the timed calls take 3, 0 and 0 "work" steps.
 assert log[:9] == ["call", "work", "call", "work", "work", "work", "work", "work", "sync"], log
 assert log[9:12] == ["flush", "mark", "call"], log
 assert t["times"] == [0.004, 0.001, 0.001] and t["median_seconds"] == 0.001 and t["min_seconds"] == 0.001, t
 assert t["calls_per_repetition"] == 1 and t["warmup_calls"] == 2
 
-p = m.Problem(2, 4, 128, 128, 64, "top_left", "f16")
+p = m.Problem(2, 4, 128, 128, 64, 64, "top_left", "f16")
 assert p.visible_pairs() == 2 * 4 * 128 * 129 // 2
 assert p.flops_exact() == 2.0 * p.visible_pairs() * 128
 assert p.flops_published() == 4.0 * 2 * 4 * 128 * 128 * 64 / 2
 assert p.bytes_min() == 2 * 2 * 4 * 128 * 64 * 4
-assert m.Problem(1, 8, 64, 64, 64, "none", "f32").bytes_min() == 4 * 8 * 64 * 64 * 4
+assert m.Problem(1, 8, 64, 64, 64, 64, "none", "f32").bytes_min() == 4 * 8 * 64 * 64 * 4
 r = m.timing_record("flash", "2.9.0", p, {"times": [0.002, 0.001, 0.003], "median_seconds": 0.002, "min_seconds": 0.001,
                                             "calls_per_repetition": 1, "warmup_calls": 3}, True, "cold")
 assert r["peer"] == "torch_sdpa_flash" and r["backend"] == "FLASH_ATTENTION" and r["valid_target"] is True
@@ -467,7 +468,7 @@ e = m.error_record("cudnn", "2.9.0", p, "RuntimeError: No available kernel", Tru
 assert e["error"].startswith("unsupported: ") and e["unsupported"] and "median_seconds" not in e
 assert m.ulp("f16", 1.0) == 2.0 ** -10 and m.ulp("bf16", 3.0) == 2.0 ** -6 and m.ulp("f32", 0.0) == 2.0 ** -149
 assert m.refused(RuntimeError("No available kernel. Aborting execution.")) and not m.refused(RuntimeError("CUDA error: illegal address"))
-print("bench_smoke: torch_sdpa.py timing and records checked with a stub timer")
+print("bench_smoke: torch_sdpa.py timing and records checked with a stand-in timer")
 PY
 
 echo "bench_smoke: $failures failed"

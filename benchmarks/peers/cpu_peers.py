@@ -29,66 +29,16 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from peer_problem import Problem, git_revision
+
 
 # --------------------------------------------------------------------------------------
-# Problems, FLOPs and bytes (the conventions of DESIGN.md and core/problem.cpp)
+# Inputs (problems, FLOPs and bytes: peer_problem.py)
 # --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Problem:
-    b: int
-    h: int
-    n_q: int
-    n_k: int
-    d_k: int
-    d_v: int
-    causal: str  # "none" or "top_left"
-    regime: str = "diffuse"
-    seed: int = 0
-    dtype: str = "f32"
-
-    @property
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.d_k)
-
-    def repro(self) -> str:
-        return (f"b={self.b} hq={self.h} hkv={self.h} nq={self.n_q} nk={self.n_k} dk={self.d_k} "
-                f"dv={self.d_v} dtype={self.dtype} causal={self.causal} regime={self.regime} seed={self.seed}")
-
-    def visible_pairs(self) -> int:
-        """Exact count of visible (query, key) pairs over all batches and heads."""
-        if self.causal == "none":
-            per_head = self.n_q * self.n_k
-        else:  # top-left: query i sees keys j <= i
-            per_head = sum(min(i + 1, self.n_k) for i in range(self.n_q))
-        return self.b * self.h * per_head
-
-    def flops_exact(self) -> float:
-        return 2.0 * self.visible_pairs() * (self.d_k + self.d_v)
-
-    def flops_published(self) -> float:
-        full = 2.0 * self.b * self.h * self.n_q * self.n_k * (self.d_k + self.d_v)  # = 4·b·h·n_q·n_k·d
-        return full if self.causal == "none" else full / 2.0
-
-    def bytes_min(self) -> float:
-        e = 4.0  # f32
-        return e * self.b * (self.h * self.n_q * self.d_k + self.h * self.n_k * (self.d_k + self.d_v)
-                             + self.h * self.n_q * self.d_v)
-
-    def to_json(self) -> dict:
-        return {"repro": self.repro(), "b": self.b, "h_q": self.h, "h_kv": self.h, "n_q": self.n_q,
-                "n_k": self.n_k, "d_k": self.d_k, "d_v": self.d_v, "dtype": self.dtype,
-                "causal": self.causal, "scale": self.scale, "scale_is_default": True,
-                "regime": self.regime, "seed": self.seed, "visible_pairs": self.visible_pairs(),
-                "flops_exact": self.flops_exact(), "flops_published": self.flops_published(),
-                "bytes_min": self.bytes_min()}
-
 
 def make_inputs(p: Problem):
     """Q, K, V in BSH layout ([b, n, h*d]), float32.
@@ -155,7 +105,7 @@ def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0) -> 
 
 
 def check_cases(heads: int, head_dims: list[int]) -> list[Problem]:
-    return [Problem(1, heads, n, n, d, d, causal, regime, seed=7)
+    return [Problem(1, heads, n, n, d, d, causal, regime=regime, seed=7)
             for d in head_dims for n in (64, 129) for causal in ("none", "top_left") for regime in ("diffuse", "peaked", "large")]
 
 
@@ -355,19 +305,6 @@ def package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def git_revision() -> str | None:
-    try:
-        root = Path(__file__).resolve().parents[2]
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        if rev.returncode != 0:
-            return None
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
         return None
 
 

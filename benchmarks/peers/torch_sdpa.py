@@ -29,16 +29,15 @@ import json
 import math
 import platform
 import statistics
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from peer_problem import ELEMENT_BYTES, Problem, git_revision
 
 EXIT_OK, EXIT_CHECKS_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 # Our backend names -> torch.nn.attention.SDPBackend members.
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
 MANTISSA_BITS = {"f64": 52, "f32": 23, "f16": 10, "bf16": 7}
 MIN_NORMAL_EXPONENT = {"f64": -1022, "f32": -126, "f16": -14, "bf16": -126}
 HOLD_CYCLES = 500_000  # torch.cuda._sleep before each timed call: ~0.3 ms at 1.7 GHz
@@ -46,59 +45,6 @@ HOLD_CYCLES = 500_000  # torch.cuda._sleep before each timed call: ~0.3 ms at 1.
 
 def peer_name(backend: str) -> str:
     return f"torch_sdpa_{backend}"
-
-
-# --------------------------------------------------------------------------------------
-# Problems, FLOPs and bytes (the conventions of DESIGN.md and core/problem.cpp)
-# --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Problem:
-    b: int
-    h: int
-    n_q: int
-    n_k: int
-    d: int  # d_k = d_v
-    causal: str  # "none" or "top_left"
-    dtype: str = "f32"
-    regime: str = "diffuse"
-    seed: int = 0
-
-    @property
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.d)
-
-    def repro(self) -> str:
-        return (f"b={self.b} hq={self.h} hkv={self.h} nq={self.n_q} nk={self.n_k} dk={self.d} dv={self.d} "
-                f"dtype={self.dtype} causal={self.causal} regime={self.regime} seed={self.seed}")
-
-    def visible_pairs(self) -> int:
-        """Exact count of visible (query, key) pairs over all batches and heads."""
-        if self.causal == "none":
-            per_head = self.n_q * self.n_k
-        else:  # top-left: query i sees keys j <= i
-            m = min(self.n_q, self.n_k)
-            per_head = m * (m + 1) // 2 + (self.n_q - m) * self.n_k
-        return self.b * self.h * per_head
-
-    def flops_exact(self) -> float:
-        return 2.0 * self.visible_pairs() * (2 * self.d)
-
-    def flops_published(self) -> float:
-        full = 4.0 * self.b * self.h * self.n_q * self.n_k * self.d
-        return full if self.causal == "none" else full / 2.0
-
-    def bytes_min(self) -> float:
-        e = ELEMENT_BYTES[self.dtype]
-        return e * self.b * self.h * (self.n_q * self.d + 2 * self.n_k * self.d + self.n_q * self.d)
-
-    def to_json(self) -> dict:
-        return {"repro": self.repro(), "b": self.b, "h_q": self.h, "h_kv": self.h, "n_q": self.n_q,
-                "n_k": self.n_k, "d_k": self.d, "d_v": self.d, "dtype": self.dtype,
-                "causal": self.causal, "scale": self.scale, "scale_is_default": True,
-                "regime": self.regime, "seed": self.seed, "visible_pairs": self.visible_pairs(),
-                "flops_exact": self.flops_exact(), "flops_published": self.flops_published(),
-                "bytes_min": self.bytes_min()}
 
 
 def ulp(dtype: str, x: float) -> float:
@@ -199,12 +145,12 @@ def check_inputs(torch, p: Problem, device):
     the rounded inputs, for the oracle. Regimes as core/inputs.cpp: diffuse gives scaled scores
     of unit variance, peaked of variance 64."""
     g = torch.Generator().manual_seed(p.seed)
-    sigma = math.sqrt(math.sqrt({"diffuse": 1.0, "peaked": 64.0}[p.regime] / (p.scale * p.scale * p.d)))
-    shape = (p.b, p.h, p.n_q, p.d)
+    sigma = math.sqrt(math.sqrt({"diffuse": 1.0, "peaked": 64.0}[p.regime] / (p.scale * p.scale * p.d_k)))
+    shape = (p.b, p.h, p.n_q, p.d_k)
     dt = torch_dtype(torch, p.dtype)
     q = (sigma * torch.randn(shape, generator=g, dtype=torch.float64)).to(dt)
-    k = (sigma * torch.randn((p.b, p.h, p.n_k, p.d), generator=g, dtype=torch.float64)).to(dt)
-    v = torch.randn((p.b, p.h, p.n_k, p.d), generator=g, dtype=torch.float64).to(dt)
+    k = (sigma * torch.randn((p.b, p.h, p.n_k, p.d_k), generator=g, dtype=torch.float64)).to(dt)
+    v = torch.randn((p.b, p.h, p.n_k, p.d_k), generator=g, dtype=torch.float64).to(dt)
     return [t.to(device) for t in (q, k, v)], [t.double() for t in (q, k, v)]
 
 
@@ -228,7 +174,7 @@ def check_backend(torch, backend: str, dtypes, head_dims, device) -> dict:
             for n in (64, 129):
                 for causal in ("none", "top_left"):
                     for regime in ("diffuse", "peaked"):
-                        p = Problem(1, 2, n, n, d, causal, dtype, regime, seed=7)
+                        p = Problem(1, 2, n, n, d, d, causal, dtype, regime, seed=7)
                         (q, k, v), (q64, k64, v64) = check_inputs(torch, p, device)
                         ref = textbook(torch, p, q64, k64, v64)
                         naive = textbook(torch, p, q, k, v).double().cpu()
@@ -281,15 +227,6 @@ def flush_and_hold(torch, l2: str, device):
 # --------------------------------------------------------------------------------------
 # Context and output
 # --------------------------------------------------------------------------------------
-
-def git_revision() -> str | None:
-    try:
-        root = Path(__file__).resolve().parents[2]
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip() or None if rev.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
 
 def base_context(args) -> dict:
     return {
@@ -434,7 +371,7 @@ def main(argv=None) -> int:
             for d in args.d_list:
                 for causal in causals:
                     for n in ns:
-                        p = Problem(args.batch, args.heads, n, n, d, causal, dtype)
+                        p = Problem(args.batch, args.heads, n, n, d, d, causal, dtype)
                         try:
                             g = torch.Generator(device=device).manual_seed(p.seed)
                             q, k, v = (torch.randn((p.b, p.h, n, d), generator=g, device=device, dtype=torch_dtype(torch, dtype))
