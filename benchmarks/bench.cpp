@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -196,19 +198,45 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
 // --benchmark_format and --benchmark_color keep working) and keeps a copy of every run.
 // CreateDefaultDisplayReporter returns the library's own process-wide instance: not ours to
 // delete (deleting it breaks the next run in the same process).
+//
+// It also keeps Google Benchmark's own JSON (its JSONReporter, writing into memory) and, after
+// every benchmark, hands the JSON so far to `on_json` (which rewrites the result file), so a run
+// that dies keeps every benchmark that finished. The progress hooks (any may be empty) hear of
+// each benchmark and of each console line before it is printed.
 class CollectingReporter : public benchmark::BenchmarkReporter {
  public:
-  CollectingReporter() : inner_(benchmark::CreateDefaultDisplayReporter()) {}
-  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
+  CollectingReporter(std::function<void(const std::string&)> on_json, const ProgressHooks* progress)
+      : inner_(benchmark::CreateDefaultDisplayReporter()), on_json_(std::move(on_json)), progress_(progress) {
+    json_.SetOutputStream(&json_text_);
+    json_.SetErrorStream(&json_errors_);
+  }
+  bool ReportContext(const Context& context) override {
+    json_.ReportContext(context);
+    return inner_->ReportContext(context);
+  }
   void ReportRuns(const std::vector<Run>& runs) override {
     runs_.insert(runs_.end(), runs.begin(), runs.end());
+    if (progress_ && progress_->before_line) progress_->before_line();
     inner_->ReportRuns(runs);
+    json_.ReportRuns(runs);
+    if (on_json_) on_json_(json_text_.str() + "\n  ]\n}\n");  // the JSONReporter's Finalize closes the array and object
+    if (progress_ && progress_->step && !runs.empty()) progress_->step(runs.front().benchmark_name());
   }
-  void Finalize() override { inner_->Finalize(); }
+  void Finalize() override {
+    if (progress_ && progress_->end) progress_->end();
+    inner_->Finalize();
+    json_.Finalize();
+  }
   const std::vector<Run>& runs() const { return runs_; }
+  // Google Benchmark's JSON document as its file reporter would have written it.
+  std::string json_text() const { return json_text_.str(); }
 
  private:
   benchmark::BenchmarkReporter* inner_;
+  benchmark::JSONReporter json_;
+  std::ostringstream json_text_, json_errors_;
+  std::function<void(const std::string&)> on_json_;
+  const ProgressHooks* progress_;
   std::vector<Run> runs_;
 };
 
@@ -396,29 +424,48 @@ nlohmann::json bench_section(const std::vector<FamilyResult>& results, const Pea
           {"errors", std::move(errors)}};
 }
 
-// Adds the "attnbench" section to Google Benchmark's JSON file, keeping its "context" and
-// "benchmarks" as they are (compare.py reads only those). Should the file not parse (Google
-// Benchmark writes NaN for a NaN counter, which strict JSON forbids), the section goes to a
-// file beside it instead. Returns the path written.
-std::string add_section(const std::string& path, const nlohmann::json& section) {
-  nlohmann::ordered_json doc;  // keeps Google Benchmark's key order
-  {
-    std::ifstream in(path);
-    doc = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+// Google Benchmark writes a NaN or infinite counter as NaN / Infinity, which strict JSON
+// forbids: those values become null, so every reader can parse the file.
+std::string strict_json(std::string text) {
+  for (const char* token : {"-Infinity", "Infinity", "-NaN", "NaN"}) {
+    const std::string from = std::string("\": ") + token;
+    for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + 3))
+      if (at + from.size() < text.size() && (text[at + from.size()] == ',' || text[at + from.size()] == '\n'))
+        text.replace(at + 3, std::string_view(token).size(), "null");
   }
+  return text;
+}
+
+// Writes the bench result file: Google Benchmark's JSON ("context" and "benchmarks" as it writes
+// them, which compare.py reads) with the top-level "schema", "schema_version", "shard" and the
+// "attnbench" section added. Atomic (a temporary file, then rename): a reader never sees half a
+// file. Should Google Benchmark's text not parse, it is written as it is and the section goes to
+// a file beside it. Returns the path the section went to.
+std::string write_bench_json(const std::string& path, const std::string& benchmark_json, const nlohmann::json& section,
+                             const nlohmann::json& shard) {
+  // No benchmark ran (a shard without families, a filter that selects nothing): an empty list.
+  const std::string text = benchmark_json.empty() ? std::string("{\"context\": {}, \"benchmarks\": []}") : strict_json(benchmark_json);
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto write = [](const std::string& target, const std::string& text) {
+    const std::string tmp = target + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << text;
+      if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+    }
+    std::filesystem::rename(tmp, target);
+  };
   std::string target = path;
   if (doc.is_discarded() || !doc.is_object()) {
+    write(path, benchmark_json);
     target = path + ".attnbench.json";
     doc = nlohmann::ordered_json::object();
   }
+  doc["schema"] = "attnbench.bench";
+  doc["schema_version"] = 1;
+  if (!shard.is_null()) doc["shard"] = nlohmann::ordered_json::parse(shard.dump());
   doc["attnbench"] = nlohmann::ordered_json::parse(section.dump());
-  const std::string tmp = target + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << doc.dump(2) << '\n';
-    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
-  }
-  std::filesystem::rename(tmp, target);
+  write(target, doc.dump(2) + "\n");
   return target;
 }
 
@@ -439,10 +486,8 @@ void initialise_benchmark_library(const BenchOptions& o) {
       throw InputError(fmt::format("'{}': use --json PATH for the JSON output", flag));
     args.push_back(flag);
   }
-  if (!o.json_path.empty()) {
-    args.push_back("--benchmark_out=" + o.json_path);
-    args.push_back("--benchmark_out_format=json");
-  }
+  // No --benchmark_out: the collecting reporter keeps Google Benchmark's JSON and writes the file
+  // itself after every benchmark (write_bench_json).
   // Google Benchmark keeps argv[0] (the "executable" of its context) as a pointer: it must
   // outlive the run. The flags it copies.
   static std::string program_name = "attnbench bench";
@@ -478,12 +523,33 @@ bool filter_selects(const FamilySpec& family, bool smoke) {
   }
 }
 
+// How many sizes of a family Google Benchmark's --benchmark_filter selects (for the progress
+// display; all of them when unsure).
+std::size_t selected_sizes(const FamilySpec& family, bool smoke) {
+  std::string spec = benchmark::GetBenchmarkFilter();
+  if (spec.empty() || spec == "all") return family.sizes.size();
+  const bool negative = spec[0] == '-';
+  if (negative) spec.erase(0, 1);
+  try {
+    const std::regex re(spec, std::regex::extended);
+    std::size_t count = 0;
+    for (std::int64_t n : family.sizes)
+      if (std::regex_search(fmt::format("{}/n:{}{}/{}", family.name(), n, smoke ? "/iterations:1" : "",
+                                        runs_on_gpu(*family.implementation) ? "manual_time" : "real_time"),
+                            re) != negative)
+        ++count;
+    return count;
+  } catch (const std::regex_error&) {
+    return family.sizes.size();
+  }
+}
+
 void prepare_json_path(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream probe(path, std::ios::app);
+  std::ofstream probe(path, std::ios::trunc);  // an earlier run's results must not pass for this one's
   if (!probe) throw InputError(fmt::format("cannot write --json {}", path));
 }
 
@@ -517,7 +583,19 @@ int run_bench(const BenchOptions& o) {
   plo.max_n_for["cpu_naive"] = o.naive_max_n;
   plo.smoke = o.smoke;
   plo.gpu_variant = "l2_" + to_string(l2);
-  const ProblemList list = curated_problem_list(devices.runnable, plo);  // also checks the options
+  ProblemList list = curated_problem_list(devices.runnable, plo);  // also checks the options
+  if (o.shard) {
+    // --shard I/N: family at position p of the list runs in shard p % N + 1, so a family's whole
+    // n-sweep and its complexity fit stay in one shard.
+    const auto [index, count] = *o.shard;
+    if (count < 1 || index < 1 || index > count) throw InputError(fmt::format("--shard {}/{}: expected 1 <= I <= N", index, count));
+    const std::size_t total = list.families.size();
+    std::vector<FamilySpec> kept;
+    for (std::size_t position = 0; position < total; ++position)
+      if (position % static_cast<std::size_t>(count) == static_cast<std::size_t>(index - 1)) kept.push_back(list.families[position]);
+    list.families = std::move(kept);
+    list.notes.push_back(fmt::format("shard {}/{}: {} of the {} families", index, count, list.families.size(), total));
+  }
   const std::int64_t fit_min_n = o.smoke ? 1 : o.fit_min_n;
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   std::optional<PeersPlan> peers_plan;
@@ -644,7 +722,25 @@ int run_bench(const BenchOptions& o) {
   if (env.gpu) env.gpu->release();
   std::fflush(stdout);
 
-  CollectingReporter reporter;
+  // The result file is rewritten after every benchmark: a run that dies keeps what finished.
+  const nlohmann::json shard_json =
+      o.shard ? nlohmann::json{{"index", o.shard->first}, {"count", o.shard->second}} : nlohmann::json(nullptr);
+  std::vector<std::string> notes = devices.skipped;
+  notes.insert(notes.end(), list.notes.begin(), list.notes.end());
+  auto partial_section = [&] {
+    return nlohmann::json{{"schema", "attnbench.bench"}, {"version", 1},         {"context", o.context},
+                          {"complete", false},           {"notes", notes},       {"peaks", {{"fma_gflops", fma.gflops}, {"sgemm_gflops", sgemm.gflops},
+                                                                                              {"roofline_gflops", env.roofline_gflops}}}};
+  };
+  std::size_t instances = 0;
+  for (const FamilySpec& family : list.families) instances += selected_sizes(family, o.smoke);
+  if (!o.json_path.empty()) write_bench_json(o.json_path, "", partial_section(), shard_json);  // valid before the first benchmark
+  if (o.progress.begin) o.progress.begin(instances);
+  CollectingReporter reporter(
+      [&](const std::string& text) {
+        if (!o.json_path.empty()) write_bench_json(o.json_path, text, partial_section(), shard_json);
+      },
+      &o.progress);
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::ClearRegisteredBenchmarks();
   env.fixture.reset();
@@ -668,14 +764,14 @@ int run_bench(const BenchOptions& o) {
     peers = run_peers(*peers_plan, ours);
   }
 
-  std::vector<std::string> notes = devices.skipped;
-  notes.insert(notes.end(), list.notes.begin(), list.notes.end());
   if (!o.json_path.empty()) {
     nlohmann::json section = bench_section(results, fma, sgemm, env.roofline_gflops, rss_method, notes, fit_min_n);
+    section["context"] = o.context;
+    section["complete"] = true;
     for (const auto& e : gpu_run.errors) section["errors"].push_back(e);
     if (wants_gpu) section["gpu"] = gpu_section(device, gpu_run, devices.skipped);
     if (peers) section["peers"] = peers->section;
-    const auto written = add_section(o.json_path, section);
+    const auto written = write_bench_json(o.json_path, reporter.json_text(), section, shard_json);
     fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
     if (peers && !peers->failed && peers->section["json"].is_string())
       fmt::print("peers: {}\n", peers->section["json"].get<std::string>());

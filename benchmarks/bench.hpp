@@ -5,6 +5,7 @@
 // --peers, the peers' medians side by side with ours), and writes Google Benchmark's JSON (with
 // an "attnbench" section of peaks, fits and peer comparisons added).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,16 @@
 #include "impls/implementation.hpp"
 
 namespace attn::bench {
+
+// A progress display (the command line's bar, or plain lines): told how many benchmarks will
+// run, each one's name as it finishes, and before Google Benchmark prints a console line (so a
+// bar can step aside). Any hook may be empty.
+struct ProgressHooks {
+  std::function<void(std::size_t total)> begin;
+  std::function<void()> before_line;
+  std::function<void(const std::string& benchmark)> step;
+  std::function<void()> end;
+};
 
 struct BenchOptions {
   std::vector<const Implementation*> implementations;  // what to benchmark (the caller resolves names)
@@ -38,6 +49,10 @@ struct BenchOptions {
   // GPU families (describe().device == "cuda"): "cold" flushes L2 before every timed iteration,
   // "hot" does not (gpu_timing.hpp). In the GPU families' names: IMPL/DTYPE/dD/MASK/l2_cold.
   std::string l2 = "cold";
+  // --shard I/N: only the families at positions p of the problem list with p % N == I - 1 (a
+  // family's n-sweep stays whole). The JSON gets "shard": {"index": I, "count": N}.
+  std::optional<std::pair<int, int>> shard;
+  ProgressHooks progress;
 };
 
 // Returns 0 when every benchmark ran, 1 when any reported an error (the others still run) or the

@@ -14,12 +14,16 @@
 #include <fmt/format.h>
 
 #include "benchmarks/bench.hpp"
+#include "cli/report_command.hpp"
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "impls/registry.hpp"
 #include "properties/property_suite.hpp"
 #include "reports/context.hpp"
+#include "reports/progress.hpp"
+#include "reports/properties_report.hpp"
+#include "reports/results.hpp"
 #include "reports/verify_report.hpp"
 
 namespace {
@@ -35,6 +39,7 @@ struct VerifyArgs {
   double k = attn::PassRule{}.k;
   double floor_ulps = attn::PassRule{}.floor_ulps;
   int threads = 0;
+  std::string shard;  // --shard I/N
 };
 
 std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
@@ -60,28 +65,58 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   attn::VerifyOptions options;
   options.rule = {args.k, args.floor_ulps};
   options.reference.threads = args.threads;
+  std::optional<attn::Shard> shard;
+  if (!args.shard.empty()) {
+    shard = attn::parse_shard(args.shard);
+    const std::size_t total = cases.size();
+    std::vector<attn::Problem> mine;
+    for (std::size_t position : attn::shard_positions(total, *shard)) {
+      mine.push_back(cases[position]);
+      options.case_numbers.push_back(position);
+    }
+    cases = std::move(mine);
+    fmt::print("attnbench verify: shard {}/{}: {} of the {} cases (case index modulo {})\n", shard->index, shard->count, cases.size(), total,
+               shard->count);
+  }
   const auto context = attn::run_context(args.threads > 0 ? args.threads : attn::default_thread_count());
+  auto to_json = [&](const attn::VerifyRun& run) {
+    auto doc = attn::verify_to_json(run, options, context);
+    if (shard) doc["shard"] = shard->to_json();
+    return doc;
+  };
 
   fmt::print("attnbench verify: {} implementation(s) x {} case(s); pass rule: max abs error <= {} x naive + {} ulps\n\n",
              implementations.size(), cases.size(), args.k, args.floor_ulps);
   attn::print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
+  attn::Progress progress("verify", implementations.size() * cases.size(), stdout, attn::Progress::stdout_is_terminal());
   auto on_record = [&](const attn::VerifyRun& run, const attn::Record& record) {
+    progress.clear();
     attn::print_verify_row(std::cout, record);
     std::cout.flush();
+    progress.step(fmt::format("{} case {}", record.implementation, record.context->index));
     const bool case_done = record.implementation == implementations.back()->name();
-    if (case_done && !args.json_path.empty()) attn::write_json_file(args.json_path, attn::verify_to_json(run, options, context));
+    if (case_done && !args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
   };
   const attn::VerifyRun run = attn::verify(implementations, cases, options, on_record);
-  if (!args.json_path.empty()) attn::write_json_file(args.json_path, attn::verify_to_json(run, options, context));
+  progress.finish();
+  if (!args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
   attn::print_verify_summary(std::cout, run);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
   return run.failed() > 0 ? exit_fail : exit_pass;
 }
 
-int run_bench(const attn::Registry& registry, const std::vector<std::string>& names, attn::bench::BenchOptions options) {
+int run_bench(const attn::Registry& registry, const std::vector<std::string>& names, attn::bench::BenchOptions options,
+              const std::string& shard) {
   options.implementations = select(registry, names);
+  if (!shard.empty()) {
+    const attn::Shard s = attn::parse_shard(shard);
+    options.shard = std::pair{s.index, s.count};
+  }
   options.context = attn::run_context(options.threads > 0 ? options.threads : attn::default_thread_count());
+  attn::Progress progress("bench", 0, stdout, attn::Progress::stdout_is_terminal());
+  options.progress = {[&](std::size_t total) { progress.set_total(total); }, [&] { progress.clear(); },
+                      [&](const std::string& name) { progress.step(name); }, [&] { progress.finish(); }};
   return attn::bench::run_bench(options);
 }
 
@@ -92,6 +127,7 @@ struct PropertiesArgs {
   std::uint64_t seed = 0;
   std::string single_case;
   bool large = false;
+  std::string json_path;  // --json: the property summary (schema attnbench.properties)
 };
 
 // The property suite against the chosen implementations: RapidCheck draws the problems, or
@@ -118,6 +154,9 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
   options.seed = args.seed;
   options.large = args.large;
   int failed = 0, gave_up = 0;
+  // Saved after every (property, implementation), so a run that dies keeps what it checked.
+  attn::PropertiesJson results(options, attn::run_context(attn::default_thread_count()));
+  if (problem) results.single_case = problem->repro();
   for (const attn::Property* property : chosen) {
     fmt::print("property {}: {}\n", property->number, property->name);
     for (const attn::Implementation* impl : implementations) {
@@ -143,9 +182,16 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
           break;
       }
       std::fflush(stdout);
+      results.add(v, *property, *impl);
+      if (!args.json_path.empty()) attn::write_json_file(args.json_path, results.to_json());
     }
   }
+  if (!args.json_path.empty()) {
+    results.complete = true;
+    attn::write_json_file(args.json_path, results.to_json());
+  }
   fmt::print("\n{} failed, {} gave up\n", failed, gave_up);
+  if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
   return failed + gave_up > 0 ? exit_fail : exit_pass;
 }
 
@@ -177,6 +223,8 @@ int main(int argc, char** argv) {
   verify->add_option("--k", verify_args.k, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   verify->add_option("--floor-ulps", verify_args.floor_ulps, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   verify->add_option("--threads", verify_args.threads, "Threads for the reference (default: all cores)");
+  verify->add_option("--shard", verify_args.shard, "Run part I of N of the cases (I/N: case index modulo N), e.g. for a CI matrix; "
+                                                  "`attnbench report` merges the shards");
   verify->get_option("--case")->excludes(verify->get_option("--cases"));
 
   auto* list = app.add_subcommand("list", "List the implementations and what each supports");
@@ -189,6 +237,7 @@ int main(int argc, char** argv) {
   properties->add_option("--seed", properties_args.seed, "RapidCheck seed (default: a fresh one, printed)");
   properties->add_option("--case", properties_args.single_case, "Check exactly this problem (a repro string), as a failure prints it");
   properties->add_flag("--large", properties_args.large, "The slow sweep: 16x the work per problem, longer sequences more often");
+  properties->add_option("--json", properties_args.json_path, "Also write the verdicts as JSON (schema attnbench.properties)");
 
   attn::bench::BenchOptions bench_args;
   std::vector<std::string> bench_impls;
@@ -214,7 +263,12 @@ int main(int argc, char** argv) {
   bench->add_option("--l2", bench_args.l2,
                     "GPU families: cold (flush L2 before every timed iteration) or hot (no flush); part of their names")
       ->capture_default_str();
+  std::string bench_shard;
+  bench->add_option("--shard", bench_shard, "Run part I of N of the families (I/N: family position modulo N; each family's n-sweep "
+                                            "stays whole), e.g. for a CI matrix; `attnbench report` merges the shards");
   bench->allow_extras();
+
+  const attn::cli::ReportCommand report(app);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   auto is_subcommand = [&](const char* word) {
@@ -225,7 +279,9 @@ int main(int argc, char** argv) {
     }
   };
   if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
-    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: verify, list, bench, properties; see --help)\n", argv[1]);
+    std::vector<std::string> known;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) known.push_back(sub->get_name());
+    fmt::print(stderr, "attnbench: error: unknown subcommand '{}' (known: {}; see --help)\n", argv[1], fmt::join(known, ", "));
     return exit_usage;
   }
   try {
@@ -240,10 +296,11 @@ int main(int argc, char** argv) {
     attn::register_builtin_implementations(registry);
     if (verify->parsed()) return run_verify(registry, verify_args);
     if (list->parsed()) return run_list(registry);
+    if (report.parsed()) return report.run();
     if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {
       bench_args.benchmark_flags = bench->remaining();
-      return run_bench(registry, bench_impls, bench_args);
+      return run_bench(registry, bench_impls, bench_args, bench_shard);
     }
   } catch (const attn::InputError& e) {
     fmt::print(stderr, "attnbench: error: {}\n", e.what());

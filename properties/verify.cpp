@@ -76,7 +76,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
     const Problem& p = cases[index];
     p.validate();
     auto ctx = std::make_unique<CaseContext>();
-    ctx->index = index;
+    ctx->index = options.case_numbers.empty() ? index : options.case_numbers.at(index);
     ctx->problem = p;
     ctx->rows_total = p.rows();
 

@@ -19,6 +19,8 @@ std::string_view to_string(Status status);
 struct VerifyOptions {
   PassRule rule;
   ReferenceOptions reference;
+  // The index of each case in the full case list (a --shard runs part of it); empty: 0, 1, ...
+  std::vector<std::size_t> case_numbers;
 };
 
 // The reference and baseline facts of one case, shared by every implementation run on it.

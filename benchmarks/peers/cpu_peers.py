@@ -483,7 +483,7 @@ def main(argv=None) -> int:
         print_table(timed)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"context": ctx, "peers": peers_json, "results": records}, indent=2) + "\n")
+    out.write_text(json.dumps({"schema": "attnbench.peers", "schema_version": 1, "context": ctx, "peers": peers_json, "results": records}, indent=2) + "\n")
     print(f"\nwrote {out}")
     if not any_ran:
         return 2

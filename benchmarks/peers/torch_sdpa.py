@@ -253,7 +253,7 @@ def write_json(path: str, doc: dict) -> None:
 def unavailable(args, reason: str) -> int:
     print(f"torch_sdpa: peer unavailable: {reason}", flush=True)
     peers = [{"peer": peer_name(b), "skipped": reason} for b in args.backend_list]
-    write_json(args.out, {"context": base_context(args), "peers": peers, "results": []})
+    write_json(args.out, {"schema": "attnbench.peers", "schema_version": 1, "context": base_context(args), "peers": peers, "results": []})
     print(f"wrote {args.out}")
     return EXIT_UNAVAILABLE
 
@@ -393,7 +393,7 @@ def main(argv=None) -> int:
                         q = k = v = None
         print()
 
-    write_json(args.out, {"context": ctx, "peers": peers_json, "results": records})
+    write_json(args.out, {"schema": "attnbench.peers", "schema_version": 1, "context": ctx, "peers": peers_json, "results": records})
     print(f"wrote {args.out}")
     return EXIT_CHECKS_FAILED if any_failed else EXIT_OK
 

@@ -1,0 +1,50 @@
+#include "reports/properties_report.hpp"
+
+#include "reports/results.hpp"
+
+namespace attn {
+
+std::string_view to_string(PropertyVerdict::Kind kind) {
+  switch (kind) {
+    case PropertyVerdict::Kind::held: return "held";
+    case PropertyVerdict::Kind::failed: return "failed";
+    case PropertyVerdict::Kind::not_applicable: return "not_applicable";
+    case PropertyVerdict::Kind::gave_up: return "gave_up";
+  }
+  return "unknown";
+}
+
+void PropertiesJson::add(const PropertyVerdict& v, const Property& property, const Implementation& implementation) {
+  nlohmann::json r{{"property", property.number},
+                   {"name", property.name},
+                   {"implementation", implementation.name()},
+                   {"verdict", to_string(v.kind)},
+                   {"cases", v.cases},
+                   {"seed", v.seed},
+                   {"message", v.message}};
+  if (!v.repro.empty()) {
+    r["repro"] = v.repro;
+    r["rerun"] = "attnbench properties --impl " + std::string(implementation.name()) + " --property " + std::to_string(property.number) +
+                 " --case '" + v.repro + "'";
+  }
+  records.push_back(std::move(r));
+}
+
+nlohmann::json PropertiesJson::to_json() const {
+  int held = 0, failed = 0, gave_up = 0, not_applicable = 0;
+  for (const auto& r : records) {
+    const auto v = r["verdict"].get<std::string>();
+    held += v == "held", failed += v == "failed", gave_up += v == "gave_up", not_applicable += v == "not_applicable";
+  }
+  nlohmann::json opts{{"cases", options.cases}, {"seed", options.seed}, {"large", options.large}};
+  if (!single_case.empty()) opts["case"] = single_case;
+  return {{"schema", schema_properties},
+          {"schema_version", result_schema_version},
+          {"context", context},
+          {"options", opts},
+          {"complete", complete},
+          {"summary", {{"held", held}, {"failed", failed}, {"gave_up", gave_up}, {"not_applicable", not_applicable}}},
+          {"records", records}};
+}
+
+}  // namespace attn

@@ -1,0 +1,240 @@
+#include "reports/results.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace attn {
+namespace {
+
+using nlohmann::json;
+
+int parse_int(std::string_view text, std::string_view what, std::string_view whole) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    throw InputError(fmt::format("--shard '{}': {} '{}' is not an integer (expected I/N, e.g. 2/4)", whole, what, text));
+  return value;
+}
+
+std::string kind_of_schema(std::string_view schema) {
+  if (schema == schema_verify) return "verify";
+  if (schema == schema_bench) return "bench";
+  if (schema == schema_properties) return "properties";
+  if (schema == schema_peers) return "peers";
+  return {};
+}
+
+// The commit a revision string names: `git describe --always --dirty` ("1a2b3c4d5e6f",
+// "v1.2-3-g1a2b3c4d5e6f-dirty") or a full SHA from the peers scripts; "" when unknown.
+std::string commit_of(const json& context) {
+  if (!context.is_object() || !context.contains("git_revision") || !context["git_revision"].is_string()) return {};
+  std::string r = context["git_revision"].get<std::string>();
+  if (r.size() > 6 && r.ends_with("-dirty")) r.resize(r.size() - 6);
+  if (const auto g = r.rfind("-g"); g != std::string::npos) r = r.substr(g + 2);
+  if (r == "unknown") return {};
+  return r;
+}
+
+bool same_commit(const std::string& a, const std::string& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  return n >= 7 && a.compare(0, n, b, 0, n) == 0;
+}
+
+std::string string_field(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};
+}
+
+std::string number_text(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) ? j[key].dump() : std::string{};
+}
+
+// Adds records keyed by key(record), keeping the first of duplicates; returns how many were dropped.
+template <class Key>
+int add_unique(json& into, std::set<std::string>& seen, const json& records, Key key) {
+  int duplicates = 0;
+  for (const auto& r : records) {
+    if (!r.is_object()) continue;
+    if (!seen.insert(key(r)).second) {
+      ++duplicates;
+      continue;
+    }
+    into.push_back(r);
+  }
+  return duplicates;
+}
+
+}  // namespace
+
+Shard parse_shard(std::string_view text) {
+  const auto slash = text.find('/');
+  if (slash == std::string_view::npos) throw InputError(fmt::format("--shard '{}': expected I/N (e.g. 2/4: the second of four parts)", text));
+  Shard s{parse_int(text.substr(0, slash), "I", text), parse_int(text.substr(slash + 1), "N", text)};
+  if (s.count < 1) throw InputError(fmt::format("--shard '{}': N must be at least 1", text));
+  if (s.index < 1 || s.index > s.count) throw InputError(fmt::format("--shard '{}': I must be between 1 and N = {}", text, s.count));
+  return s;
+}
+
+std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard) {
+  std::vector<std::size_t> positions;
+  for (std::size_t i = 0; i < size; ++i)
+    if (shard.contains(i)) positions.push_back(i);
+  return positions;
+}
+
+ResultFile parse_result_file(const std::string& path, const std::string& text) {
+  ResultFile file{path, {}, {}, std::nullopt, json::object()};
+  try {
+    file.doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
+  }
+  const json& doc = file.doc;
+  if (!doc.is_object()) throw InputError(fmt::format("{}: not an attnbench result (the top level is not a JSON object)", path));
+  if (doc.contains("schema")) {
+    if (!doc["schema"].is_string()) throw InputError(fmt::format("{}: 'schema' is not a string", path));
+    file.kind = kind_of_schema(doc["schema"].get<std::string>());
+    if (file.kind.empty())
+      throw InputError(fmt::format("{}: unknown schema '{}' (attnbench reads {}, {}, {}, {})", path, doc["schema"].get<std::string>(),
+                                   schema_verify, schema_bench, schema_properties, schema_peers));
+  } else if (doc.contains("benchmarks") && doc.contains("context")) {
+    file.kind = "bench";  // Google Benchmark JSON written before the top-level schema field
+  } else if (doc.contains("results") && doc.contains("peers")) {
+    file.kind = "peers";  // a peers script's JSON written before the schema field
+  } else {
+    throw InputError(fmt::format("{}: not an attnbench result (no 'schema' field; expected one of {}, {}, {}, {})", path, schema_verify,
+                                 schema_bench, schema_properties, schema_peers));
+  }
+  int version = result_schema_version;
+  if (doc.contains("schema_version")) {
+    if (!doc["schema_version"].is_number_integer()) throw InputError(fmt::format("{}: 'schema_version' is not an integer", path));
+    version = doc["schema_version"].get<int>();
+  }
+  if (version > result_schema_version || version < 1)
+    throw InputError(fmt::format("{}: {} schema version {} (this attnbench reads version {})", path, file.kind, version, result_schema_version));
+
+  const char* needed = file.kind == "bench" ? "benchmarks" : file.kind == "peers" ? "results" : "records";
+  if (!doc.contains(needed) || !doc[needed].is_array())
+    throw InputError(fmt::format("{}: a {} result needs an array '{}'", path, file.kind, needed));
+
+  if (doc.contains("shard")) {
+    const json& s = doc["shard"];
+    if (!s.is_object() || !s.contains("index") || !s.contains("count") || !s["index"].is_number_integer() || !s["count"].is_number_integer())
+      throw InputError(fmt::format("{}: 'shard' must be {{\"index\": I, \"count\": N}}", path));
+    file.shard = Shard{s["index"].get<int>(), s["count"].get<int>()};
+    if (file.shard->count < 1 || file.shard->index < 1 || file.shard->index > file.shard->count)
+      throw InputError(fmt::format("{}: shard {}/{} is not 1 <= I <= N", path, file.shard->index, file.shard->count));
+  }
+  if (file.kind == "bench" && doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("context") &&
+      doc["attnbench"]["context"].is_object())
+    file.context = doc["attnbench"]["context"];
+  else if (doc.contains("context") && doc["context"].is_object())
+    file.context = doc["context"];
+  return file;
+}
+
+ResultFile load_result_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read the file (missing or unreadable)", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_result_file(path, text.str());
+}
+
+bool MergedResults::has(std::string_view kind) const { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); }
+
+MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOptions& options) {
+  MergedResults m;
+  // Revisions first: merging measurements of different code is refused unless asked for.
+  std::vector<std::pair<std::string, std::string>> revisions;  // (commit, file)
+  for (const auto& f : files) {
+    const std::string c = commit_of(f.context);
+    if (!c.empty()) revisions.emplace_back(c, f.path);
+  }
+  for (const auto& [commit, path] : revisions)
+    if (!same_commit(commit, revisions.front().first)) {
+      const std::string what = fmt::format("{} was measured at git revision {} but {} at {}", path, commit, revisions.front().second,
+                                           revisions.front().first);
+      if (!options.allow_mixed_revisions)
+        throw InputError(what + "; refusing to merge results of different code (--allow-mixed-revisions merges them anyway)");
+      m.warnings.push_back(what + " (merged: --allow-mixed-revisions)");
+      break;
+    }
+
+  std::set<std::string> verify_seen, property_seen, run_seen, fit_seen, comparison_seen, peer_seen;
+  std::map<std::string, std::map<int, std::set<int>>> shards;  // kind -> count -> indices
+  std::map<std::string, int> unsharded, duplicates;
+  for (const auto& f : files) {
+    m.files.push_back(f.path);
+    m.contexts.push_back(f.context);
+    m.file_kinds.push_back(f.kind);
+    m.file_shards.push_back(f.shard ? fmt::format("{}/{}", f.shard->index, f.shard->count) : std::string{});
+    if (!m.has(f.kind)) m.kinds.push_back(f.kind);
+    if (f.shard)
+      shards[f.kind][f.shard->count].insert(f.shard->index);
+    else
+      ++unsharded[f.kind];
+    const json& doc = f.doc;
+    if (f.kind == "verify") {
+      if (m.pass_rule.is_null() && doc.contains("pass_rule")) m.pass_rule = doc["pass_rule"];
+      duplicates[f.kind] += add_unique(m.verify_records, verify_seen, doc["records"], [](const json& r) {
+        return string_field(r, "implementation") + '\x1f' + number_text(r, "case_index") + '\x1f' + string_field(r, "repro");
+      });
+    } else if (f.kind == "properties") {
+      duplicates[f.kind] += add_unique(m.property_records, property_seen, doc["records"],
+                                       [](const json& r) { return number_text(r, "property") + '\x1f' + string_field(r, "implementation"); });
+    } else if (f.kind == "bench") {
+      duplicates[f.kind] += add_unique(m.bench_runs, run_seen, doc["benchmarks"], [](const json& r) {
+        return string_field(r, "name") + '\x1f' + string_field(r, "run_type") + '\x1f' + number_text(r, "repetition_index");
+      });
+      if (doc.contains("attnbench") && doc["attnbench"].is_object()) {
+        const json& a = doc["attnbench"];
+        if (a.contains("fits") && a["fits"].is_array())
+          add_unique(m.bench_fits, fit_seen, a["fits"], [](const json& r) { return string_field(r, "family"); });
+        if (a.contains("peaks") && a["peaks"].is_object()) {
+          json p = a["peaks"];
+          p["file"] = f.path;
+          if (a.contains("gpu") && a["gpu"].is_object() && a["gpu"].contains("peaks") && a["gpu"]["peaks"].is_object() &&
+              a["gpu"]["peaks"].contains("gemm"))
+            p["gpu_gemm"] = a["gpu"]["peaks"]["gemm"];
+          m.bench_peaks.push_back(std::move(p));
+        }
+        if (a.contains("peers") && a["peers"].is_object() && a["peers"].contains("comparisons") && a["peers"]["comparisons"].is_array())
+          add_unique(m.peer_comparisons, comparison_seen, a["peers"]["comparisons"], [](const json& r) {
+            return string_field(r, "dtype") + '\x1f' + number_text(r, "head_dim") + '\x1f' + string_field(r, "mask") + '\x1f' + number_text(r, "n");
+          });
+      }
+    } else if (f.kind == "peers") {
+      add_unique(m.peer_results, peer_seen, doc["results"], [](const json& r) { return r.dump(); });
+    }
+  }
+  std::stable_sort(m.verify_records.begin(), m.verify_records.end(), [](const json& a, const json& b) {
+    const auto ia = a.value("case_index", std::int64_t{0}), ib = b.value("case_index", std::int64_t{0});
+    return ia < ib;
+  });
+  std::stable_sort(m.property_records.begin(), m.property_records.end(),
+                   [](const json& a, const json& b) { return a.value("property", 0) < b.value("property", 0); });
+  for (const auto& [kind, counts] : shards) {
+    if (counts.size() > 1 || unsharded[kind] > 0)
+      m.warnings.push_back(fmt::format("{}: files from different splits (shard counts and unsharded runs) were merged", kind));
+    for (const auto& [count, indices] : counts) {
+      std::vector<int> missing;
+      for (int i = 1; i <= count; ++i)
+        if (!indices.count(i)) missing.push_back(i);
+      if (!missing.empty())
+        m.warnings.push_back(fmt::format("{}: shard(s) {} of {} missing: these results are incomplete", kind, fmt::join(missing, ", "), count));
+    }
+  }
+  for (const auto& [kind, n] : duplicates)
+    if (n > 0) m.warnings.push_back(fmt::format("{}: {} duplicate record(s) (the same case in two files) were counted once", kind, n));
+  return m;
+}
+
+}  // namespace attn

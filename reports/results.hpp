@@ -1,0 +1,81 @@
+#pragma once
+// The result files attnbench writes and reads: their schema names and version, the --shard I/N
+// split, and reading one or more files (shards included) back into one set of results for
+// `attnbench report`. reports/README.md documents every field.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace attn {
+
+// Every result file carries top-level "schema" (one of these) and "schema_version".
+inline constexpr std::string_view schema_verify = "attnbench.verify";
+inline constexpr std::string_view schema_bench = "attnbench.bench";
+inline constexpr std::string_view schema_properties = "attnbench.properties";
+inline constexpr std::string_view schema_peers = "attnbench.peers";
+inline constexpr int result_schema_version = 1;
+
+// --shard I/N: this process runs the I-th of N deterministic parts (1 <= I <= N).
+struct Shard {
+  int index = 1;
+  int count = 1;
+  // Position `position` of the full list (cases, or benchmark families) belongs to this shard
+  // when position % count == index - 1: round robin, so every shard gets a mix.
+  bool contains(std::size_t position) const { return position % static_cast<std::size_t>(count) == static_cast<std::size_t>(index - 1); }
+  nlohmann::json to_json() const { return {{"index", index}, {"count", count}}; }
+};
+// "I/N"; throws InputError ("--shard '3/2': ...") unless 1 <= I <= N.
+Shard parse_shard(std::string_view text);
+// The positions of a list of `size` items that belong to the shard, ascending.
+std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard);
+
+// One result file as read: which kind it is ("verify", "bench", "properties", "peers") and its
+// document. Unknown fields are kept and ignored.
+struct ResultFile {
+  std::string path;
+  std::string kind;
+  nlohmann::json doc;
+  std::optional<Shard> shard;
+  nlohmann::json context;  // the common context block ({} where the file has none)
+};
+
+// Reads and classifies one file; throws InputError naming the file when it cannot be read, is
+// not JSON, is not an attnbench result, is a newer schema version, or lacks the array its kind
+// needs (verify: records, bench: benchmarks, properties: records, peers: results).
+ResultFile load_result_file(const std::string& path);
+// The same from a string (the path is only used in messages).
+ResultFile parse_result_file(const std::string& path, const std::string& text);
+
+struct MergeOptions {
+  // Files measured at different git revisions are refused (InputError) unless this is set;
+  // then they are merged with a warning.
+  bool allow_mixed_revisions = false;
+};
+
+// Everything the report shows, merged over the input files.
+struct MergedResults {
+  std::vector<std::string> files;
+  std::vector<nlohmann::json> contexts;    // one per input file, in order
+  std::vector<std::string> file_kinds;     // one per input file
+  std::vector<std::string> file_shards;    // "I/N", or "" for an unsharded file
+  nlohmann::json verify_records = nlohmann::json::array();      // by (case_index, implementation), duplicates dropped
+  nlohmann::json property_records = nlohmann::json::array();    // by (property, implementation)
+  nlohmann::json bench_runs = nlohmann::json::array();          // Google Benchmark "benchmarks" entries, by name
+  nlohmann::json bench_fits = nlohmann::json::array();          // attnbench.fits, by family
+  nlohmann::json bench_peaks = nlohmann::json::array();         // attnbench.peaks of each bench file
+  nlohmann::json peer_comparisons = nlohmann::json::array();    // attnbench.peers.comparisons
+  nlohmann::json peer_results = nlohmann::json::array();        // standalone peers files' results
+  nlohmann::json pass_rule;                                     // of the first verify file
+  std::vector<std::string> warnings;                            // incomplete shard sets, mixed revisions, duplicates
+  bool has(std::string_view kind) const;
+  std::vector<std::string> kinds;
+};
+
+// Merges files of any kinds; shards of one run merge into the unsharded run's records.
+MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOptions& options = {});
+
+}  // namespace attn

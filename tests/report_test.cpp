@@ -1,0 +1,350 @@
+// Result files, shards, merging and the report: schema fields of every kind, readers that ignore
+// unknown fields, --shard as a partition, merged shards equal to the unsharded run, bad input
+// named, the report's sections and charts, the 1/sqrt(d_k) study, the progress display.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "core/error.hpp"
+#include "impls/registry.hpp"
+#include "reports/context.hpp"
+#include "reports/progress.hpp"
+#include "reports/properties_report.hpp"
+#include "reports/report.hpp"
+#include "reports/results.hpp"
+#include "reports/scale_study.hpp"
+#include "reports/svg_chart.hpp"
+#include "reports/verify_report.hpp"
+
+namespace attn {
+namespace {
+
+using nlohmann::json;
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+// Small cases: cheap enough for the asan build.
+std::vector<Problem> tiny_cases() {
+  std::vector<Problem> cases;
+  const char* repros[] = {"b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1",
+                          "b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=4 dtype=f16 causal=top_left regime=peaked seed=2",
+                          "b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 pad=3,7 regime=saturated seed=3",
+                          "b=1 hq=1 hkv=1 nq=6 nk=6 dk=4 dv=4 dtype=f64 causal=bottom_right regime=sparse_int seed=4",
+                          "b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 regime=large seed=5"};
+  for (const char* r : repros) cases.push_back(parse_problem(r));
+  return cases;
+}
+
+// A verify result document of the tiny cases, or of the shard's part of them.
+json verify_document(std::optional<Shard> shard) {
+  static Registry registry = [] {
+    Registry r;
+    register_builtin_implementations(r);
+    return r;
+  }();
+  std::vector<const Implementation*> impls{registry.find("cpu_naive"), registry.find("cpu_blocked")};
+  std::vector<Problem> cases = tiny_cases();
+  VerifyOptions options;
+  options.reference.threads = 1;
+  if (shard) {
+    std::vector<Problem> mine;
+    for (std::size_t p : shard_positions(cases.size(), *shard)) {
+      mine.push_back(cases[p]);
+      options.case_numbers.push_back(p);
+    }
+    cases = mine;
+  }
+  const VerifyRun run = verify(impls, cases, options);
+  json doc = verify_to_json(run, options, run_context(1));
+  if (shard) doc["shard"] = shard->to_json();
+  return doc;
+}
+
+// A bench document shaped as `attnbench bench` writes it (Google Benchmark's JSON plus ours).
+json bench_document(const std::string& revision) {
+  json runs = json::array();
+  for (const char* family : {"cpu_naive/f32/d64/none", "cpu_blocked/f32/d64/causal"})
+    for (int n : {128, 256, 512, 1024}) {
+      const double ms = 1e-5 * n * n * (std::string(family).rfind("cpu_naive", 0) == 0 ? 2.0 : 1.0);
+      runs.push_back({{"name", fmt::format("{}/n:{}/real_time", family, n)},
+                      {"run_name", fmt::format("{}/n:{}/real_time", family, n)},
+                      {"run_type", "iteration"},
+                      {"repetitions", 1},
+                      {"repetition_index", 0},
+                      {"real_time", ms},
+                      {"time_unit", "ms"},
+                      {"gflops_exact", 2.0 * n * n * 128 * 8 / (ms * 1e6)},
+                      {"workspace_bytes", std::string(family).rfind("cpu_naive", 0) == 0 ? 4.0 * n * n : 0.0},
+                      {"an_unknown_counter", 7}});
+    }
+  json fits = json::array({{{"family", "cpu_naive/f32/d64/none"}, {"exponent", 2.0}, {"r_squared", 1.0}, {"fit_min_n", 512},
+                            {"sizes_measured", {128, 256, 512, 1024}}, {"workspace_bytes_at_16384", 1073741824}},
+                           {{"family", "cpu_blocked/f32/d64/causal"}, {"exponent", 1.98}, {"r_squared", 0.999}, {"fit_min_n", 512},
+                            {"sizes_measured", {128, 256, 512, 1024}}, {"workspace_bytes_at_16384", 0}}});
+  json context = run_context(2);
+  context["git_revision"] = revision;
+  return {{"context", {{"date", "2026-01-01T00:00:00+00:00"}, {"git_revision", revision}}},
+          {"benchmarks", runs},
+          {"schema", "attnbench.bench"},
+          {"schema_version", 1},
+          {"attnbench",
+           {{"schema", "attnbench.bench"},
+            {"version", 1},
+            {"context", context},
+            {"peaks", {{"fma_gflops", 120.0}, {"sgemm_gflops", 90.0}, {"roofline_gflops", 90.0}}},
+            {"fits", fits}}}};
+}
+
+ResultFile from_json(const std::string& path, const json& doc) { return parse_result_file(path, doc.dump()); }
+
+std::set<std::string> record_keys(const json& records) {
+  std::set<std::string> keys;
+  for (const auto& r : records)
+    keys.insert(fmt::format("{}|{}|{}|{}", r["implementation"].get<std::string>(), r["case_index"].get<int>(), r["repro"].get<std::string>(),
+                            r["status"].get<std::string>()));
+  return keys;
+}
+
+TEST(Shard, ParsesAndRejectsWithAClearMessage) {
+  const Shard s = parse_shard("2/4");
+  EXPECT_EQ(s.index, 2);
+  EXPECT_EQ(s.count, 4);
+  for (const char* bad : {"0/3", "4/3", "a/b", "3", "1/0", "-1/2", "1/2x", ""}) {
+    const std::string m = message_of([&] { parse_shard(bad); });
+    EXPECT_NE(m.find("--shard"), std::string::npos) << bad << ": " << m;
+  }
+}
+
+TEST(Shard, IsAPartitionAndDeterministic) {
+  for (std::size_t size = 0; size <= 23; ++size)
+    for (int count = 1; count <= 6; ++count) {
+      std::vector<int> seen(size, 0);
+      for (int index = 1; index <= count; ++index) {
+        const auto positions = shard_positions(size, {index, count});
+        EXPECT_EQ(positions, shard_positions(size, {index, count}));
+        for (std::size_t p : positions) ++seen[p];
+      }
+      for (std::size_t p = 0; p < size; ++p) EXPECT_EQ(seen[p], 1) << "size " << size << " count " << count << " position " << p;
+    }
+}
+
+TEST(Schema, ContextHasEveryField) {
+  const json c = run_context(3);
+  for (const char* key : {"git_revision", "build_type", "compiler", "compiler_flags", "cpu_model", "cpu_cores", "cpu_mhz", "threads", "gpu", "date"})
+    EXPECT_TRUE(c.contains(key)) << key;
+  ASSERT_TRUE(c["gpu"].is_object());
+  EXPECT_TRUE(c["gpu"].contains("available"));
+  if (!c["gpu"]["available"].get<bool>()) {
+    EXPECT_FALSE(c["gpu"]["reason"].get<std::string>().empty());
+  }
+}
+
+TEST(Schema, EveryKindCarriesSchemaVersionAndContext) {
+  const json verify_doc = verify_document(std::nullopt);
+  EXPECT_EQ(verify_doc["schema"], "attnbench.verify");
+  EXPECT_EQ(verify_doc["schema_version"], 1);
+  EXPECT_TRUE(verify_doc["context"].contains("gpu"));
+  EXPECT_EQ(from_json("v.json", verify_doc).kind, "verify");
+
+  PropertiesJson props(PropertyOptions{}, run_context(1));
+  PropertyVerdict v;
+  v.kind = PropertyVerdict::Kind::failed;
+  v.cases = 3;
+  v.message = "row 2 sums to 1.5";
+  v.repro = "b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1";
+  Registry registry;
+  register_builtin_implementations(registry);
+  props.add(v, property_suite()[0], *registry.find("cpu_naive"));
+  const json p = props.to_json();
+  EXPECT_EQ(p["schema"], "attnbench.properties");
+  EXPECT_EQ(p["schema_version"], 1);
+  EXPECT_TRUE(p["context"].contains("git_revision"));
+  EXPECT_EQ(p["records"][0]["verdict"], "failed");
+  EXPECT_NE(p["records"][0]["rerun"].get<std::string>().find("--property 1"), std::string::npos);
+  EXPECT_EQ(from_json("p.json", p).kind, "properties");
+
+  const ResultFile b = from_json("b.json", bench_document("abc1234def56"));
+  EXPECT_EQ(b.kind, "bench");
+  EXPECT_EQ(b.context["git_revision"], "abc1234def56");  // attnbench.context, not Google Benchmark's
+  const ResultFile peers = from_json("x.peers.json", {{"schema", "attnbench.peers"}, {"schema_version", 1}, {"context", json::object()},
+                                                      {"peers", json::array()}, {"results", json::array()}});
+  EXPECT_EQ(peers.kind, "peers");
+}
+
+TEST(Readers, IgnoreUnknownFields) {
+  json doc = verify_document(std::nullopt);
+  doc["a_future_field"] = {{"nested", {1, 2, 3}}};
+  doc["context"]["a_future_context_field"] = "x";
+  for (auto& r : doc["records"]) {
+    r["a_future_record_field"] = 42;
+    r["metrics"]["a_future_metric"] = "y";
+  }
+  const MergedResults m = merge_results({from_json("future.json", doc)});
+  EXPECT_EQ(m.verify_records.size(), doc["records"].size());
+  const Report report = render_report(m);
+  EXPECT_NE(report.markdown.find("## Verdicts per implementation"), std::string::npos);
+}
+
+TEST(Merge, ShardsEqualTheUnshardedRun) {
+  const json whole = verify_document(std::nullopt);
+  std::vector<ResultFile> shards;
+  for (int i = 3; i >= 1; --i) shards.push_back(from_json(fmt::format("shard{}.json", i), verify_document(Shard{i, 3})));
+  const MergedResults merged = merge_results(shards);
+  EXPECT_TRUE(merged.warnings.empty()) << merged.warnings.front();
+  EXPECT_EQ(record_keys(merged.verify_records), record_keys(whole["records"]));
+  // Merged records come back in case order, like the unsharded file.
+  for (std::size_t i = 0; i < merged.verify_records.size(); ++i)
+    EXPECT_EQ(merged.verify_records[i]["case_index"], whole["records"][i]["case_index"]);
+
+  // A missing shard is said; the same shard twice counts once.
+  const MergedResults partial = merge_results({shards[0], shards[2], shards[2]});
+  ASSERT_FALSE(partial.warnings.empty());
+  bool said_missing = false, said_duplicate = false;
+  for (const auto& w : partial.warnings) {
+    said_missing |= w.find("shard(s) 2 of 3 missing") != std::string::npos;
+    said_duplicate |= w.find("duplicate") != std::string::npos;
+  }
+  EXPECT_TRUE(said_missing);
+  EXPECT_TRUE(said_duplicate);
+}
+
+TEST(Merge, RefusesDifferentRevisionsUnlessAsked) {
+  const std::string m = message_of([] { merge_results({from_json("a.json", bench_document("1111111aaaaa")), from_json("b.json", bench_document("2222222bbbbb"))}); });
+  EXPECT_NE(m.find("b.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("--allow-mixed-revisions"), std::string::npos) << m;
+  const MergedResults ok = merge_results({from_json("a.json", bench_document("1111111aaaaa")), from_json("b.json", bench_document("2222222bbbbb"))},
+                                         {true});
+  ASSERT_FALSE(ok.warnings.empty());
+  // A dirty tree and a full SHA name the same commit.
+  EXPECT_NO_THROW(merge_results({from_json("a.json", bench_document("1111111aaaaa-dirty")),
+                                 from_json("b.json", bench_document("1111111aaaaa0123456789012345678901234567"))}));
+}
+
+TEST(BadInput, NamesTheFile) {
+  EXPECT_NE(message_of([] { parse_result_file("broken.json", "{\"schema\": "); }).find("broken.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("other.json", R"({"schema": "someone.else", "records": []})"); }).find("other.json: unknown schema 'someone.else'"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("plain.json", R"({"hello": 1})"); }).find("plain.json: not an attnbench result"), std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("new.json", R"({"schema": "attnbench.verify", "schema_version": 99, "records": []})"); }).find("new.json"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("norecords.json", R"({"schema": "attnbench.verify", "schema_version": 1})"); }).find("needs an array 'records'"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("list.json", "[1, 2]"); }).find("list.json"), std::string::npos);
+  EXPECT_NE(message_of([] { load_result_file("/nonexistent/results.json"); }).find("/nonexistent/results.json: cannot read"), std::string::npos);
+  EXPECT_NE(message_of([] { parse_result_file("s.json", R"({"schema": "attnbench.verify", "records": [], "shard": {"index": 3, "count": 2}})"); }).find("s.json"),
+            std::string::npos);
+}
+
+TEST(Report, HasEverySectionAndSelfContainedHtml) {
+  json verify_doc = verify_document(std::nullopt);
+  verify_doc["context"]["git_revision"] = "abc1234def56";
+  // Text from the results is escaped: a hostile implementation name cannot inject markup.
+  verify_doc["records"][0]["implementation"] = "<script>alert(1)</script>";
+  PropertiesJson props(PropertyOptions{}, json{{"git_revision", "abc1234def56"}});
+  Registry registry;
+  register_builtin_implementations(registry);
+  PropertyVerdict held;
+  held.cases = 40;
+  props.add(held, property_suite()[0], *registry.find("cpu_naive"));
+  const MergedResults m = merge_results({from_json("verify.json", verify_doc), from_json("bench.json", bench_document("abc1234def56")),
+                                         from_json("properties.json", props.to_json())});
+  const Report r = render_report(m);
+  for (const char* section : {"## Where it was measured", "## Verdicts per implementation × dtype × mask", "## Worst errors (with repro strings)",
+                              "## Properties (RapidCheck)", "## Throughput", "## Fitted exponents", "## Why the scale is 1/√d_k"})
+    EXPECT_NE(r.markdown.find(section), std::string::npos) << section;
+  EXPECT_NE(r.markdown.find("| cpu_naive/f32/d64/none | 2.000 |"), std::string::npos);  // the fitted exponent
+  EXPECT_NE(r.markdown.find("`b=1 hq=1 hkv=1 nq=3 nk=5"), std::string::npos);              // a repro string
+  EXPECT_NE(r.markdown.find("| 512 |"), std::string::npos);                                // the d_k = 512 row
+  for (const char* part : {"<!DOCTYPE html>", "cpu_naive: time vs n", "slope 2.00", "Throughput vs n under the measured peak",
+                           "measured CPU peak (roofline) 90.0 GFLOP/s", "Max error vs n, f16", "Workspace vs n", "<svg", "</html>"})
+    EXPECT_NE(r.html.find(part), std::string::npos) << part;
+  EXPECT_EQ(r.html.find("http://"), std::string::npos);
+  EXPECT_EQ(r.html.find("https://"), std::string::npos);
+  EXPECT_EQ(r.html.find("<script"), std::string::npos);
+  EXPECT_NE(r.html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("attn_report_test_{}", ::getpid());
+  const auto [md, html] = write_report(r, dir.string());
+  EXPECT_TRUE(std::filesystem::exists(md));
+  EXPECT_TRUE(std::filesystem::exists(html));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ScaleStudy, ScaledScoresKeepUnitVarianceAndSpreadWeights) {
+  const ScaleStudy s = scale_study();
+  ASSERT_EQ(s.rows.size(), 5u);
+  for (const auto& r : s.rows) {
+    EXPECT_NEAR(r.scaled_variance, 1.0, 0.2) << "d_k " << r.d_k;
+    EXPECT_NEAR(r.raw_variance / double(r.d_k), 1.0, 0.2) << "d_k " << r.d_k;
+    EXPECT_GT(r.scaled_entropy, 0.8 * s.uniform_entropy) << "d_k " << r.d_k;
+    EXPECT_LE(r.raw_entropy, r.scaled_entropy + 1e-9);
+  }
+  const auto& big = s.rows.back();
+  EXPECT_EQ(big.d_k, 512);
+  EXPECT_LT(big.raw_entropy, 0.25 * s.uniform_entropy);          // raw scores: the softmax collapses...
+  EXPECT_GT(big.raw_max_weight, big.scaled_max_weight + 0.4);   // ...onto one key
+  const ScaleStudy again = scale_study();
+  EXPECT_EQ(again.rows.back().raw_entropy, big.raw_entropy);    // deterministic
+}
+
+TEST(ScaleStudy, CaseRegimesMatchTheirNames) {
+  const CaseRegime diffuse = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=diffuse seed=9"));
+  const CaseRegime peaked = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=peaked seed=9"));
+  EXPECT_NEAR(diffuse.score_std, 1.0, 0.25);
+  EXPECT_NEAR(peaked.score_std, 8.0, 2.0);
+  EXPECT_GT(diffuse.entropy_fraction, peaked.entropy_fraction);
+  const CaseRegime saturated = case_regime(parse_problem("b=1 hq=1 hkv=1 nq=8 nk=64 dk=64 dv=8 dtype=f32 regime=saturated seed=9"));
+  EXPECT_GT(saturated.max_weight, 0.9);
+}
+
+TEST(Svg, TicksAndEscaping) {
+  EXPECT_EQ(svg::ticks(128, 1024, true, 2), (std::vector<double>{128, 256, 512, 1024}));
+  EXPECT_EQ(svg::ticks(1, 100, true, 10), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
+  EXPECT_EQ(svg::escape("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
+  svg::Chart c{"t", "x", "y", true, true, 2, 0.5, "", {{"s", {{16, 0}, {32, 3}}, true}}, {{10, "peak"}}};
+  const std::string out = svg::render(c);
+  EXPECT_NE(out.find("values of 0 are drawn at 0.5"), std::string::npos);
+  EXPECT_NE(out.find("peak"), std::string::npos);
+}
+
+TEST(Progress, PlainLinesOffATerminalAndABarOnOne) {
+  std::FILE* plain = std::tmpfile();
+  Progress p("verify", 40, plain, false);
+  for (int i = 0; i < 40; ++i) p.step(fmt::format("case {}", i));
+  p.finish();
+  std::rewind(plain);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), plain));
+  std::fclose(plain);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_NE(text.find("[verify] 40/40 (100%) case 39\n"), std::string::npos);
+  EXPECT_LE(std::count(text.begin(), text.end(), '\n'), 21);  // every 5%, not every step
+
+  std::FILE* tty = std::tmpfile();
+  Progress bar("bench", 4, tty, true);
+  bar.step("a");
+  EXPECT_EQ(bar.bar_text(8), "[bench] [##......] 1/4 (25%) a");
+  bar.clear();
+  bar.finish();
+  std::fclose(tty);
+}
+
+}  // namespace
+}  // namespace attn
