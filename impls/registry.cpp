@@ -7,6 +7,7 @@
 #include "impls/cpu_naive/cpu_naive.hpp"
 #ifdef ATTN_HAVE_CUDA
 #include "impls/cuda_cublas/cuda_cublas.hpp"
+#include "impls/cuda_fused/cuda_fused.hpp"
 #endif
 
 namespace attn {
@@ -47,6 +48,7 @@ void register_builtin_implementations(Registry& registry) {
 #ifdef ATTN_HAVE_CUDA
   // Registered wherever the build has CUDA; without a device they skip every case with the reason.
   register_cuda_cublas(registry);
+  register_cuda_fused(registry);
 #endif
 }
 

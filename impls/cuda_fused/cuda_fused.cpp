@@ -1,0 +1,208 @@
+#include "impls/cuda_fused/cuda_fused.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "impls/cuda_fused/dispatch.hpp"
+#include "impls/cuda_fused/fused_plan.hpp"
+#include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_resources.hpp"
+
+namespace attn {
+namespace cuda_fused {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::GuardedBuffer;
+using cuda::Stream;
+
+constexpr std::size_t guard_bytes = 256;
+
+void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) {
+  if (t.dtype() != dtype || t.numel() != elements)
+    throw std::invalid_argument(fmt::format("cuda_fused: {} is {} with {} elements; the problem needs {} with {}", name,
+                                            to_string(t.dtype()), t.numel(), to_string(dtype), elements));
+}
+
+// A forward pass prepared on the device: Q, K, V and the mask uploaded, O and the LSE poisoned
+// between guard regions. Workspace: only the mask's device copies (none for causal or no mask).
+class FusedRun final : public DeviceRun {
+ public:
+  FusedRun(FusedPlan plan, const CaseInputs& in)
+      : plan_(std::move(plan)),
+        out_(std::size_t(plan_.problem.rows() * plan_.problem.d_v) * std::size_t(bytes_per_element(plan_.problem.dtype)), guard_bytes),
+        lse_(std::size_t(plan_.problem.rows()) * sizeof(float), guard_bytes) {
+    const Problem& p = plan_.problem;
+    const std::int64_t q_elements = p.batch * p.h_q * p.n_q * p.d_k, k_elements = p.batch * p.h_kv * p.n_k * p.d_k,
+                       v_elements = p.batch * p.h_kv * p.n_k * p.d_v;
+    const std::size_t eb = std::size_t(bytes_per_element(p.dtype));
+    check_tensor(in.q, p.dtype, q_elements, "Q");
+    check_tensor(in.k, p.dtype, k_elements, "K");
+    check_tensor(in.v, p.dtype, v_elements, "V");
+    q_ = DeviceBuffer(std::size_t(q_elements) * eb);
+    k_ = DeviceBuffer(std::size_t(k_elements) * eb);
+    v_ = DeviceBuffer(std::size_t(v_elements) * eb);
+    q_.upload(in.q.data());
+    k_.upload(in.k.data());
+    v_.upload(in.v.data());
+    out_.upload(make_output(p).data());  // poisoned: an unwritten element keeps the poison
+    lse_.upload(make_lse(p).data());
+
+    FusedParams& k = plan_.params;
+    k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.o = out_.data();
+    k.lse = static_cast<float*>(lse_.data());
+    if (plan_.upload_key_limit) {  // key padding (with causality, if any): Mask::key_limit per (b, i)
+      std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_limit(b, i);
+      key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
+      key_limit_.upload(limits.data());
+      k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());
+    }
+    if (const auto& flags = in.mask.bool_flags(); !flags.empty()) {
+      const std::int64_t expected = (k.flags_batch_stride ? p.batch : 1) * (k.flags_head_stride ? p.h_q : 1) * p.n_q * p.n_k;
+      if (std::int64_t(flags.size()) != expected)
+        throw std::logic_error(fmt::format("cuda_fused: the boolean mask holds {} flags, not the {} its broadcast implies", flags.size(), expected));
+      flags_ = DeviceBuffer(flags.size());
+      flags_.upload(flags.data());
+      k.bool_flags = static_cast<const std::uint8_t*>(flags_.data());
+    }
+    if (in.mask.has_bias()) {
+      const Tensor& bias = in.mask.bias_tensor();
+      const auto& shape = bias.shape();
+      if (shape[2] != p.n_q || shape[3] != p.n_k || shape[0] != (k.bias_batch_stride ? p.batch : 1) ||
+          shape[1] != (k.bias_head_stride ? p.h_q : 1))
+        throw std::logic_error("cuda_fused: the bias tensor's shape does not match its broadcast");
+      std::vector<float> values(std::size_t(bias.numel()));
+      for (std::int64_t e = 0; e < bias.numel(); ++e) values[std::size_t(e)] = static_cast<float>(bias.get(e));  // exact: f32/f16/bf16
+      bias_ = DeviceBuffer(values.size() * sizeof(float));
+      bias_.upload(values.data());
+      k.bias = static_cast<const float*>(bias_.data());
+    }
+  }
+
+  void enqueue(void* stream) override {
+    stream_ = static_cast<cudaStream_t>(stream);
+    launch_forward(plan_.params, stream_);
+  }
+
+  void download(Tensor& out, Tensor* lse) {
+    const Problem& p = plan_.problem;
+    cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    out_.check_guards("O");
+    lse_.check_guards("the LSE");
+    check_tensor(out, p.dtype, p.rows() * p.d_v, "the output");
+    out_.download(out.data());
+    if (lse) {
+      check_tensor(*lse, DType::f32, p.rows(), "the LSE");
+      lse_.download(lse->data());
+    }
+  }
+
+  void check_output() override {
+    const Problem& p = plan_.problem;
+    Tensor out = make_output(p), lse = make_lse(p);
+    download(out, &lse);
+    std::int64_t unwritten = 0, nonfinite = 0, first = -1;
+    for (std::int64_t e = 0; e < out.numel(); ++e) {
+      if (out.is_poisoned(e))
+        ++unwritten;
+      else if (!std::isfinite(out.get(e)))
+        ++nonfinite;
+      else
+        continue;
+      if (first < 0) first = e;
+    }
+    std::int64_t bad_lse = 0;  // unwritten, NaN or +inf (-inf is a fully masked row's)
+    for (std::int64_t r = 0; r < lse.numel(); ++r) bad_lse += lse.is_poisoned(r) || std::isnan(lse.get(r)) || lse.get(r) == INFINITY;
+    if (unwritten + nonfinite + bad_lse > 0)
+      throw std::runtime_error(fmt::format("cuda_fused: {} output elements never written, {} not finite (first at {}), {} LSE values "
+                                           "unwritten, NaN or +inf",
+                                           unwritten, nonfinite, first >= 0 ? output_coordinates(p, first) : "-", bad_lse));
+  }
+
+  std::size_t workspace_bytes() const override {
+    return key_limit_.bytes() + flags_.bytes() + bias_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
+  }
+
+ private:
+  FusedPlan plan_;
+  DeviceBuffer q_, k_, v_, key_limit_, flags_, bias_;
+  GuardedBuffer out_, lse_;
+  cudaStream_t stream_ = nullptr;
+};
+
+class FusedAttention final : public Implementation {
+ public:
+  std::string name() const override { return "cuda_fused"; }
+
+  Capabilities describe() const override {
+    Capabilities c;
+    c.summary = "fused flash-style kernel on the GPU: online softmax, K/V tiles through shared memory; f16/bf16 on tensor cores "
+                "(mma.sync, f32 accumulation), f32 on FMA units";
+    c.device = "cuda";
+    c.dtypes = {DType::f32, DType::f16, DType::bf16};
+    c.returns_lse = true;
+    c.deterministic = true;  // no atomics; every row's keys are visited in one fixed order
+    c.fully_masked = FullyMaskedPolicy::zeros;
+    return c;
+  }
+
+  Support supports(const Problem& p) const override {
+    const cuda::DeviceStatus& device = cuda::device_status();
+    if (!device.available) return Support::no(device.reason);
+    if (device.sm_major < 8)
+      return Support::no(fmt::format("{} is sm_{}{}: the fused kernel needs sm_80 or newer (cp.async, ldmatrix, bf16 mma)", device.name,
+                                     device.sm_major, device.sm_minor));
+    static const cudaError_t image = kernel_image_status();
+    if (image != cudaSuccess)
+      return Support::no(fmt::format("no kernel image for {} (sm_{}{}) in this build: {}", device.name, device.sm_major, device.sm_minor,
+                                     cudaGetErrorName(image)));
+    const FusedPlanResult plan = make_fused_plan(p);
+    if (!plan.plan) return Support::no(plan.reason);
+    static const int smem_optin = [] {
+      int value = 0;
+      if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda::device_status().device) != cudaSuccess) {
+        cudaGetLastError();
+        value = 48 * 1024;
+      }
+      return value;
+    }();
+    if (plan.plan->params.smem_bytes > smem_optin)
+      return Support::no(fmt::format("needs {} bytes of shared memory per block; {} allows {}", plan.plan->params.smem_bytes, device.name,
+                                     smem_optin));
+    return Support::yes();
+  }
+
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }  // device memory is the run's own
+
+  void run(const RunArgs& args) const override {
+    FusedRun run(plan_or_throw(args.problem), args.inputs);
+    Stream stream;
+    run.enqueue(stream.get());
+    run.download(args.out, args.lse);
+  }
+
+  std::unique_ptr<DeviceRun> prepare_device_run(const Problem& problem, const CaseInputs& inputs) const override {
+    return std::make_unique<FusedRun>(plan_or_throw(problem), inputs);
+  }
+
+ private:
+  static FusedPlan plan_or_throw(const Problem& p) {
+    FusedPlanResult plan = make_fused_plan(p);
+    if (!plan.plan) throw std::invalid_argument("cuda_fused: " + plan.reason);
+    return std::move(*plan.plan);
+  }
+};
+
+}  // namespace
+}  // namespace cuda_fused
+
+void register_cuda_fused(Registry& registry) { registry.add(std::make_unique<cuda_fused::FusedAttention>()); }
+
+}  // namespace attn

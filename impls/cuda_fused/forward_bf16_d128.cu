@@ -1,0 +1,11 @@
+// cuda_fused: the bf16 tensor-core kernels for d = 128, every mask variant (one (dtype, d) per .cu).
+#include "impls/cuda_fused/launch.cuh"
+
+namespace attn::cuda_fused {
+
+template void launch_forward_for<DType::bf16, 128, false, false>(const FusedParams&, cudaStream_t);
+template void launch_forward_for<DType::bf16, 128, false, true>(const FusedParams&, cudaStream_t);
+template void launch_forward_for<DType::bf16, 128, true, false>(const FusedParams&, cudaStream_t);
+template void launch_forward_for<DType::bf16, 128, true, true>(const FusedParams&, cudaStream_t);
+
+}  // namespace attn::cuda_fused

@@ -1,0 +1,121 @@
+#pragma once
+// The integer logic of cuda_fused shared by the host API, the device code and the CPU unit tests:
+// tile shapes per (dtype, head dimension), which rows' keys are hidden by causality, which key
+// tiles a query tile visits (and which of them need per-element masking), and how b * h_q *
+// query tiles map onto a grid that never hits the 65535 limit of gridDim.y/z.
+// Plain C++ that nvcc also compiles for the device (ATTN_HD); no CUDA headers needed.
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ATTN_HD __host__ __device__
+#else
+#define ATTN_HD
+#endif
+
+namespace attn::cuda_fused {
+
+// The head dimensions the kernels are instantiated for (d_k = d_v).
+inline constexpr int supported_head_dims[] = {32, 64, 96, 128, 256};
+
+ATTN_HD constexpr bool is_supported_head_dim(std::int64_t d) {
+  return d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
+}
+
+// One thread block's tile: block_m queries, key tiles of block_n keys, threads per block.
+struct TileShape {
+  int block_m = 0;
+  int block_n = 0;
+  int threads = 0;
+};
+
+// Tensor-core path (f16/bf16): 4 warps, each owning m_tiles_per_warp 16-row mma tiles. d <= 128: 128 queries (2 m-tiles per warp); d = 256: 64 queries (1 m-tile), so that the
+// O accumulator (m-tiles x d/8 x 4 floats per thread) stays within the register file.
+ATTN_HD constexpr int mma_m_tiles_per_warp(int head_dim) { return head_dim <= 128 ? 2 : 1; }
+// Key tiles: 64 keys for d <= 64; 32 for d >= 96, where the O accumulator (96 or 128 floats per
+// thread) leaves too few registers for 64 keys of scores (ptxas spilled at 64).
+ATTN_HD constexpr int mma_block_n(int head_dim) { return head_dim >= 96 ? 32 : 64; }
+ATTN_HD constexpr TileShape mma_tile_shape(int head_dim) {
+  return TileShape{16 * 4 * mma_m_tiles_per_warp(head_dim), mma_block_n(head_dim), 128};
+}
+// Shared memory of the tensor-core kernel, in bytes: Q (block_m rows), K and V (block_n rows each)
+// with rows padded by 8 elements (16 bytes: ldmatrix's eight row addresses then fall in distinct
+// banks), P for the rare non-finite-V path (block_m x (block_n + 8)), one flag byte per thread and
+// the block's key-limit reduction (2 x 4 warps x int64).
+inline constexpr int smem_row_pad = 8;
+ATTN_HD constexpr int mma_smem_bytes(int head_dim) {
+  const TileShape t = mma_tile_shape(head_dim);
+  return (t.block_m + 2 * t.block_n) * (head_dim + smem_row_pad) * 2 + t.block_m * (t.block_n + smem_row_pad) * 2 + t.threads +
+         2 * 4 * 8;
+}
+// f32 path (FMA): 4 warps of 4 query rows each, 32-key tiles (one key per lane for the scores).
+ATTN_HD constexpr TileShape simt_tile_shape() { return TileShape{16, 32, 128}; }
+// Q (block_m x d), K (block_n x (d + 1): lane j reads row j, conflict-free), V (block_n x d), f32.
+ATTN_HD constexpr int simt_smem_bytes(int head_dim) {
+  const TileShape t = simt_tile_shape();
+  return (t.block_m * head_dim + t.block_n * (head_dim + 1) + t.block_n * head_dim) * 4;
+}
+
+// Causality as the kernels see it (Mask::key_limit without padding): query i sees keys j < limit.
+enum class CausalMode : int { none = 0, top_left = 1, bottom_right = 2 };
+
+ATTN_HD constexpr std::int64_t causal_key_limit(CausalMode mode, std::int64_t i, std::int64_t n_q, std::int64_t n_k) {
+  std::int64_t limit = n_k;
+  if (mode == CausalMode::top_left) limit = i + 1 < n_k ? i + 1 : n_k;
+  if (mode == CausalMode::bottom_right) limit = i + 1 + (n_k - n_q) < n_k ? i + 1 + (n_k - n_q) : n_k;
+  return limit > 0 ? limit : 0;
+}
+
+// The key tiles one query tile visits, from the smallest and largest key limit of its rows
+// (rows past n_q excluded; limits already clamped to [0, n_k]). Tiles [0, end) are visited,
+// tiles >= end hold no visible key for any row and are skipped; tiles t < first_masked have
+// every key visible to every row (keys < min_limit), so they need no per-element mask; tiles in
+// [first_masked, end) do (the diagonal under causality, the last partial tile, padding edges).
+struct KeyTileRange {
+  std::int64_t end = 0;
+  std::int64_t first_masked = 0;
+};
+
+ATTN_HD constexpr KeyTileRange key_tile_range(std::int64_t min_limit, std::int64_t max_limit, std::int64_t block_n) {
+  KeyTileRange r;
+  r.end = (max_limit + block_n - 1) / block_n;
+  r.first_masked = min_limit / block_n;
+  if (r.first_masked > r.end) r.first_masked = r.end;
+  return r;
+}
+
+// The grid: every (batch, query head, query tile) is one block, numbered linearly with the query
+// tiles of one head adjacent (heads of one kv head next to each other, for L2 reuse) and, within
+// a head, the last query tile first (under causality the longest rows start first). A 1-D grid
+// while the count fits gridDim.x (2^31 - 1); otherwise 2-D, gridDim.y <= 65535, where blocks
+// past the count return at once.
+inline constexpr std::int64_t max_grid_x = 2147483647;
+inline constexpr std::int64_t max_grid_y = 65535;
+
+struct GridShape {
+  std::int64_t x = 0, y = 0;
+  bool ok = false;  // false: more blocks than a grid can hold
+};
+
+ATTN_HD constexpr GridShape grid_shape(std::int64_t total_blocks) {
+  GridShape g;
+  if (total_blocks < 1) return g;
+  g.y = (total_blocks + max_grid_x - 1) / max_grid_x;
+  g.x = (total_blocks + g.y - 1) / g.y;
+  g.ok = g.y <= max_grid_y;
+  return g;
+}
+
+struct BlockCoord {
+  std::int64_t batch = 0, head = 0, m_block = 0;
+};
+
+ATTN_HD constexpr BlockCoord block_coord(std::int64_t linear, std::int64_t num_m_blocks, std::int64_t h_q) {
+  BlockCoord c;
+  const std::int64_t bh = linear / num_m_blocks;
+  c.m_block = num_m_blocks - 1 - (linear - bh * num_m_blocks);
+  c.head = bh % h_q;
+  c.batch = bh / h_q;
+  return c;
+}
+
+}  // namespace attn::cuda_fused

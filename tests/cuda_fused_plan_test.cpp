@@ -1,0 +1,272 @@
+// cuda_fused's host side on the CPU (no device needed): the plan's rejections with their reasons
+// (d = 48, d_k != d_v, f64), the parameters it fills (strides, GQA group, scale, mask flags, tile
+// shapes, shared memory), the causal key limits against Mask::key_limit, the key tiles a query
+// tile visits under both causal alignments with n_q != n_k and with padding (every visible pair
+// in a visited tile, every skipped tile fully masked, every unmasked tile fully visible), and the
+// grid decomposition (b * h = 70000, and past 2^31 - 1 blocks). Also registration, and every case
+// skipped with the reason where no device is.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/case_sets.hpp"
+#include "core/mask.hpp"
+#include "impls/cuda_fused/fused_plan.hpp"
+#include "impls/cuda_fused/tile_logic.hpp"
+#include "impls/cuda_support/cuda_support.hpp"
+#include "impls/registry.hpp"
+#include "properties/verify.hpp"
+
+namespace attn::cuda_fused {
+namespace {
+
+Problem shape(std::int64_t b, std::int64_t h_q, std::int64_t h_kv, std::int64_t n_q, std::int64_t n_k, std::int64_t d,
+              DType dtype = DType::bf16) {
+  Problem p;
+  p.batch = b, p.h_q = h_q, p.h_kv = h_kv, p.n_q = n_q, p.n_k = n_k, p.d_k = d, p.d_v = d, p.dtype = dtype;
+  return p;
+}
+
+TEST(CudaFusedPlan, RejectsHeadDimensionsWithoutAKernelNamingThem) {
+  const FusedPlanResult r = make_fused_plan(shape(1, 2, 2, 16, 16, 48));
+  ASSERT_FALSE(r.plan.has_value());
+  EXPECT_NE(r.reason.find("head dimension 48"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("32, 64, 96, 128, 256"), std::string::npos) << r.reason;
+}
+
+TEST(CudaFusedPlan, RejectsF64AndUnequalHeadDimensions) {
+  const FusedPlanResult f64 = make_fused_plan(shape(1, 1, 1, 8, 8, 64, DType::f64));
+  ASSERT_FALSE(f64.plan.has_value());
+  EXPECT_NE(f64.reason.find("f64"), std::string::npos) << f64.reason;
+  Problem p = shape(1, 1, 1, 8, 8, 64);
+  p.d_v = 32;
+  const FusedPlanResult dv = make_fused_plan(p);
+  ASSERT_FALSE(dv.plan.has_value());
+  EXPECT_NE(dv.reason.find("d_k = 64 and d_v = 32"), std::string::npos) << dv.reason;
+}
+
+TEST(CudaFusedPlan, AcceptsEverySupportedHeadDimensionInEveryDtype) {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (int d : supported_head_dims) {
+      const FusedPlanResult r = make_fused_plan(shape(2, 4, 2, 100, 77, d, dtype));
+      ASSERT_TRUE(r.plan.has_value()) << d << ": " << r.reason;
+      const FusedParams& k = r.plan->params;
+      EXPECT_EQ(k.head_dim, d);
+      EXPECT_EQ(k.dtype, dtype);
+      const bool tc = dtype != DType::f32;
+      EXPECT_EQ(k.tile.block_m, tc ? (d <= 128 ? 128 : 64) : 16);
+      EXPECT_EQ(k.tile.block_n, tc ? (d >= 96 ? 32 : 64) : 32);
+      EXPECT_EQ(k.tile.threads, 128);
+      EXPECT_EQ(k.smem_bytes, tc ? mma_smem_bytes(d) : simt_smem_bytes(d));
+      EXPECT_LE(k.smem_bytes, 227 * 1024) << "sm_90's per-block limit";
+      EXPECT_EQ(k.num_m_blocks, (100 + k.tile.block_m - 1) / k.tile.block_m);
+      EXPECT_EQ(k.total_blocks, 2 * 4 * k.num_m_blocks);
+      EXPECT_TRUE(k.grid.ok);
+      EXPECT_EQ(k.grid.y, 1);
+      EXPECT_EQ(k.grid.x, k.total_blocks);
+    }
+}
+
+TEST(CudaFusedPlan, SharedMemoryOfTheTargetShapes) {
+  // d = 128: Q 128 x 136, K and V 32 x 136 (bf16), P 128 x 40, 128 flag bytes, 64 bytes of reduction.
+  EXPECT_EQ(mma_smem_bytes(128), (128 + 64) * 136 * 2 + 128 * 40 * 2 + 128 + 64);
+  EXPECT_EQ(mma_smem_bytes(256), (64 + 64) * 264 * 2 + 64 * 40 * 2 + 128 + 64);
+  EXPECT_EQ(mma_smem_bytes(64), (128 + 128) * 72 * 2 + 128 * 72 * 2 + 128 + 64);
+}
+
+TEST(CudaFusedPlan, FillsStridesGroupScaleAndMaskFlags) {
+  Problem p = shape(3, 8, 2, 50, 70, 64, DType::f16);
+  p.causal = Causal::bottom_right;
+  FusedPlanResult r = make_fused_plan(p);
+  ASSERT_TRUE(r.plan.has_value()) << r.reason;
+  const FusedParams& k = r.plan->params;
+  EXPECT_EQ(k.group, 4);
+  EXPECT_EQ(k.q_row_stride, 64);
+  EXPECT_EQ(k.q_head_stride, 50 * 64);
+  EXPECT_EQ(k.q_batch_stride, 8 * 50 * 64);
+  EXPECT_EQ(k.k_head_stride, 70 * 64);
+  EXPECT_EQ(k.k_batch_stride, 2 * 70 * 64);
+  EXPECT_EQ(k.v_batch_stride, 2 * 70 * 64);
+  EXPECT_EQ(k.o_batch_stride, 8 * 50 * 64);
+  EXPECT_FLOAT_EQ(k.scale, 0.125f);
+  EXPECT_FLOAT_EQ(k.scale_log2, 0.125f * 1.4426950408889634f);
+  EXPECT_EQ(k.causal, CausalMode::bottom_right);
+  EXPECT_TRUE(k.key_limits);
+  EXPECT_FALSE(k.element_mask);
+  EXPECT_FALSE(r.plan->upload_key_limit);
+
+  p.causal = Causal::none;
+  p.padding = KeyPadding{KeyPadding::Kind::per_batch, {70, 3, 0}};
+  p.bool_mask = BoolMaskSpec{true, 0.5, Broadcast::per_head};
+  p.bias = BiasSpec{true, 1.0, Broadcast::per_batch};
+  r = make_fused_plan(p);
+  ASSERT_TRUE(r.plan.has_value()) << r.reason;
+  const FusedParams& m = r.plan->params;
+  EXPECT_TRUE(m.key_limits);
+  EXPECT_TRUE(r.plan->upload_key_limit);
+  EXPECT_TRUE(m.element_mask);
+  EXPECT_EQ(m.flags_batch_stride, 0);
+  EXPECT_EQ(m.flags_head_stride, 50 * 70);
+  EXPECT_EQ(m.bias_batch_stride, 50 * 70);
+  EXPECT_EQ(m.bias_head_stride, 0);
+}
+
+TEST(CudaFusedPlan, StridesAndBlockCountsAre64Bit) {
+  // 2^31 elements per head would overflow 32-bit offsets.
+  const FusedPlanResult r = make_fused_plan(shape(2, 2, 1, std::int64_t(1) << 25, 64, 64));
+  ASSERT_TRUE(r.plan.has_value()) << r.reason;
+  EXPECT_EQ(r.plan->params.q_head_stride, (std::int64_t(1) << 25) * 64);
+  EXPECT_EQ(r.plan->params.q_batch_stride, (std::int64_t(1) << 26) * 64);
+}
+
+// The kernels' causal limit is Mask::key_limit's rule, for both alignments and n_q != n_k.
+TEST(CudaFusedTileLogic, CausalKeyLimitMatchesMask) {
+  for (auto [n_q, n_k] : {std::tuple<std::int64_t, std::int64_t>{5, 9}, {9, 5}, {130, 70}, {64, 64}, {1, 200}, {200, 1}})
+    for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
+      Problem p = shape(1, 1, 1, n_q, n_k, 32);
+      p.causal = causal;
+      const Mask mask(p);
+      const CausalMode mode = causal == Causal::top_left ? CausalMode::top_left
+                              : causal == Causal::bottom_right ? CausalMode::bottom_right
+                                                               : CausalMode::none;
+      for (std::int64_t i = 0; i < n_q; ++i)
+        ASSERT_EQ(causal_key_limit(mode, i, n_q, n_k), mask.key_limit(0, i)) << p.repro() << " i=" << i;
+    }
+}
+
+// For every query tile: the visited tiles hold every visible pair; skipped tiles hold none;
+// tiles before first_masked have every pair visible (no per-element mask needed).
+void check_tiles(const Problem& p, int block_m, int block_n) {
+  const Mask mask(p);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t m0 = 0; m0 < p.n_q; m0 += block_m) {
+      std::int64_t lo = p.n_k, hi = 0;
+      for (std::int64_t i = m0; i < std::min(m0 + block_m, p.n_q); ++i) {
+        lo = std::min(lo, mask.key_limit(b, i));
+        hi = std::max(hi, mask.key_limit(b, i));
+      }
+      const KeyTileRange r = key_tile_range(lo, hi, block_n);
+      ASSERT_LE(r.first_masked, r.end);
+      ASSERT_LE(r.end * block_n, p.n_k + block_n - 1) << "no tile wholly past n_k";
+      for (std::int64_t i = m0; i < std::min(m0 + block_m, p.n_q); ++i)
+        for (std::int64_t j = 0; j < p.n_k; ++j) {
+          const std::int64_t t = j / block_n;
+          if (mask.visible(b, 0, i, j)) {
+            ASSERT_LT(t, r.end) << p.repro() << ": visible (" << i << ", " << j << ") in a skipped tile";
+          }
+          if (t < r.first_masked) {
+            ASSERT_TRUE(mask.visible(b, 0, i, j)) << p.repro() << ": masked (" << i << ", " << j << ") in an unmasked tile";
+          }
+        }
+      // A visited tile that reaches past n_k (the partial last one) is always masked.
+      if (r.end * block_n > p.n_k) {
+        ASSERT_LE(r.first_masked, r.end - 1);
+      }
+    }
+}
+
+TEST(CudaFusedTileLogic, VisitedTilesUnderBothCausalAlignmentsAndPadding) {
+  for (auto [n_q, n_k] : {std::tuple<std::int64_t, std::int64_t>{300, 130}, {130, 300}, {128, 128}, {1, 65}, {65, 1}, {257, 257}})
+    for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right})
+      for (auto [block_m, block_n] : {std::tuple<int, int>{128, 64}, {128, 32}, {64, 32}, {16, 32}}) {
+        Problem p = shape(2, 1, 1, n_q, n_k, 32);
+        p.causal = causal;
+        check_tiles(p, block_m, block_n);
+        p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, 0}};
+        check_tiles(p, block_m, block_n);
+      }
+}
+
+TEST(CudaFusedTileLogic, CausalSkipsTilesAboveTheDiagonal) {
+  // n = 256, top-left, 128 x 64 tiles: query tile 0 (rows 0..127) visits key tiles 0, 1 (keys
+  // < 128), the diagonal ones masked; tile 1 visits all 4, two of them unmasked.
+  const KeyTileRange first = key_tile_range(1, 128, 64);
+  EXPECT_EQ(first.end, 2);
+  EXPECT_EQ(first.first_masked, 0);
+  const KeyTileRange second = key_tile_range(129, 256, 64);
+  EXPECT_EQ(second.end, 4);
+  EXPECT_EQ(second.first_masked, 2);
+  // Bottom-right with n_q = 100 < n_k = 300: row 0 sees keys 0..200.
+  EXPECT_EQ(causal_key_limit(CausalMode::bottom_right, 0, 100, 300), 201);
+  // Bottom-right with n_q = 300 > n_k = 100: rows 0..199 see nothing (fully masked).
+  EXPECT_EQ(causal_key_limit(CausalMode::bottom_right, 199, 300, 100), 0);
+  EXPECT_EQ(causal_key_limit(CausalMode::bottom_right, 200, 300, 100), 1);
+  const KeyTileRange none = key_tile_range(0, 0, 64);
+  EXPECT_EQ(none.end, 0);
+}
+
+TEST(CudaFusedTileLogic, GridCoversBatchTimesHeadsBeyond65535) {
+  const FusedPlanResult r = make_fused_plan(shape(70, 1000, 1000, 16, 16, 64));  // b * h = 70000, one query tile each
+  ASSERT_TRUE(r.plan.has_value()) << r.reason;
+  const FusedParams& k = r.plan->params;
+  ASSERT_EQ(k.total_blocks, 70000);
+  EXPECT_EQ(k.grid.x, 70000);  // gridDim.x, not y or z: no 65535 limit
+  EXPECT_EQ(k.grid.y, 1);
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> seen;
+  for (std::int64_t linear = 0; linear < k.total_blocks; ++linear) {
+    const BlockCoord c = block_coord(linear, k.num_m_blocks, k.h_q);
+    ASSERT_GE(c.batch, 0);
+    ASSERT_LT(c.batch, 70);
+    ASSERT_LT(c.head, 1000);
+    ASSERT_EQ(c.m_block, 0);
+    seen.insert({c.batch, c.head, c.m_block});
+  }
+  EXPECT_EQ(seen.size(), 70000u);
+}
+
+TEST(CudaFusedTileLogic, BlockCoordinatesAreABijectionWithLastQueryTileFirst) {
+  const std::int64_t batch = 3, h_q = 5, m_blocks = 7;
+  std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> seen;
+  for (std::int64_t linear = 0; linear < batch * h_q * m_blocks; ++linear) {
+    const BlockCoord c = block_coord(linear, m_blocks, h_q);
+    ASSERT_LT(c.m_block, m_blocks);
+    ASSERT_LT(c.head, h_q);
+    ASSERT_LT(c.batch, batch);
+    seen.insert({c.batch, c.head, c.m_block});
+  }
+  EXPECT_EQ(seen.size(), std::size_t(batch * h_q * m_blocks));
+  EXPECT_EQ(block_coord(0, m_blocks, h_q).m_block, m_blocks - 1);
+  EXPECT_EQ(block_coord(m_blocks - 1, m_blocks, h_q).m_block, 0);
+  EXPECT_EQ(block_coord(m_blocks, m_blocks, h_q).head, 1);
+}
+
+TEST(CudaFusedTileLogic, GridGoesTwoDimensionalPast2To31Blocks) {
+  const std::int64_t total = max_grid_x * 3 + 5;
+  const GridShape g = grid_shape(total);
+  ASSERT_TRUE(g.ok);
+  EXPECT_LE(g.x, max_grid_x);
+  EXPECT_LE(g.y, max_grid_y);
+  EXPECT_GE(g.x * g.y, total);
+  EXPECT_LT(g.x * (g.y - 1), total) << "no row of the grid is wholly past the count";
+  EXPECT_FALSE(grid_shape(max_grid_x * max_grid_y + 1).ok);
+  EXPECT_FALSE(grid_shape(0).ok);
+  EXPECT_EQ(grid_shape(1).x, 1);
+}
+
+TEST(CudaFused, IsRegisteredAndSkipsWithTheReasonWithoutADevice) {
+  Registry registry;
+  register_builtin_implementations(registry);
+  const Implementation* impl = registry.find("cuda_fused");
+  ASSERT_NE(impl, nullptr);
+  const Capabilities c = impl->describe();
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_TRUE(c.returns_lse);
+  EXPECT_TRUE(c.deterministic);
+  if (cuda::device_status().available) GTEST_SKIP() << "a device is present: the gpu-labelled cuda_fused_test covers it";
+  const Support s = impl->supports(shape(1, 1, 1, 8, 8, 64));
+  EXPECT_FALSE(s.ok);
+  EXPECT_EQ(s.reason, cuda::device_status().reason);
+  std::vector<Problem> cases;
+  for (const Problem& p : quick_cases()) cases.push_back(p);
+  const VerifyRun run = verify({impl}, cases, VerifyOptions{});
+  EXPECT_EQ(run.failed(), 0);
+  EXPECT_EQ(run.passed(), 0);
+  EXPECT_EQ(run.skipped(), int(cases.size()));
+}
+
+}  // namespace
+}  // namespace attn::cuda_fused

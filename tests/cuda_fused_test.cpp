@@ -1,0 +1,174 @@
+// cuda_fused on a GPU (label gpu). Every test skips, with the reason, where no device is. With
+// one: verify on the quick case set in f32, f16 and bf16 passes; edge shapes and every mask kind
+// in every head dimension pass against the reference; 250 repeated runs are bitwise identical;
+// b * h_q > 65535 runs (a 1-D grid); a NaN or Inf in a masked key's V changes no output bit
+// while a visible one reaches exactly its rows; a prepared run checks its output and holds a
+// workspace independent of n. Small sizes, so that compute-sanitizer (memcheck, racecheck,
+// synccheck) runs this binary in minutes (ci/gpu-suite.sh).
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/case_sets.hpp"
+#include "core/inputs.hpp"
+#include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_resources.hpp"
+#include "impls/registry.hpp"
+#include "properties/verify.hpp"
+
+namespace attn {
+namespace {
+
+class CudaFused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_status().available) GTEST_SKIP() << cuda::device_status().reason;
+    register_builtin_implementations(registry_);
+    impl_ = registry_.find("cuda_fused");
+    ASSERT_NE(impl_, nullptr);
+  }
+  Registry registry_;
+  const Implementation* impl_ = nullptr;
+};
+
+std::string failures(const VerifyRun& run) {
+  std::string text;
+  for (const Record& r : run.records) {
+    if (r.status == Status::pass) continue;
+    text += fmt::format("\n  {} {} on {}: ", r.implementation, to_string(r.status), r.context->problem.repro());
+    text += r.status == Status::skip ? r.skip_reason : "";
+    for (const auto& reason : r.verdict.reasons) text += reason + "; ";
+  }
+  return text;
+}
+
+void expect_pass(const Implementation& impl, const std::vector<Problem>& cases) {
+  ASSERT_FALSE(cases.empty());
+  const VerifyRun run = verify({&impl}, cases, VerifyOptions{});
+  EXPECT_EQ(run.failed(), 0) << failures(run);
+  EXPECT_EQ(run.passed() + run.skipped(), int(cases.size())) << failures(run);
+}
+
+std::vector<Problem> quick_supported(const Implementation& impl, DType dtype) {
+  std::vector<Problem> cases;
+  for (const Problem& p : quick_cases())
+    if (p.dtype == dtype && impl.supports(p).ok) cases.push_back(p);
+  return cases;
+}
+
+TEST_F(CudaFused, QuickCasesPassInF32) { expect_pass(*impl_, quick_supported(*impl_, DType::f32)); }
+TEST_F(CudaFused, QuickCasesPassInF16) { expect_pass(*impl_, quick_supported(*impl_, DType::f16)); }
+TEST_F(CudaFused, QuickCasesPassInBf16) { expect_pass(*impl_, quick_supported(*impl_, DType::bf16)); }
+
+Problem edge(DType dtype, std::int64_t d, std::int64_t n_q, std::int64_t n_k, std::uint64_t seed) {
+  Problem p;
+  p.batch = 2, p.h_q = 4, p.h_kv = 2, p.n_q = n_q, p.n_k = n_k, p.d_k = d, p.d_v = d, p.dtype = dtype, p.seed = seed;
+  return p;
+}
+
+// Partial tiles (tile +- 1, primes, length 1, n_q != n_k both ways) and every mask kind, in every
+// head dimension and dtype.
+TEST_F(CudaFused, EdgeShapesAndEveryMaskKindPass) {
+  std::vector<Problem> cases;
+  std::uint64_t seed = 1;
+  for (DType dtype : {DType::f16, DType::bf16, DType::f32})
+    for (std::int64_t d : {32, 64, 96, 128, 256})
+      for (auto [n_q, n_k] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {127, 129}, {129, 63}, {65, 200}, {31, 33}}) {
+        Problem p = edge(dtype, d, n_q, n_k, seed++);
+        cases.push_back(p);
+        p.causal = Causal::top_left, p.seed = seed++;
+        cases.push_back(p);
+        p.causal = Causal::bottom_right, p.seed = seed++;
+        cases.push_back(p);
+        p.causal = Causal::none;
+        p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, 0}};  // batch 1 fully masked
+        cases.push_back(p);
+        p.padding = KeyPadding{};
+        p.bool_mask = BoolMaskSpec{true, 0.6, Broadcast::per_batch_head};
+        cases.push_back(p);
+        p.bool_mask = BoolMaskSpec{};
+        p.bias = BiasSpec{true, 2.0, Broadcast::per_head};
+        p.causal = Causal::bottom_right;
+        cases.push_back(p);
+      }
+  expect_pass(*impl_, cases);
+}
+
+TEST_F(CudaFused, RepeatedRunsAreBitwiseIdentical) {
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    Problem p = edge(dtype, 128, 200, 300, 11);
+    p.causal = Causal::bottom_right;
+    const CaseInputs in = generate_inputs(p);
+    const auto run = impl_->prepare_device_run(p, in);
+    cuda::Stream stream;
+    run->enqueue(stream.get());
+    Tensor first = make_output(p), first_lse = make_lse(p);
+    impl_->run(RunArgs{p, in, first, &first_lse, nullptr, {}});
+    for (int i = 0; i < 250; ++i) {
+      Tensor out = make_output(p), lse = make_lse(p);
+      impl_->run(RunArgs{p, in, out, &lse, nullptr, {}});
+      ASSERT_TRUE(out == first) << to_string(dtype) << ": run " << i << " differs";
+      ASSERT_TRUE(lse == first_lse) << to_string(dtype) << ": LSE of run " << i << " differs";
+    }
+  }
+}
+
+TEST_F(CudaFused, BatchTimesHeadsBeyond65535) {
+  Problem p;
+  p.batch = 2, p.h_q = 35000, p.h_kv = 35000, p.n_q = 3, p.n_k = 5, p.d_k = 64, p.d_v = 64, p.dtype = DType::bf16, p.seed = 3;
+  expect_pass(*impl_, {p});
+}
+
+TEST_F(CudaFused, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
+  for (DType dtype : {DType::f16, DType::bf16, DType::f32}) {
+    Problem p = edge(dtype, 64, 70, 90, 5);
+    p.causal = Causal::top_left;  // row i sees keys 0..i: key 40 is masked for rows < 40, visible from 40
+    const CaseInputs in = generate_inputs(p);
+    Tensor clean = make_output(p);
+    impl_->run(RunArgs{p, in, clean, nullptr, nullptr, {}});
+    for (double poison : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+      CaseInputs poisoned = generate_inputs(p);
+      for (std::int64_t c = 0; c < p.d_v; ++c) poisoned.v.set(poisoned.v.offset(0, 0, 40, c), poison);
+      Tensor out = make_output(p);
+      impl_->run(RunArgs{p, poisoned, out, nullptr, nullptr, {}});
+      for (std::int64_t h = 0; h < 2; ++h)  // query heads 0 and 1 read kv head 0
+        for (std::int64_t i = 0; i < p.n_q; ++i)
+          for (std::int64_t c = 0; c < p.d_v; ++c) {
+            const double got = out.get(out.offset(0, h, i, c)), want = clean.get(clean.offset(0, h, i, c));
+            if (i < 40)
+              ASSERT_EQ(out.bits(out.offset(0, h, i, c)), clean.bits(clean.offset(0, h, i, c)))
+                  << to_string(dtype) << ": row " << i << " does not see key 40 (V = " << poison << ")";
+            else
+              ASSERT_FALSE(std::isfinite(got)) << to_string(dtype) << ": row " << i << " sees key 40 (V = " << poison << "), got " << got
+                                               << " (clean " << want << ")";
+          }
+    }
+  }
+}
+
+TEST_F(CudaFused, PreparedRunChecksItsOutputAndItsWorkspaceIsIndependentOfN) {
+  std::size_t first = 0;
+  for (std::int64_t n : {128, 1024, 4096}) {
+    Problem p = edge(DType::bf16, 128, n, n, 9);
+    p.causal = Causal::top_left;
+    const CaseInputs in = generate_inputs(p);
+    const auto run = impl_->prepare_device_run(p, in);
+    ASSERT_NE(run, nullptr);
+    cuda::Stream stream;
+    run->enqueue(stream.get());
+    run->enqueue(stream.get());
+    EXPECT_NO_THROW(run->check_output());
+    if (n == 128) first = run->workspace_bytes();
+    EXPECT_EQ(run->workspace_bytes(), first) << "n = " << n;
+  }
+  const Problem p = edge(DType::f16, 64, 40, 40, 2);
+  const auto unenqueued = impl_->prepare_device_run(p, generate_inputs(p));
+  EXPECT_THROW(unenqueued->check_output(), std::exception);
+}
+
+}  // namespace
+}  // namespace attn
