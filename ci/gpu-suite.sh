@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite, on a machine with an NVIDIA GPU: build the gpu preset, record the device, run
-# the GPU-labelled tests, verify cuda_cublas on the default case set, run the GPU test binaries
-# under compute-sanitizer (memcheck, racecheck), then benchmark on the GPU with the PyTorch peer.
+# the GPU-labelled tests, verify cuda_cublas and cuda_fused on the default case set (cuda_fused
+# also: properties, 250 identical runs, SASS), run the GPU test binaries under compute-sanitizer
+# (memcheck, racecheck; synccheck for cuda_fused), then benchmark on the GPU with the PyTorch peer.
 #
 #   bash ci/gpu-suite.sh OUTDIR [--prefix PREFIX]
 #
@@ -13,7 +14,7 @@
 set -uo pipefail
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -126,10 +127,16 @@ fi
 if [ "$built" -eq 1 ]; then
   run_step gpu-tests ctest --preset gpu -L gpu --output-junit "$outdir/gpu-tests.xml"
   run_step verify-cuda_cublas "$attnbench" verify --impl cuda_cublas --cases default --json "$outdir/verify-gpu.json"
+  # cuda_fused: the default set in f16, bf16 and f32, the property suite, 250 identical runs (in
+  # cuda_fused_test), and the SASS check (HMMA in the main loop; also in the gpu-tests' unit run).
+  run_step verify-cuda_fused "$attnbench" verify --impl cuda_fused --cases default --json "$outdir/verify-fused.json"
+  run_step properties-cuda_fused "$attnbench" properties --impl cuda_fused
+  run_step determinism-cuda_fused "$bindir/tests/cuda_fused_test" --gtest_filter='*RepeatedRunsAreBitwiseIdentical*'
+  run_step sass-cuda_fused ctest --preset gpu -R '^cuda_fused_sass$' --output-on-failure
 
   # The GPU test binaries: cuda_cublas_test, and every other executable that a gpu-labelled
   # CTest test runs (its first command word, *_test).
-  binaries=("$bindir/tests/cuda_cublas_test")
+  binaries=("$bindir/tests/cuda_cublas_test" "$bindir/tests/cuda_fused_test")
   while IFS= read -r b; do
     dup=0
     for have in "${binaries[@]}"; do
@@ -151,7 +158,9 @@ for t in doc.get("tests", []):
 ')
   for b in "${binaries[@]}"; do
     name=$(basename "$b")
-    for tool in memcheck racecheck; do
+    tools=(memcheck racecheck)
+    [ "$name" != cuda_fused_test ] || tools+=(synccheck)
+    for tool in "${tools[@]}"; do
       if [ -z "$sanitizer" ]; then
         skip_step "$tool-$name" "compute-sanitizer not found"
       elif [ ! -x "$b" ]; then
@@ -165,8 +174,13 @@ for t in doc.get("tests", []):
 
   run_step bench-gpu "$attnbench" bench --impl cuda_cublas --dtype f32,f16,bf16 --json "$outdir/bench-gpu.json" \
     --peers 'python3 benchmarks/peers/torch_sdpa.py'
+  # cuda_fused's target problem beside the torch peer and cuda_cublas, the cuBLAS bf16 GEMM rate
+  # measured in the same run: bf16, d = 128, h = 16, b = 2, n up to 8192, causal and not.
+  run_step bench-cuda_fused "$attnbench" bench --impl cuda_fused --impl cuda_cublas --dtype bf16 --d 128 --heads 16 --batch 2 \
+    --masks none,causal --json "$outdir/bench-fused.json" --peers 'python3 benchmarks/peers/torch_sdpa.py'
 else
-  for s in gpu-tests verify-cuda_cublas memcheck racecheck bench-gpu; do skip_step "$s" "the build failed"; done
+  for s in gpu-tests verify-cuda_cublas verify-cuda_fused properties-cuda_fused determinism-cuda_fused sass-cuda_fused memcheck racecheck \
+    synccheck bench-gpu bench-cuda_fused; do skip_step "$s" "the build failed"; done
 fi
 
 echo "# $failed of $total steps failed" >>"$summary"
