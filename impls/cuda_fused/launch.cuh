@@ -8,14 +8,18 @@
 
 namespace attn::cuda_fused {
 
+// Above 48 KB of dynamic shared memory a kernel must opt in.
 template <class Kernel>
-void launch_kernel(Kernel kernel, const FusedParams& p, int threads, int smem_bytes, cudaStream_t stream, const char* name) {
+cudaError_t opt_in_shared_memory(Kernel kernel, int smem_bytes) {
+  return smem_bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) : cudaSuccess;
+}
+
+template <class Kernel>
+void launch_kernel(Kernel kernel, cudaError_t opted_in, const FusedParams& p, int threads, int smem_bytes, cudaStream_t stream,
+                   const char* name) {
   if (p.tile.threads != threads || p.smem_bytes != smem_bytes || p.total_blocks < 1 || !p.grid.ok ||
       p.grid.x * p.grid.y < p.total_blocks)
     throw cuda::CudaError(std::string("cuda_fused: the launch parameters disagree with ") + name + " (a bug in the host plan)");
-  // Above 48 KB of dynamic shared memory a kernel must opt in; once per instantiation.
-  static const cudaError_t opted_in =
-      smem_bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) : cudaSuccess;
   cuda::check(opted_in, "cudaFuncSetAttribute (cudaFuncAttributeMaxDynamicSharedMemorySize)");
   const dim3 grid{unsigned(p.grid.x), unsigned(p.grid.y), 1u}, block{unsigned(threads), 1u, 1u};
   kernel<<<grid, block, std::size_t(smem_bytes), stream>>>(p);
@@ -28,12 +32,14 @@ void launch_forward_for(const FusedParams& p, cudaStream_t stream) {
     throw cuda::CudaError("cuda_fused: launch_forward_for called for another kernel (a bug in the dispatch)");
   if constexpr (D == DType::f32) {
     using Traits = SimtTraits<HeadDim>;
-    launch_kernel(fused_forward_f32_kernel<HeadDim, KeyLimits, ElementMask>, p, Traits::kThreads, Traits::kSmemBytes, stream,
-                  "fused_forward_f32_kernel");
+    constexpr auto kernel = fused_forward_f32_kernel<HeadDim, KeyLimits, ElementMask>;
+    static const cudaError_t opted_in = opt_in_shared_memory(kernel, Traits::kSmemBytes);  // once per instantiation
+    launch_kernel(kernel, opted_in, p, Traits::kThreads, Traits::kSmemBytes, stream, "fused_forward_f32_kernel");
   } else {
     using Traits = MmaTraits<D, HeadDim>;
-    launch_kernel(fused_forward_mma_kernel<Traits, KeyLimits, ElementMask>, p, Traits::kThreads, Traits::kSmemBytes, stream,
-                  "fused_forward_mma_kernel");
+    constexpr auto kernel = fused_forward_mma_kernel<Traits, KeyLimits, ElementMask>;
+    static const cudaError_t opted_in = opt_in_shared_memory(kernel, Traits::kSmemBytes);  // once per instantiation
+    launch_kernel(kernel, opted_in, p, Traits::kThreads, Traits::kSmemBytes, stream, "fused_forward_mma_kernel");
   }
 }
 
