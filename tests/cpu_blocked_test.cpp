@@ -9,6 +9,7 @@
 
 #include "core/inputs.hpp"
 #include "core/metrics.hpp"
+#include "impls/cpu_blocked/simd.hpp"
 #include "impls/registry.hpp"
 #include "reference/reference.hpp"
 
@@ -99,6 +100,39 @@ TEST(CpuBlocked, RowsThatSeeNoKeyAreZeroWithMinusInfinityLse) {
     EXPECT_EQ(o.lse.get(row), -std::numeric_limits<double>::infinity()) << "row " << row;
     for (std::int64_t c = 0; c < p.d_v; ++c) ASSERT_EQ(o.out.get(row * p.d_v + c), 0.0) << "row " << row;
   }
+}
+
+// The register transpose that packs K: every element crosses the diagonal, for both widths.
+template <class T>
+void expect_transposed() {
+  constexpr int L = simd::lanes<T>;
+  simd::Vec<T> rows[L];
+  for (int r = 0; r < L; ++r)
+    for (int c = 0; c < L; ++c) rows[r][c] = T(r * 100 + c);
+  simd::transpose<T>(rows);
+  for (int r = 0; r < L; ++r)
+    for (int c = 0; c < L; ++c) ASSERT_EQ(rows[r][c], T(c * 100 + r)) << "row " << r << " lane " << c;
+}
+TEST(CpuBlocked, RegisterTransposeOfFloatAndDoubleBlocks) {
+  expect_transposed<float>();
+  expect_transposed<double>();
+}
+
+// A NaN or infinity in a masked key's V must not reach any output, also where the tile's other
+// keys are finite and near the causal diagonal (where masked keys share micro-kernel calls).
+TEST(CpuBlocked, NonFiniteValuesOfMaskedKeysDoNotLeak) {
+  Problem p = problem(37, 37, 64);
+  p.causal = Causal::top_left;
+  CaseInputs in = generate_inputs(p);
+  const Outputs clean = run(p, in, 2);
+  const std::int64_t poisoned_key = 20;  // masked for queries 0..19
+  for (std::int64_t c = 0; c < p.d_v; ++c) in.v.set(in.v.offset(0, 0, poisoned_key, c), c % 2 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity());
+  const Outputs dirty = run(p, in, 2);
+  for (std::int64_t i = 0; i < poisoned_key; ++i)
+    for (std::int64_t c = 0; c < p.d_v; ++c) {
+      const std::int64_t at = (i * p.d_v) + c;
+      ASSERT_EQ(dirty.out.get(at), clean.out.get(at)) << "query " << i << " column " << c;
+    }
 }
 
 }  // namespace

@@ -89,13 +89,28 @@ void copy_as(const Tensor& t, std::int64_t offset, std::int64_t count, Acc* to) 
 }
 
 // Keys [j0, j0 + count) of K, transposed into panels of 2 vectors of keys ([depth][2 lanes]
-// each, what micro::scores streams); keys past count are zero.
+// each, what micro::scores streams); keys past count are zero. Where K already holds Acc, whole
+// lanes x lanes blocks go through a register transpose (a scalar copy of every element costs
+// as much as a tenth of the forward pass at n = 512).
 template <class Acc>
 void pack_keys(const Tensor& k, std::int64_t row0_offset, std::int64_t count, std::int64_t dk, Acc* panels) {
-  constexpr std::int64_t width = 2 * simd::lanes<Acc>;
+  constexpr std::int64_t L = simd::lanes<Acc>, width = 2 * L;
   const std::int64_t padded = round_up(count, width);
   const bool in_place = holds<Acc>(k);
-  for (std::int64_t j = 0; j < padded; ++j) {
+  const std::int64_t block_keys = in_place ? count / L * L : 0, block_depth = dk / L * L;
+  for (std::int64_t j = 0; j < block_keys; j += L) {
+    Acc* panel = panels + (j / width) * dk * width + j % width;
+    const Acc* from = k.as<Acc>() + row0_offset + j * dk;
+    for (std::int64_t e0 = 0; e0 < block_depth; e0 += L) {
+      simd::Vec<Acc> rows[L];
+      for (std::int64_t r = 0; r < L; ++r) rows[r] = simd::load(from + r * dk + e0);
+      simd::transpose<Acc>(rows);
+      for (std::int64_t e = 0; e < L; ++e) simd::store(panel + (e0 + e) * width, rows[e]);
+    }
+    for (std::int64_t r = 0; r < L; ++r)
+      for (std::int64_t e = block_depth; e < dk; ++e) panel[e * width + r] = from[r * dk + e];
+  }
+  for (std::int64_t j = block_keys; j < padded; ++j) {
     Acc* panel = panels + (j / width) * dk * width + j % width;
     if (j >= count) {
       for (std::int64_t e = 0; e < dk; ++e) panel[e * width] = 0;
@@ -106,6 +121,17 @@ void pack_keys(const Tensor& k, std::int64_t row0_offset, std::int64_t count, st
       for (std::int64_t e = 0; e < dk; ++e) copy_as<Acc>(k, row0_offset + j * dk + e, 1, panel + e * width);
     }
   }
+}
+
+// Whether `rows` rows of `width` elements (a multiple of the vector width) are all finite:
+// 0 * x is 0 for finite x and NaN for an infinity or a NaN.
+template <class Acc>
+bool all_finite(const Acc* values, std::int64_t stride, std::int64_t rows, std::int64_t width) {
+  constexpr std::int64_t L = simd::lanes<Acc>;
+  simd::Vec<Acc> zeros{};
+  for (std::int64_t j = 0; j < rows; ++j)
+    for (std::int64_t c = 0; c < width; c += L) zeros += simd::load(values + j * stride + c) * Acc(0);
+  return simd::reduce_sum<Acc>(zeros) == Acc(0);
 }
 
 template <class Acc>
@@ -156,6 +182,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         std::fill(w.v + j * dv_padded + dv, w.v + (j + 1) * dv_padded, Acc(0));
       }
     }
+    const bool values_finite = all_finite(values, values_stride, tile_keys, dv_padded);
 
     for (std::int64_t block0 = 0; block0 < rows_padded; block0 += row_block) {
       const std::int64_t block_rows = std::min(row_block, rows_padded - block0);
@@ -225,14 +252,16 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
 
       // O += P V. A masked key's weight is exactly 0, but 0 * V is NaN when V is NaN or
       // infinite (padding memory often holds garbage): masked keys must be left out, not
-      // multiplied by 0. Keys every row of a 6-row group sees go through the micro-kernel;
-      // the rest (near the diagonal, or anywhere under a boolean mask) row by row, skipping
+      // multiplied by 0. Where the tile's V is finite, 0 * V adds nothing and every key goes
+      // through the micro-kernel. Otherwise keys every row of a 6-row group sees do, and the
+      // rest (near the diagonal, or anywhere under a boolean mask) go row by row, skipping
       // zero weights. Both sum over keys in order, one FMA each.
       for (std::int64_t r = first_row; r < block_rows; r += value_rows) {
         std::int64_t shared_keys = block_keys;
         for (std::int64_t g = r; g < r + value_rows; ++g)
           shared_keys = std::min(shared_keys, std::clamp<std::int64_t>(limit[g] - j0, 0, block_keys));
         if (has_bool) shared_keys = 0;
+        if (values_finite) shared_keys = block_keys;
         const Acc* weights = s + r * key_tile;
         for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
           const auto vectors = std::min<std::int64_t>(value_vectors, (dv_padded - c0) / L);

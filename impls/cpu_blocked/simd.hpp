@@ -87,6 +87,25 @@ inline T reduce_sum(Vec<T> v) {
   return reduce<T>(v, [](Vec<T> a, Vec<T> b) { return a + b; });
 }
 
+// Transposes a lanes x lanes block held as one vector per row: afterwards rows[c][r] is what
+// rows[r][c] was. At block size s = lanes/2, lanes/4, ..., 1 the off-diagonal s x s blocks of
+// every 2s x 2s block trade places; after the last step every element has crossed the diagonal.
+template <class T, int Size, std::size_t... Lane>
+inline void swap_off_diagonal(Vec<T>& upper, Vec<T>& lower, std::index_sequence<Lane...>) {
+  constexpr int L = lanes<T>;
+  const Vec<T> a = upper, b = lower;
+  // Lane i of the upper row keeps a[i] in even blocks and takes b's even block in odd ones;
+  // the lower row the mirror image.
+  upper = __builtin_shufflevector(a, b, int((Lane / Size) % 2 == 0 ? Lane : L + Lane - Size)...);
+  lower = __builtin_shufflevector(a, b, int((Lane / Size) % 2 == 0 ? Lane + Size : L + Lane)...);
+}
+template <class T, int Size = lanes<T> / 2>
+inline void transpose(Vec<T> (&rows)[lanes<T>]) {
+  for (int r = 0; r < lanes<T>; ++r)
+    if ((r & Size) == 0) swap_off_diagonal<T, Size>(rows[r], rows[r + Size], std::make_index_sequence<lanes<T>>{});
+  if constexpr (Size > 1) transpose<T, Size / 2>(rows);
+}
+
 // exp(x), accurate to about 1 ulp: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), Taylor
 // series of e^r, times 2^n built in the exponent bits. Arguments below the underflow bound
 // (including -inf) give exactly 0; NaN stays NaN. Callers pass x <= 0 (scores minus the row
