@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "benchmarks/bench.hpp"
+#include "cli/gate_command.hpp"
 #include "cli/report_command.hpp"
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
@@ -268,6 +269,7 @@ int main(int argc, char** argv) {
                                             "stays whole), e.g. for a CI matrix; `attnbench report` merges the shards");
   bench->allow_extras();
 
+  const attn::cli::GateCommand gate(app);
   const attn::cli::ReportCommand report(app);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
@@ -296,6 +298,7 @@ int main(int argc, char** argv) {
     attn::register_builtin_implementations(registry);
     if (verify->parsed()) return run_verify(registry, verify_args);
     if (list->parsed()) return run_list(registry);
+    if (gate.parsed()) return gate.run();
     if (report.parsed()) return report.run();
     if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {

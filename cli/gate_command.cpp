@@ -1,0 +1,93 @@
+#include "cli/gate_command.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "reports/gate.hpp"
+#include "reports/verify_report.hpp"
+
+namespace attn::cli {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw InputError(fmt::format("{}: cannot open", path));
+  std::stringstream text;
+  text << file.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(fmt::format("{}: malformed JSON: {}", path, e.what()));
+  }
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::filesystem::path target(path);
+  try {
+    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw InputError(fmt::format("{}: cannot create its folder: {}", path, e.what()));
+  }
+  std::ofstream file(path);
+  if (!file) throw InputError(fmt::format("{}: cannot open for writing", path));
+  file << text;
+  if (!file) throw InputError(fmt::format("{}: error writing", path));
+}
+
+}  // namespace
+
+GateCommand::GateCommand(CLI::App& app) {
+  command_ = app.add_subcommand("gate",
+                                "CI gate: compare verify and bench results (several files: shards) with a baseline; exit 1 on a failing "
+                                "verdict, a baseline case missing or now unsupported, or a slowdown beyond the noise");
+  command_->add_option("--config", config_path_, "Gate configuration (e.g. ci/gate.json; see ci/README.md)");
+  command_->add_option("--baseline", baseline_paths_,
+                       "Baseline: a file written by --write-baseline, or verify/bench result files (repeatable)")
+      ->allow_extra_args(false);
+  command_->add_option("--junit", junit_path_, "Where to write the JUnit XML ('' to skip)")->capture_default_str();
+  command_->add_option("--write-baseline", write_baseline_path_,
+                       "Instead of gating, distil RESULTS into a baseline file at this path (what --baseline reads)");
+  command_->add_option("results", result_paths_, "Result files: verify JSON, bench JSON (shards are merged)")->required();
+}
+
+int GateCommand::run() const {
+  gate::Results current;
+  for (const auto& path : result_paths_) gate::add_results(current, read_json(path), path);
+
+  if (!write_baseline_path_.empty()) {
+    if (!config_path_.empty() || !baseline_paths_.empty()) throw InputError("--write-baseline takes RESULTS only (no --config, no --baseline)");
+    write_json_file(write_baseline_path_, gate::baseline_json(current));
+    fmt::print("attnbench gate: wrote the baseline {}: {} verify record(s), {} benchmark(s) from {} file(s)\n", write_baseline_path_,
+               current.accuracy.size(), current.speed.size(), result_paths_.size());
+    return 0;
+  }
+  if (config_path_.empty()) throw InputError("gate: --config is required (or --write-baseline)");
+  if (baseline_paths_.empty()) throw InputError("gate: --baseline is required (or --write-baseline)");
+  const gate::Config config = gate::parse_config(read_json(config_path_), config_path_);
+  gate::Results baseline;
+  for (const auto& path : baseline_paths_) gate::add_results(baseline, read_json(path), path);
+
+  const gate::Report report = gate::evaluate(config, baseline, current);
+  for (const auto& o : report.outcomes) fmt::print("{}\n", gate::format_outcome(o));
+  for (const auto& note : report.notes) fmt::print("note: {}\n", note);
+  using gate::Kind;
+  using gate::Verdict;
+  fmt::print("\nattnbench gate: {}\n", report.failed() ? "FAILED" : "passed");
+  for (const Kind kind : {Kind::accuracy, Kind::presence, Kind::speed})
+    fmt::print("  {:<9} {} passed, {} failed, {} skipped\n", gate::to_string(kind), report.count(kind, Verdict::pass),
+               report.count(kind, Verdict::fail), report.count(kind, Verdict::skipped));
+  if (!junit_path_.empty()) {
+    write_text(junit_path_, gate::junit_xml(report));
+    fmt::print("JUnit XML: {}\n", junit_path_);
+  }
+  std::fflush(stdout);
+  return report.failed() ? 1 : 0;
+}
+
+}  // namespace attn::cli
