@@ -91,14 +91,18 @@ gate slowdown 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --juni
 expect_line slowdown "^FAIL speed cpu_blocked/f32/d64/causal/n:128: CPU time median .* \(\+[0-9]+ %\), Mann-Whitney p = "
 expect_no_line slowdown "^FAIL accuracy"
 
-# A case missing from a real run (the case file without its last line), and shards merged.
+# A case missing from a real run (the case file without its last line).
 grep -v 'seed=7006' "$cases" > "$tmp/fewer.txt"
-grep 'seed=7006' "$cases" > "$tmp/last.txt"
 run fewer_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$tmp/fewer.txt" --json "$tmp/fewer_verify.json"
 gate missing_case 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/fewer_verify.json" "$tmp/now_bench.json"
 expect_line missing_case "^FAIL presence cpu_blocked f32 b1 h2 n64 d32 causal_tl sparse_int: passed in the baseline, missing from the results"
-run last_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$tmp/last.txt" --json "$tmp/last_verify.json"
-gate shards_merged 0 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/fewer_verify.json" "$tmp/last_verify.json" "$tmp/now_bench.json"
+# Shards of one run (verify --shard I/2) merge back into the whole; one shard alone misses cases.
+run shard1_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --shard 1/2 --json "$tmp/shard1_verify.json"
+run shard2_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --shard 2/2 --json "$tmp/shard2_verify.json"
+gate shards_merged 0 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/shard1_verify.json" "$tmp/shard2_verify.json" "$tmp/now_bench.json"
+expect_line shards_merged "^  accuracy  12 passed, 0 failed, 0 skipped"
+gate one_shard 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/shard1_verify.json" "$tmp/now_bench.json"
+expect_line one_shard "^FAIL presence .*: passed in the baseline, missing from the results"
 cp "$tmp/now_verify.json" "$tmp/copy_verify.json"
 gate shard_twice 2 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" "$tmp/now_verify.json" "$tmp/copy_verify.json"
 expect_line shard_twice "appears twice: in .*now_verify.json and in .*copy_verify.json"
