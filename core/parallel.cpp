@@ -73,9 +73,11 @@ thread_local bool on_pool_thread = false;
 // threads instead, as does a forked child, which inherits the pool's state but not its threads.
 class WorkerPool {
  public:
+  // Never destroyed: the parked threads end with the process. A destructor would have to join
+  // them, and in a forked child that exits normally the threads it would join do not exist.
   static WorkerPool& instance() {
-    static WorkerPool pool;
-    return pool;
+    static WorkerPool* pool = new WorkerPool;
+    return *pool;
   }
 
   bool try_run(int workers, const std::function<void(int)>& task) {
@@ -104,14 +106,6 @@ class WorkerPool {
     return true;
   }
 
-  ~WorkerPool() {
-    stopping_.store(true, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
  private:
   WorkerPool() : owner_(getpid()) {}
 
@@ -125,10 +119,9 @@ class WorkerPool {
 
   void work(int index, std::uint32_t seen) {
     on_pool_thread = true;
-    for (;;) {
+    for (;;) {  // until the process ends
       wait_while_equal(generation_, seen, spin_.load(std::memory_order_relaxed));
       seen = generation_.load(std::memory_order_acquire);
-      if (stopping_.load(std::memory_order_relaxed)) return;
       if (index < workers_) run_slot(index);
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
     }
@@ -142,7 +135,6 @@ class WorkerPool {
   std::vector<std::exception_ptr> errors_;
   std::atomic<std::uint32_t> generation_{0};
   std::atomic<int> pending_{0};
-  std::atomic<bool> stopping_{false};
   std::atomic<bool> spin_{true};  // no more threads than cores
 };
 

@@ -1,6 +1,7 @@
 // core/parallel: every index exactly once, exceptions reach the caller, and the parked workers
 // stay usable from nested calls, from several caller threads and in a forked child.
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
@@ -78,7 +79,7 @@ TEST(Parallel, AForkedChildCanStillRunInParallel) {
     const auto counts = visits(1000, 2);
     for (int c : counts)
       if (c != 1) _exit(1);
-    _exit(0);
+    std::exit(0);  // a normal exit, static destructors included, must not wait on the parent's threads
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
