@@ -3,7 +3,7 @@
 # a real run: `attnbench verify` / `attnbench bench` for the baseline and the unchanged tree, and
 # tests/gate_planted.cpp (the same verify and bench code with one implementation replaced under
 # its own name) for the planted regressions:
-#   1. the unchanged tree against a baseline measured moments before   -> exit 0
+#   1. the unchanged tree against a baseline measured in alternation   -> exit 0
 #   2. cpu_blocked replaced by tests/mutants' last_key_tile_dropped    -> exit 1, naming the cases
 #   3. cpu_blocked running its forward pass twice per call (2x slower) -> exit 1, naming the benchmarks
 # then a case missing from a real run, shards merged and duplicated, malformed inputs (exit 2),
@@ -63,13 +63,36 @@ run() {  # run NAME EXPECTED_EXIT COMMAND...: a verify or bench run, its log in 
 
 # The baseline: real runs of the tree as it is.
 run base_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --json "$tmp/base_verify.json"
-run base_bench 0 "$attnbench" bench "${bench_args[@]}" --json "$tmp/base_bench.json"
+# Speed: every comparison is between two twins measured in one process in alternation (random
+# interleaving of repetitions), split into two files afterwards: baseline and run measured
+# minutes apart on this shared machine differed by 2x in CPU time with nothing changed.
+split_twins() {  # split_twins PAIR.json BASE.json RUN.json: cpu_blocked_twin/... -> BASE as cpu_blocked/...
+  python3 - "$@" <<'PY'
+import json, sys
+pair, base_path, run_path = sys.argv[1:]
+doc = json.load(open(pair))
+for path, twin in ((base_path, True), (run_path, False)):
+    out = dict(doc)
+    rows = []
+    for b in doc["benchmarks"]:
+        if b["name"].startswith("cpu_blocked_twin/") != twin:
+            continue
+        b = dict(b)
+        for key in ("name", "run_name"):
+            if key in b:
+                b[key] = b[key].replace("cpu_blocked_twin/", "cpu_blocked/", 1)
+        rows.append(b)
+    out["benchmarks"] = rows
+    json.dump(out, open(path, "w"), indent=1)
+PY
+}
+run pair_bench 0 "$planted" bench "${bench_args[@]}" --benchmark_enable_random_interleaving=true --twin cpu_blocked_twin:cpu_blocked --json "$tmp/pair_bench.json"
+split_twins "$tmp/pair_bench.json" "$tmp/base_bench.json" "$tmp/now_bench.json" || fail "splitting the twins of pair_bench"
 gate write_baseline 0 --write-baseline "$tmp/baseline.json" "$tmp/base_verify.json" "$tmp/base_bench.json"
 expect_line write_baseline "wrote the baseline .*: 12 verify record\(s\), 2 benchmark\(s\)"
 
 # 1. The unchanged tree.
 run now_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --json "$tmp/now_verify.json"
-run now_bench 0 "$attnbench" bench "${bench_args[@]}" --json "$tmp/now_bench.json"
 gate unchanged 0 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "$tmp/unchanged.xml" "$tmp/now_verify.json" "$tmp/now_bench.json"
 expect_line unchanged "^attnbench gate: passed"
 expect_line unchanged "^PASS speed cpu_blocked/f32/d64/causal/n:128: CPU time median .* Mann-Whitney p = "
@@ -86,8 +109,9 @@ expect_no_line accuracy_regression "^FAIL accuracy cpu_blocked f16"
 expect_line accuracy_regression "^attnbench gate: FAILED"
 
 # 3. A planted 2x slowdown: cpu_blocked runs its whole forward pass twice per call.
-run slow_bench 0 "$planted" bench "${bench_args[@]}" --json "$tmp/slow_bench.json" --plant-slowdown 2:cpu_blocked
-gate slowdown 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "$tmp/slowdown.xml" "$tmp/now_verify.json" "$tmp/slow_bench.json"
+run slow_pair 0 "$planted" bench "${bench_args[@]}" --benchmark_enable_random_interleaving=true --twin cpu_blocked_twin:cpu_blocked --json "$tmp/slow_pair.json" --plant-slowdown 2:cpu_blocked
+split_twins "$tmp/slow_pair.json" "$tmp/slow_base_bench.json" "$tmp/slow_bench.json" || fail "splitting the twins of slow_pair"
+gate slowdown 1 --config "$tmp/gate.json" --baseline "$tmp/base_verify.json" --baseline "$tmp/slow_base_bench.json" --junit "$tmp/slowdown.xml" "$tmp/now_verify.json" "$tmp/slow_bench.json"
 expect_line slowdown "^FAIL speed cpu_blocked/f32/d64/causal/n:128: CPU time median .* \(\+[0-9]+ %\), Mann-Whitney p = "
 expect_no_line slowdown "^FAIL accuracy"
 

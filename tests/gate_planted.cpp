@@ -4,6 +4,10 @@
 // that keeps its name, so the gate compares it with that implementation's baseline:
 //   --plant-mutant MISTAKE:IMPL   IMPL's cases are run by tests/mutants' MISTAKE (an accuracy bug)
 //   --plant-slowdown K:IMPL       IMPL runs its whole forward pass K times per call (K x slower)
+//   --twin NAME:IMPL              bench also runs IMPL unchanged under NAME, in the same process;
+//                                 with --benchmark_enable_random_interleaving=true the two are
+//                                 measured in alternation, so a baseline and the planted run see
+//                                 the same machine (on a shared one, speed drifts by 2x in minutes)
 // Without a plant it is the unchanged tree.
 //
 //   gate_planted verify --impl cpu_blocked --cases FILE --json OUT [--plant-mutant last_key_tile_dropped:cpu_blocked]
@@ -62,7 +66,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gate_planted: verify or bench with a planted regression (test-only)"};
   app.require_subcommand(1);
   std::vector<std::string> names;
-  std::string mutant_spec, slowdown_spec, cases = "quick", json_path;
+  std::string mutant_spec, slowdown_spec, twin_spec, cases = "quick", json_path;
   attn::bench::BenchOptions bench_options;
   bench_options.masks = {"causal"};
 
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   bench->add_option("--max-n", bench_options.max_n);
   bench->add_option("--json", json_path)->required();
   bench->add_option("--plant-slowdown", slowdown_spec, "K:IMPL");
+  bench->add_option("--twin", twin_spec, "NAME:IMPL");
   bench->allow_extras();
   CLI11_PARSE(app, argc, argv);
 
@@ -117,6 +122,14 @@ int main(int argc, char** argv) {
       chosen.push_back(planted.back().get());
     }
     if (!plant_into.empty() && planted.empty()) throw attn::InputError("the planted implementation " + plant_into + " is not among --impl");
+    if (!twin_spec.empty()) {
+      const auto [twin_name, twin_of] = split_plant(twin_spec, "--twin");
+      const attn::Implementation* impl = registry.find(twin_of);
+      if (impl == nullptr) throw attn::InputError("unknown implementation " + twin_of);
+      planted.push_back(std::make_unique<Planted>(twin_name, impl, nullptr, 1));
+      chosen.push_back(planted.back().get());
+      fmt::print("twin: {} runs {} unchanged\n", twin_name, twin_of);
+    }
 
     if (verify->parsed()) {
       attn::VerifyOptions options;
