@@ -108,22 +108,7 @@ class FusedRun final : public DeviceRun {
     const Problem& p = plan_.problem;
     Tensor out = make_output(p), lse = make_lse(p);
     download(out, &lse);
-    std::int64_t unwritten = 0, nonfinite = 0, first = -1;
-    for (std::int64_t e = 0; e < out.numel(); ++e) {
-      if (out.is_poisoned(e))
-        ++unwritten;
-      else if (!std::isfinite(out.get(e)))
-        ++nonfinite;
-      else
-        continue;
-      if (first < 0) first = e;
-    }
-    std::int64_t bad_lse = 0;  // unwritten, NaN or +inf (-inf is a fully masked row's)
-    for (std::int64_t r = 0; r < lse.numel(); ++r) bad_lse += lse.is_poisoned(r) || std::isnan(lse.get(r)) || lse.get(r) == INFINITY;
-    if (unwritten + nonfinite + bad_lse > 0)
-      throw std::runtime_error(fmt::format("cuda_fused: {} output elements never written, {} not finite (first at {}), {} LSE values "
-                                           "unwritten, NaN or +inf",
-                                           unwritten, nonfinite, first >= 0 ? output_coordinates(p, first) : "-", bad_lse));
+    cuda::require_written_and_finite(p, out, lse, "cuda_fused");
   }
 
   std::size_t workspace_bytes() const override {

@@ -1,9 +1,13 @@
 #include "impls/cuda_support/device_resources.hpp"
 
+#include <cmath>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "core/metrics.hpp"
 
 namespace attn::cuda {
 
@@ -91,6 +95,25 @@ CublasHandle::CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreat
 
 CublasHandle::~CublasHandle() {
   if (handle_) cublasDestroy(handle_);
+}
+
+void require_written_and_finite(const Problem& p, const Tensor& out, const Tensor& lse, std::string_view implementation) {
+  std::int64_t unwritten = 0, nonfinite = 0, first = -1;
+  for (std::int64_t e = 0; e < out.numel(); ++e) {
+    if (out.is_poisoned(e))
+      ++unwritten;
+    else if (!std::isfinite(out.get(e)))
+      ++nonfinite;
+    else
+      continue;
+    if (first < 0) first = e;
+  }
+  std::int64_t bad_lse = 0;
+  for (std::int64_t r = 0; r < lse.numel(); ++r) bad_lse += lse.is_poisoned(r) || std::isnan(lse.get(r)) || lse.get(r) == INFINITY;
+  if (unwritten + nonfinite + bad_lse > 0)
+    throw std::runtime_error(fmt::format("{}: {} output elements never written, {} not finite (first at {}), {} LSE values "
+                                         "unwritten, NaN or +inf",
+                                         implementation, unwritten, nonfinite, first >= 0 ? output_coordinates(p, first) : "-", bad_lse));
 }
 
 }  // namespace attn::cuda

@@ -8,7 +8,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
 
 namespace attn::cuda {
@@ -97,5 +100,10 @@ class CublasHandle {
  private:
   cublasHandle_t handle_ = nullptr;
 };
+
+// Throws unless every downloaded output element was written and is finite and every LSE value
+// was written and is not NaN or +inf (-inf is a fully masked row's): a kernel that skips work is
+// an error, not a fast result. `implementation` names it in the message.
+void require_written_and_finite(const Problem& problem, const Tensor& out, const Tensor& lse, std::string_view implementation);
 
 }  // namespace attn::cuda
