@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "core/parallel.hpp"
 #include "impls/cpu_blocked/micro_kernels.hpp"
@@ -198,12 +200,20 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
       }
       if (block_keys == 0) continue;
       first_row = first_row / score_rows * score_rows;
-      const std::int64_t columns = round_up(block_keys, panel_width);
+      // Scores are computed for whole vectors of keys: whole panels, and half of the last one
+      // when no row of the block sees past its first vector.
+      const std::int64_t columns = round_up(block_keys, L);
       Acc* const s = w.s;  // row r of the block at s + r * key_tile
 
       for (std::int64_t c0 = 0; c0 < columns; c0 += panel_width)
-        for (std::int64_t r = first_row; r < block_rows; r += score_rows)
-          micro::scores<Acc, score_rows>(w.q + (block0 + r) * dk, dk, w.k + c0 * dk, dk, s + r * key_tile + c0, key_tile);
+        for (std::int64_t r = first_row; r < block_rows; r += score_rows) {
+          const Acc* q_rows = w.q + (block0 + r) * dk;
+          Acc* s_rows = s + r * key_tile + c0;
+          if (columns - c0 >= panel_width)
+            micro::scores<Acc, score_rows>(q_rows, dk, w.k + c0 * dk, dk, s_rows, key_tile);
+          else
+            micro::scores<Acc, score_rows, 1>(q_rows, dk, w.k + c0 * dk, dk, s_rows, key_tile);
+        }
 
       // Online softmax per row: new running max, rescale what was accumulated, add this tile.
       for (std::int64_t r = first_row; r < block_rows; ++r) {
@@ -223,12 +233,18 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         // half an ulp of the score, which near the dtype's overflow is itself astronomically
         // large. Two running maxima: one alone would wait on max's latency at every vector.
         V top0 = simd::broadcast(minus_inf), top1 = top0;
-        for (std::int64_t c = 0; c < columns; c += 2 * L) {
+        std::int64_t c = 0;
+        for (; c + 2 * L <= columns; c += 2 * L) {
           const V scaled0 = simd::load(scores + c) * exponent_scale, scaled1 = simd::load(scores + c + L) * exponent_scale;
           simd::store(scores + c, scaled0);
           simd::store(scores + c + L, scaled1);
           top0 = simd::max<Acc>(top0, scaled0);
           top1 = simd::max<Acc>(top1, scaled1);
+        }
+        if (c < columns) {
+          const V scaled0 = simd::load(scores + c) * exponent_scale;
+          simd::store(scores + c, scaled0);
+          top0 = simd::max<Acc>(top0, scaled0);
         }
         const Acc m_new = std::max(w.m[row], simd::reduce_max<Acc>(simd::max<Acc>(top0, top1)));
         if (m_new == minus_inf) {  // nothing visible in this row yet
@@ -317,19 +333,28 @@ void forward(const RunArgs& a) {
   const auto available = static_cast<std::int64_t>((a.workspace.size() - std::min(shift, a.workspace.size())) / per_thread);
   if (available < 1) throw std::runtime_error("cpu_blocked: workspace smaller than one thread's tiles");
   const int threads = static_cast<int>(std::min<std::int64_t>(a.threads > 0 ? a.threads : default_thread_count(), available));
-  const std::int64_t tiles_per_head = (p.n_q + query_tile - 1) / query_tile;
-  const std::int64_t items = p.batch * p.h_q * tiles_per_head;
-  std::atomic<std::int64_t> next{0};
-  // Dynamic scheduling, largest first: under a causal mask later query tiles see more keys, so
-  // the last query tiles of every head are handed out first and the cheap first tiles fill in
-  // at the end, when the threads would otherwise wait on one long item.
+  const std::int64_t items = p.batch * p.h_q * ((p.n_q + query_tile - 1) / query_tile);
+  // Dynamic scheduling, costliest first (longest-processing-time order, cost = the visible
+  // pairs a query tile can touch): under a causal mask the tiles of a head differ up to n-fold,
+  // and the cheap ones should fill in at the end, when the threads would otherwise wait on one
+  // long item. Handing out the last tile of every head first is not the same: at n = 512 the
+  // partial last tile is the cheapest.
   const std::int64_t heads = p.batch * p.h_q;
+  std::vector<std::pair<std::int64_t, std::int64_t>> schedule(static_cast<std::size_t>(items));  // (-cost, item)
+  for (std::int64_t item = 0; item < items; ++item) {
+    const std::int64_t i0 = item / heads * query_tile, b = item % heads / p.h_q;
+    std::int64_t cost = 0;
+    for (std::int64_t i = i0; i < std::min(p.n_q, i0 + query_tile); ++i) cost += a.inputs.mask.key_limit(b, i);
+    schedule[static_cast<std::size_t>(item)] = {-cost, item};
+  }
+  std::stable_sort(schedule.begin(), schedule.end());
+  std::atomic<std::size_t> next{0};
   parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t t = first; t < last; ++t) {
       Scratch<Acc> scratch(base + std::size_t(t) * per_thread, p);
-      for (std::int64_t item = next++; item < items; item = next++) {
-        const std::int64_t tile = tiles_per_head - 1 - item / heads, bh = item % heads;
-        query_tile_forward<Acc>(a, scratch, bh / p.h_q, bh % p.h_q, tile * query_tile);
+      for (std::size_t k = next++; k < schedule.size(); k = next++) {
+        const std::int64_t item = schedule[k].second, bh = item % heads;
+        query_tile_forward<Acc>(a, scratch, bh / p.h_q, bh % p.h_q, item / heads * query_tile);
       }
     }
   }, threads);

@@ -10,29 +10,32 @@
 
 namespace attn::micro {
 
-// Scores of `Rows` query rows against one panel of 2 vectors of keys:
-//   s[r][c] = sum_e q[r][e] * panel[e][c]   for c < 2 lanes, e < depth,
+// Scores of `Rows` query rows against one panel of 2 vectors of keys, or its first `Vectors`:
+//   s[r][c] = sum_e q[r][e] * panel[e][c]   for c < Vectors lanes, e < depth,
 // the panel holding the keys transposed ([depth][2 lanes]). Each score is one FMA chain over
-// e in order, as in the naive implementation.
-template <class T, int Rows>
+// e in order, as in the naive implementation. One vector is for the last keys a row block
+// sees on a causal diagonal: half a panel of keys that no row sees is not worth computing.
+template <class T, int Rows, int Vectors = 2>
 inline void scores(const T* q, std::int64_t q_stride, const T* panel, std::int64_t depth, T* s, std::int64_t s_stride) {
+  static_assert(Vectors == 1 || Vectors == 2);
   using V = simd::Vec<T>;
   constexpr int L = simd::lanes<T>;
-  V acc[Rows][2] = {};
+  V acc[Rows][Vectors] = {};
   for (std::int64_t e = 0; e < depth; ++e) {
-    const V k0 = simd::load(panel + e * 2 * L), k1 = simd::load(panel + e * 2 * L + L);
+    V k[Vectors];
+#pragma GCC unroll 2
+    for (int c = 0; c < Vectors; ++c) k[c] = simd::load(panel + e * 2 * L + c * L);
 #pragma GCC unroll 16
     for (int r = 0; r < Rows; ++r) {
       const V a = simd::broadcast(q[r * q_stride + e]);
-      acc[r][0] += a * k0;
-      acc[r][1] += a * k1;
+#pragma GCC unroll 2
+      for (int c = 0; c < Vectors; ++c) acc[r][c] += a * k[c];
     }
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < Rows; ++r) {
-    simd::store(s + r * s_stride, acc[r][0]);
-    simd::store(s + r * s_stride + L, acc[r][1]);
-  }
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < Vectors; ++c) simd::store(s + r * s_stride + c * L, acc[r][c]);
 }
 
 // Output accumulation for `Rows` rows and `Vectors` vectors of value columns:
