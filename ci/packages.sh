@@ -23,6 +23,7 @@ attn_library_packages=(
 # compare.py (/usr/share/benchmark/compare.py) and skips that check when it or scipy is missing.
 attn_test_tool_packages=(
   libbenchmark-tools python3-scipy  # its compare.py (and what compare.py imports)
+  clang-14 libclang-rt-14-dev       # the fuzz preset: clang and its libFuzzer runtime (ci/run-fuzz.sh)
 )
 
 attn_packages=("${attn_tool_packages[@]}" "${attn_library_packages[@]}" "${attn_test_tool_packages[@]}")

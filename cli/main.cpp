@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "benchmarks/bench.hpp"
+#include "cli/cases_command.hpp"
+#include "cli/check_command.hpp"
 #include "cli/gate_command.hpp"
 #include "cli/report_command.hpp"
 #include "core/case_sets.hpp"
@@ -271,6 +273,8 @@ int main(int argc, char** argv) {
 
   const attn::cli::GateCommand gate(app);
   const attn::cli::ReportCommand report(app);
+  const attn::cli::CasesCommand cases(app);
+  const attn::cli::CheckCommand check(app);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   auto is_subcommand = [&](const char* word) {
@@ -300,6 +304,8 @@ int main(int argc, char** argv) {
     if (list->parsed()) return run_list(registry);
     if (gate.parsed()) return gate.run();
     if (report.parsed()) return report.run();
+    if (cases.parsed()) return cases.run();
+    if (check.parsed()) return check.run();
     if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {
       bench_args.benchmark_flags = bench->remaining();

@@ -1,0 +1,33 @@
+#include "cli/cases_command.hpp"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/case_files.hpp"
+#include "core/case_sets.hpp"
+
+namespace attn::cli {
+
+CasesCommand::CasesCommand(CLI::App& app)
+    : command_(app.add_subcommand("cases", "Write a case set's inputs as .npy files (q, k, v, mask, bias) with DIR/manifest.json, for a "
+                                           "program that cannot be linked; `attnbench check` verifies what it writes")) {
+  command_->add_option("--out", out_dir_, "Directory to write (created; an earlier cases directory there is replaced)")->required();
+  auto* set = command_->add_option("--cases", cases_, "Case set: default, quick, or a file of repro strings")->capture_default_str();
+  command_->add_option("--case", single_case_, "Write exactly one case, given as its repro string")->excludes(set);
+  command_->add_option("--seed", seed_, "Override every case's seed (draws new data)");
+}
+
+int CasesCommand::run() const {
+  std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
+  if (seed_)
+    for (auto& p : cases) p.seed = *seed_;
+  write_case_directory(out_dir_, cases, {}, [&](const CaseFileEntry& entry) {
+    fmt::print("case {:>4}: {}\n", entry.index, entry.problem.label());
+    std::fflush(stdout);
+  });
+  fmt::print("{} case(s) written to {} (manifest: {}/manifest.json)\n", cases.size(), out_dir_, out_dir_);
+  return 0;
+}
+
+}  // namespace attn::cli

@@ -1,0 +1,29 @@
+#pragma once
+// `attnbench cases --out DIR [--cases SET | --case REPRO]`: writes each case's inputs as .npy
+// files and DIR/manifest.json (core/case_files.hpp), for kernels that cannot be linked: another
+// program reads them, writes its outputs, and `attnbench check` verifies those. Registered by main.cpp.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace attn::cli {
+
+class CasesCommand {
+ public:
+  explicit CasesCommand(CLI::App& app);
+  bool parsed() const { return command_->parsed(); }
+  // 0 when every case was written; throws attn::InputError (exit 2) on a bad case set or a
+  // directory it will not write into.
+  int run() const;
+
+ private:
+  CLI::App* command_;
+  std::string out_dir_;
+  std::string cases_ = "default";
+  std::string single_case_;
+  std::optional<std::uint64_t> seed_;
+};
+
+}  // namespace attn::cli

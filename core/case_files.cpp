@@ -1,0 +1,340 @@
+#include "core/case_files.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/mask.hpp"
+
+namespace attn {
+namespace {
+
+constexpr std::string_view manifest_name = "manifest.json";
+constexpr std::string_view manifest_schema = "attnbench.cases";
+constexpr int manifest_version = 1;
+
+bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
+bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
+
+bool has_visibility_mask(const Problem& p) {
+  return p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;
+}
+
+std::string file_name(std::string_view what, std::size_t index) { return fmt::format("{}_{:04}.npy", what, index); }
+
+nlohmann::json file_json(const std::string& name, const std::vector<std::int64_t>& shape, npy::ElementType type) {
+  return {{"file", name}, {"shape", shape}, {"npy_dtype", std::string(npy::descr(type))}};
+}
+
+std::vector<std::int64_t> shape_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
+
+// The index and coordinates of the first element where two arrays of one shape differ.
+std::string first_difference(const npy::Array& got, const npy::Array& want) {
+  const std::size_t item = std::size_t(npy::item_bytes(want.type));
+  for (std::size_t e = 0; e * item < want.data.size(); ++e)
+    if (std::memcmp(got.data.data() + e * item, want.data.data() + e * item, item) != 0) {
+      std::vector<std::int64_t> at(want.shape.size());
+      std::size_t rest = e;
+      for (std::size_t d = want.shape.size(); d-- > 0;) {
+        at[d] = std::int64_t(rest % std::size_t(want.shape[d]));
+        rest /= std::size_t(want.shape[d]);
+      }
+      return fmt::format("element {} [{}]", e, fmt::join(at, ", "));
+    }
+  return "no element";
+}
+
+// A file name from the manifest must name a file inside the directory.
+std::string plain_file_name(const nlohmann::json& entry, const char* key, std::size_t index) {
+  const std::string name = entry.at(key).at("file").get<std::string>();
+  if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos || name == "." || name == "..")
+    throw InputError(fmt::format("case {}: '{}' file name '{}' is not a plain file name", index, key, name));
+  return name;
+}
+
+void expect_shape(const nlohmann::json& entry, const char* key, const std::vector<std::int64_t>& shape, npy::ElementType type,
+                  std::size_t index) {
+  const auto got = entry.at(key).at("shape").get<std::vector<std::int64_t>>();
+  if (got != shape)
+    throw InputError(fmt::format("case {}: '{}' shape {} does not match the repro string's {}", index, key, npy::shape_string(got),
+                                 npy::shape_string(shape)));
+  const auto descr = entry.at(key).at("npy_dtype").get<std::string>();
+  if (descr != npy::descr(type))
+    throw InputError(fmt::format("case {}: '{}' npy_dtype '{}' does not match the repro string's '{}'", index, key, descr, npy::descr(type)));
+}
+
+}  // namespace
+
+npy::ElementType npy_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return npy::ElementType::f64;
+    case DType::f32: return npy::ElementType::f32;
+    case DType::f16: return npy::ElementType::f16;
+    case DType::bf16: return npy::ElementType::f32;
+  }
+  throw std::logic_error("npy_type_of: unknown dtype");
+}
+
+npy::Array tensor_to_npy(const Tensor& t) {
+  npy::Array a;
+  a.type = npy_type_of(t.dtype());
+  a.shape = shape_of(t);
+  if (t.dtype() != DType::bf16) {
+    const auto* bytes = static_cast<const std::byte*>(t.data());
+    a.data.assign(bytes, bytes + t.bytes());
+    return a;
+  }
+  a.data.resize(std::size_t(t.numel()) * 4);
+  for (std::int64_t e = 0; e < t.numel(); ++e) {
+    const std::uint32_t bits = std::uint32_t(t.bits(e)) << 16;  // bf16 -> f32 is exact
+    std::memcpy(a.data.data() + 4 * e, &bits, 4);
+  }
+  return a;
+}
+
+npy::Array visibility_mask_npy(const Problem& p, const Mask& mask) {
+  const bool per_batch = p.padding.kind != KeyPadding::Kind::none || (p.bool_mask.enabled && varies_over_batch(p.bool_mask.broadcast));
+  const bool per_head = p.bool_mask.enabled && varies_over_head(p.bool_mask.broadcast);
+  npy::Array a;
+  a.type = npy::ElementType::boolean;
+  a.shape = {per_batch ? p.batch : 1, per_head ? p.h_q : 1, p.n_q, p.n_k};
+  a.data.reserve(std::size_t(a.numel()));
+  for (std::int64_t b = 0; b < a.shape[0]; ++b)
+    for (std::int64_t h = 0; h < a.shape[1]; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i)
+        for (std::int64_t j = 0; j < p.n_k; ++j) a.data.push_back(std::byte(mask.visible(b, h, i, j) ? 1 : 0));
+  return a;
+}
+
+std::vector<std::int64_t> output_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q, p.d_v}; }
+std::vector<std::int64_t> lse_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q}; }
+
+void write_case_directory(const std::filesystem::path& dir, const std::vector<Problem>& cases, const std::vector<std::size_t>& case_numbers,
+                          const std::function<void(const CaseFileEntry&)>& on_case) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) throw InputError(fmt::format("{}: exists and is not a directory", dir.string()));
+    // Only an earlier cases directory is overwritten: its files go, so no stale case lingers.
+    const std::regex ours(R"((q|k|v|mask|bias)_\d+\.npy|manifest\.json)");
+    std::vector<fs::path> old;
+    bool foreign = false;
+    for (const auto& item : fs::directory_iterator(dir)) {
+      if (std::regex_match(item.path().filename().string(), ours))
+        old.push_back(item.path());
+      else
+        foreign = true;
+    }
+    if (foreign || (!old.empty() && !fs::exists(dir / manifest_name)))
+      throw InputError(fmt::format("{}: not empty and not a cases directory (no {}): refusing to write into it", dir.string(), manifest_name));
+    for (const auto& path : old) fs::remove(path);
+  } else if (!fs::create_directories(dir, ec) && ec) {
+    throw InputError(fmt::format("{}: cannot create the directory: {}", dir.string(), ec.message()));
+  }
+
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t position = 0; position < cases.size(); ++position) {
+    const Problem& p = cases[position];
+    p.validate();
+    CaseFileEntry entry;
+    entry.index = case_numbers.empty() ? position : case_numbers.at(position);
+    entry.problem = p;
+    entry.q = file_name("q", entry.index);
+    entry.k = file_name("k", entry.index);
+    entry.v = file_name("v", entry.index);
+    entry.out = file_name("out", entry.index);
+    entry.lse = file_name("lse", entry.index);
+    const CaseInputs in = generate_inputs(p);
+    npy::write_file(dir / entry.q, tensor_to_npy(in.q));
+    npy::write_file(dir / entry.k, tensor_to_npy(in.k));
+    npy::write_file(dir / entry.v, tensor_to_npy(in.v));
+    const npy::ElementType type = npy_type_of(p.dtype);
+    const npy::ElementType lse_type = p.dtype == DType::f64 ? npy::ElementType::f64 : npy::ElementType::f32;
+    nlohmann::json j = {
+        {"index", entry.index},
+        {"repro", p.repro()},
+        {"label", p.label()},
+        {"dtype", std::string(to_string(p.dtype))},
+        {"scale", p.effective_scale()},
+        {"q", file_json(entry.q, shape_of(in.q), type)},
+        {"k", file_json(entry.k, shape_of(in.k), type)},
+        {"v", file_json(entry.v, shape_of(in.v), type)},
+        {"mask", nullptr},
+        {"bias", nullptr},
+        {"out", file_json(entry.out, output_shape(p), type)},
+        {"lse", file_json(entry.lse, lse_shape(p), lse_type)},
+        {"fully_masked_rows", "zeros"},
+    };
+    j["lse"]["optional"] = true;
+    if (has_visibility_mask(p)) {
+      entry.mask = file_name("mask", entry.index);
+      const npy::Array m = visibility_mask_npy(p, in.mask);
+      npy::write_file(dir / entry.mask, m);
+      j["mask"] = file_json(entry.mask, m.shape, m.type);
+    }
+    if (in.mask.has_bias()) {
+      entry.bias = file_name("bias", entry.index);
+      const npy::Array bias = tensor_to_npy(in.mask.bias_tensor());
+      npy::write_file(dir / entry.bias, bias);
+      j["bias"] = file_json(entry.bias, bias.shape, bias.type);
+    }
+    list.push_back(std::move(j));
+    if (on_case) on_case(entry);
+  }
+  const nlohmann::json manifest = {
+      {"schema", std::string(manifest_schema)},
+      {"version", manifest_version},
+      {"layout", "BHSD, C order: q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v], out [b, h_q, n_q, d_v]; "
+                 "query head h reads kv head h / (h_q / h_kv)"},
+      {"encodings", {{"f64", "<f8"}, {"f32", "<f4"}, {"f16", "<f2 (exact bits)"},
+                     {"bf16", "<f4 holding exactly the bf16 values; a bf16 output is <f4 whose every value is a bf16 value "
+                              "(e.g. out.float() in PyTorch), or <u2 bf16 bit patterns"}}},
+      {"mask", "|b1 [b or 1, h_q or 1, n_q, n_k], true = visible: causal, key padding and boolean mask combined; null: nothing masked"},
+      {"bias", "additive, [b or 1, h_q or 1, n_q, n_k], in the case's encoding, added to the scaled scores; null: none"},
+      {"lse", "optional: natural-log row log-sum-exp of the scaled, biased scores [b, h_q, n_q]; -inf for fully masked rows"},
+      {"fully_masked_rows", "zeros: a query row that sees no key has a zero output row"},
+      {"cases", list},
+  };
+  std::ofstream out(dir / manifest_name, std::ios::trunc);
+  out << manifest.dump(1) << '\n';
+  if (!out.flush()) throw InputError(fmt::format("{}: write failed", (dir / manifest_name).string()));
+}
+
+CaseDirectory read_case_directory(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / manifest_name;
+  const std::string name = path.string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("{}: no such directory", dir.string()));
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: no manifest (write the cases directory with `attnbench cases --out`)", name));
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
+  }
+  CaseDirectory directory{dir, {}};
+  try {
+    if (!manifest.is_object() || manifest.value("schema", "") != manifest_schema)
+      throw InputError(fmt::format("not an attnbench cases manifest (schema is not '{}')", manifest_schema));
+    if (manifest.at("version").get<int>() != manifest_version)
+      throw InputError(fmt::format("manifest version {} is not {} (written by another attnbench version)", manifest.at("version").dump(),
+                                   manifest_version));
+    const auto& list = manifest.at("cases");
+    if (!list.is_array()) throw InputError("'cases' is not a list");
+    for (std::size_t position = 0; position < list.size(); ++position) {
+      const auto& j = list[position];
+      CaseFileEntry entry;
+      entry.index = j.at("index").get<std::size_t>();
+      try {
+        entry.problem = parse_problem(j.at("repro").get<std::string>());
+        entry.problem.validate();
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("case {}: repro string: {}", entry.index, e.what()));
+      }
+      const Problem& p = entry.problem;
+      if (j.at("dtype").get<std::string>() != to_string(p.dtype))
+        throw InputError(fmt::format("case {}: dtype '{}' does not match the repro string's {}", entry.index, j.at("dtype").get<std::string>(),
+                                     to_string(p.dtype)));
+      if (j.at("scale").get<double>() != p.effective_scale())
+        throw InputError(fmt::format("case {}: scale {} does not match the repro string's {}", entry.index, j.at("scale").get<double>(),
+                                     p.effective_scale()));
+      const npy::ElementType type = npy_type_of(p.dtype);
+      entry.q = plain_file_name(j, "q", entry.index);
+      entry.k = plain_file_name(j, "k", entry.index);
+      entry.v = plain_file_name(j, "v", entry.index);
+      entry.out = plain_file_name(j, "out", entry.index);
+      expect_shape(j, "q", {p.batch, p.h_q, p.n_q, p.d_k}, type, entry.index);
+      expect_shape(j, "k", {p.batch, p.h_kv, p.n_k, p.d_k}, type, entry.index);
+      expect_shape(j, "v", {p.batch, p.h_kv, p.n_k, p.d_v}, type, entry.index);
+      expect_shape(j, "out", output_shape(p), type, entry.index);
+      if (j.contains("lse") && !j.at("lse").is_null()) entry.lse = plain_file_name(j, "lse", entry.index);
+      if (has_visibility_mask(p) != (j.contains("mask") && !j.at("mask").is_null()))
+        throw InputError(fmt::format("case {}: the manifest {} a mask but the repro string {}", entry.index,
+                                     has_visibility_mask(p) ? "has no" : "names", has_visibility_mask(p) ? "masks keys" : "masks nothing"));
+      if (has_visibility_mask(p)) entry.mask = plain_file_name(j, "mask", entry.index);
+      if (p.bias.enabled != (j.contains("bias") && !j.at("bias").is_null()))
+        throw InputError(fmt::format("case {}: the manifest {} a bias but the repro string {}", entry.index, p.bias.enabled ? "has no" : "names",
+                                     p.bias.enabled ? "has one" : "has none"));
+      if (p.bias.enabled) entry.bias = plain_file_name(j, "bias", entry.index);
+      for (const auto& other : directory.cases)
+        if (other.index == entry.index) throw InputError(fmt::format("case index {} appears twice", entry.index));
+      directory.cases.push_back(std::move(entry));
+    }
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", name, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}", name, e.what()));
+  }
+  return directory;
+}
+
+void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entry, const CaseInputs& inputs) {
+  auto compare = [&](const std::string& file, const npy::Array& want, const char* what) {
+    const std::filesystem::path path = directory.dir / file;
+    const npy::Array got = npy::read_file(path);
+    const auto fault = [&](const std::string& how) {
+      return InputError(fmt::format("{}: does not hold case {}'s {} ({}): the cases directory was edited or written by another attnbench "
+                                    "version; write it again with `attnbench cases --out`",
+                                    path.string(), entry.index, what, how));
+    };
+    if (got.type != want.type) throw fault(fmt::format("descr '{}', expected '{}'", npy::descr(got.type), npy::descr(want.type)));
+    if (got.shape != want.shape) throw fault(fmt::format("shape {}, expected {}", npy::shape_string(got.shape), npy::shape_string(want.shape)));
+    if (got.data != want.data) throw fault(fmt::format("{} differs", first_difference(got, want)));
+  };
+  compare(entry.q, tensor_to_npy(inputs.q), "q");
+  compare(entry.k, tensor_to_npy(inputs.k), "k");
+  compare(entry.v, tensor_to_npy(inputs.v), "v");
+  if (!entry.mask.empty()) compare(entry.mask, visibility_mask_npy(entry.problem, inputs.mask), "mask");
+  if (!entry.bias.empty()) compare(entry.bias, tensor_to_npy(inputs.mask.bias_tensor()), "bias");
+}
+
+namespace {
+
+// Copies a file's array into a tensor of the problem's dtype, bf16 from '<f4' values or '<u2' bits.
+void read_into(const std::filesystem::path& path, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target) {
+  const std::string name = path.string();
+  const npy::Array a = npy::read_file(path);
+  const npy::ElementType want = npy_type_of(dtype);
+  const bool bf16_bits = dtype == DType::bf16 && a.type == npy::ElementType::u16;
+  if (a.type != want && !bf16_bits)
+    throw InputError(fmt::format("{}: descr '{}' but a {} case's output is '{}'{}", name, npy::descr(a.type), to_string(dtype), npy::descr(want),
+                                 dtype == DType::bf16 ? " (bf16 values) or '<u2' (bf16 bits)" : ""));
+  if (a.shape != shape)
+    throw InputError(fmt::format("{}: shape {} but the case expects {}", name, npy::shape_string(a.shape), npy::shape_string(shape)));
+  if (dtype != DType::bf16 || bf16_bits) {
+    std::memcpy(target.data(), a.data.data(), a.data.size());
+    return;
+  }
+  for (std::int64_t e = 0; e < target.numel(); ++e) {
+    std::uint32_t bits;
+    std::memcpy(&bits, a.data.data() + 4 * e, 4);
+    float value;
+    std::memcpy(&value, &bits, 4);
+    if ((bits & 0xFFFFu) != 0) {
+      if (!std::isnan(value))
+        throw InputError(fmt::format("{}: element {} = {} is not a bf16 value: a bf16 output is '<f4' holding bf16 values "
+                                     "(e.g. out.float() in PyTorch) or '<u2' bf16 bits",
+                                     name, e, double(value)));
+      bits |= 0x00400000u;  // a NaN whose payload bf16 cannot hold stays a (quiet) NaN
+    }
+    target.set_bits(e, bits >> 16);
+  }
+}
+
+}  // namespace
+
+void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out) {
+  read_into(path, output_shape(problem), problem.dtype, out);
+}
+
+void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse) {
+  read_into(path, lse_shape(problem), lse.dtype(), lse);
+}
+
+}  // namespace attn

@@ -1,0 +1,79 @@
+#pragma once
+// The file route, for kernels that cannot be linked: a cases directory holds each case's inputs
+// as .npy files and a manifest.json; another program (a PyTorch or JAX script, another binary)
+// writes each case's output as out_NNNN.npy into an outputs directory; `attnbench check` reads
+// them back (impls/file_outputs) and verifies them as `attnbench verify` does.
+//
+// Encodings (stated in the manifest too). Layout BHSD, C order:
+//   q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v], out [b, h_q, n_q, d_v].
+//   f64 '<f8', f32 '<f4', f16 '<f2' (the exact bits); bf16: '<f4' holding exactly the bf16
+//   values (widening is exact), and a bf16 output is '<f4' whose every value bf16 represents
+//   (what out.float() gives in PyTorch) or '<u2' bf16 bit patterns.
+//   mask [b or 1, h_q or 1, n_q, n_k] '|b1', true = visible: causal, key padding and the
+//   boolean mask combined (present when the case masks anything); bias: the additive bias
+//   [b or 1, h_q or 1, n_q, n_k] in the case's encoding (present when the case has one).
+//   lse (optional) [b, h_q, n_q]: '<f8' for f64 cases, '<f4' otherwise; -inf for fully masked rows.
+//   A fully masked row's output is zeros.
+// Every input file is byte-identical to what generate_inputs(problem) gives for the case's
+// repro string, which check regenerates and compares before anything is verified.
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/inputs.hpp"
+#include "core/npy.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+
+namespace attn {
+
+struct CaseFileEntry {
+  std::size_t index = 0;  // the case's number in its case set
+  Problem problem;
+  std::string q, k, v, mask, bias;  // file names in the cases directory; mask/bias empty when absent
+  std::string out, lse;             // file names the outputs directory is expected to hold (lse optional)
+};
+
+struct CaseDirectory {
+  std::filesystem::path dir;
+  std::vector<CaseFileEntry> cases;
+};
+
+// The npy element type a tensor of `dtype` is written as (bf16: f32 holding the values).
+npy::ElementType npy_type_of(DType dtype);
+// A tensor as a .npy array in the file route's encoding.
+npy::Array tensor_to_npy(const Tensor& tensor);
+// The visibility mask [b or 1, h_q or 1, n_q, n_k] of a problem, true = visible.
+npy::Array visibility_mask_npy(const Problem& problem, const Mask& mask);
+// Expected shapes of the outputs.
+std::vector<std::int64_t> output_shape(const Problem& problem);
+std::vector<std::int64_t> lse_shape(const Problem& problem);
+
+// Writes every case's .npy files into dir (created if missing; refused when it holds anything
+// but an earlier cases directory, whose files are replaced) and then manifest.json, so a
+// directory whose writing was cut short has no manifest. on_case is called after each case.
+// case_numbers: each case's index in its set (empty: 0, 1, ...).
+void write_case_directory(const std::filesystem::path& dir, const std::vector<Problem>& cases,
+                          const std::vector<std::size_t>& case_numbers = {},
+                          const std::function<void(const CaseFileEntry&)>& on_case = {});
+
+// Reads dir/manifest.json; a missing or malformed manifest, or one that contradicts its repro
+// strings, is an InputError naming the manifest and the fault.
+CaseDirectory read_case_directory(const std::filesystem::path& dir);
+
+// Throws InputError naming the file and the first difference unless the case's input files
+// hold exactly generate_inputs(entry.problem) (e.g. an edited q.npy, or another attnbench
+// version's inputs).
+void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entry, const CaseInputs& inputs);
+
+// Reads an output file into `out` (shape [b, h_q, n_q, d_v] in the problem's dtype) or an LSE
+// file into `lse` ([b, h_q, n_q, 1]); throws InputError naming the file and the fault
+// (missing, malformed, truncated, wrong shape or dtype, a bf16 output that bf16 cannot hold).
+void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out);
+void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse);
+
+}  // namespace attn

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The file route's external program for PyTorch: reads a cases directory written by
+`attnbench cases --out CASES`, runs torch.nn.functional.scaled_dot_product_attention on every case
+and writes OUTPUTS/out_NNNN.npy, which `attnbench check --cases CASES --outputs OUTPUTS` verifies.
+
+    python3 sdpa_roundtrip.py CASES OUTPUTS [--device cpu|cuda] [--backend torch|numpy]
+
+What it follows from manifest.json (see core/case_files.hpp):
+  - q, k, v are BHSD; query head h reads kv head h // (h_q // h_kv): k and v are repeated per group.
+  - the mask is boolean, True = visible, broadcastable [b or 1, h_q or 1, n_q, n_k]; it goes to
+    SDPA as attn_mask; with an additive bias the two become one float mask (bias, -inf where masked).
+  - the scale is the manifest's, passed explicitly.
+  - the dtype is the case's: f64, f32, f16 as stored; bf16 arrives as f32 holding bf16 values
+    (converted exactly) and leaves as f32 holding the bf16 output (out.float()).
+  - a fully masked row's output must be zeros (SDPA gives NaN there): such rows are zeroed.
+
+--backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
+the loading, masking, GQA and writing code of this script, testable where PyTorch is absent.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def load_case(cases_dir, case):
+    """The case's arrays as stored: q, k, v, the visibility mask (or None) and the bias (or None)."""
+    def load(key):
+        entry = case.get(key)
+        if entry is None:
+            return None
+        array = np.load(os.path.join(cases_dir, entry["file"]), allow_pickle=False)
+        if list(array.shape) != entry["shape"] or array.dtype.str != entry["npy_dtype"]:
+            sys.exit(f"{entry['file']}: shape {array.shape} dtype {array.dtype.str}, the manifest says "
+                     f"{tuple(entry['shape'])} {entry['npy_dtype']}")
+        return array
+    return {key: load(key) for key in ("q", "k", "v", "mask", "bias")}
+
+
+def rows_with_a_visible_key(arrays):
+    """[b, h_q, n_q] booleans: False where the row sees no key (its output must be zeros)."""
+    q, mask = arrays["q"], arrays["mask"]
+    b, h_q, n_q, _ = q.shape
+    if mask is None:
+        return np.ones((b, h_q, n_q), dtype=bool)
+    return np.broadcast_to(mask.any(axis=-1), (b, h_q, n_q))
+
+
+def repeat_kv(x, h_q):
+    return np.repeat(x, h_q // x.shape[1], axis=1)
+
+
+def round_to_bf16(x):
+    """float64 -> the nearest bf16 value (ties to even), as float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float64).astype(np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16) << 16
+    return np.where(np.isnan(x), np.float32(np.nan), rounded.astype(np.uint32).view(np.float32))
+
+
+def encode_output(out64, dtype):
+    """An output computed in float64, rounded once to the case's dtype, in the file encoding."""
+    if dtype == "f64":
+        return out64.astype(np.float64)
+    if dtype == "f32":
+        return out64.astype(np.float32)
+    if dtype == "f16":
+        return out64.astype(np.float16)
+    if dtype == "bf16":
+        return round_to_bf16(out64)
+    raise ValueError(f"unknown dtype {dtype}")
+
+
+def attention_numpy(arrays, scale):
+    """softmax(q k^T * scale + bias, masked keys excluded) v in float64; fully masked rows zero."""
+    q = arrays["q"].astype(np.float64)
+    h_q = q.shape[1]
+    k = repeat_kv(arrays["k"].astype(np.float64), h_q)
+    v = repeat_kv(arrays["v"].astype(np.float64), h_q)
+    scores = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if arrays["bias"] is not None:
+        scores = scores + arrays["bias"].astype(np.float64)
+    if arrays["mask"] is not None:
+        scores = np.where(arrays["mask"], scores, -np.inf)
+    row_max = scores.max(axis=-1, keepdims=True)
+    visible = np.isfinite(row_max)
+    weights = np.exp(scores - np.where(visible, row_max, 0.0))
+    weights = weights / np.where(visible, weights.sum(axis=-1, keepdims=True), 1.0)
+    return np.einsum("bhij,bhjd->bhid", weights, v) * visible
+
+
+def attention_torch(arrays, scale, dtype, device):
+    import torch
+    import torch.nn.functional as F
+
+    torch_dtype = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+
+    def tensor(array):
+        # bf16 inputs are f32 holding bf16 values: the conversion is exact.
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=torch_dtype)
+
+    q = tensor(arrays["q"])
+    h_q = q.shape[1]
+    k = tensor(repeat_kv(arrays["k"], h_q))
+    v = tensor(repeat_kv(arrays["v"], h_q))
+    mask = None if arrays["mask"] is None else torch.from_numpy(arrays["mask"]).to(device)
+    if arrays["bias"] is None:
+        attn_mask = mask
+    else:
+        attn_mask = tensor(arrays["bias"])
+        if mask is not None:
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+    with torch.no_grad():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+    keep = torch.from_numpy(np.ascontiguousarray(rows_with_a_visible_key(arrays))).to(device)[..., None]
+    out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=device))
+    if dtype == "bf16":
+        return out.float().cpu().numpy()  # f32 holding the bf16 values
+    return out.cpu().numpy()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", help="cases directory (attnbench cases --out)")
+    parser.add_argument("outputs", help="directory to write out_NNNN.npy into")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--backend", choices=("torch", "numpy"), default="torch",
+                        help="torch: scaled_dot_product_attention; numpy: the same in float64 (no PyTorch needed)")
+    args = parser.parse_args()
+
+    with open(os.path.join(args.cases, "manifest.json")) as f:
+        manifest = json.load(f)
+    if manifest.get("schema") != "attnbench.cases" or manifest.get("version") != 1:
+        sys.exit(f"{args.cases}/manifest.json: not an attnbench cases manifest of version 1")
+    device = args.device
+    if args.backend == "torch" and device is None:
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    os.makedirs(args.outputs, exist_ok=True)
+
+    for case in manifest["cases"]:
+        if case["fully_masked_rows"] != "zeros":
+            sys.exit(f"case {case['index']}: fully masked row policy {case['fully_masked_rows']!r} is not handled")
+        arrays = load_case(args.cases, case)
+        dtype, scale = case["dtype"], case["scale"]
+        if args.backend == "torch":
+            out = attention_torch(arrays, scale, dtype, device)
+        else:
+            out = encode_output(attention_numpy(arrays, scale), dtype)
+        expected = case["out"]
+        assert list(out.shape) == expected["shape"] and out.dtype.str == expected["npy_dtype"], (out.shape, out.dtype.str, expected)
+        np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(out))
+        print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}")
+    print(f"{len(manifest['cases'])} output(s) written to {args.outputs} ({args.backend}{'' if device is None else ' on ' + device})")
+
+
+if __name__ == "__main__":
+    main()

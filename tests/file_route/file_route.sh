@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The file route end to end: `attnbench cases --out` -> an external program (file_route_standin,
+# which computes attention in double from the .npy files alone) -> `attnbench check` passes; then
+# the same outputs with one file missing, one truncated, one mis-shaped and one wrong value: exit 1,
+# each fault named, the other case still checked; then bad input (exit 2): an edited q file, a
+# missing or malformed manifest, a foreign output directory for `cases`.
+# Usage: file_route.sh path/to/attnbench path/to/file_route_standin
+set -u
+
+bin=${1:?usage: file_route.sh ATTNBENCH STANDIN}
+standin=${2:?usage: file_route.sh ATTNBENCH STANDIN}
+case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+case $standin in /*) ;; *) standin=$PWD/$standin ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 2
+
+failures=0
+checks=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+run() {  # run NAME ARGS...: attnbench with stdout/stderr in NAME.out/NAME.err, exit code in $rc
+  local name=$1
+  shift
+  "$bin" "$@" >"$name.out" 2>"$name.err"
+  rc=$?
+  last=$name
+}
+expect_rc() {
+  checks=$((checks + 1))
+  if [ "$rc" -ne "$1" ]; then
+    fail "$last: exit code $rc, expected $1"
+    tail -n 25 "$last.out" "$last.err" | sed 's/^/    | /'
+  fi
+}
+expect_in() {  # expect_in FILE TEXT
+  checks=$((checks + 1))
+  grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
+}
+
+# --- cases -> the stand-in -> check ------------------------------------------------------------
+run cases cases --out cases --cases "$here/cases.txt"
+expect_rc 0
+expect_in cases.out "5 case(s) written to cases"
+for f in manifest.json q_0000.npy k_0001.npy v_0002.npy mask_0003.npy mask_0004.npy bias_0004.npy; do
+  checks=$((checks + 1))
+  [ -f "cases/$f" ] || fail "cases/$f was not written"
+done
+checks=$((checks + 1))
+[ ! -e cases/mask_0000.npy ] || fail "case 0 masks nothing but has a mask file"
+
+"$standin" cases good || fail "the stand-in failed on the good run"
+run good check --cases cases --outputs good --threads 1 --json good.json
+expect_rc 0
+expect_in good.out "5 passed, 0 failed, 0 skipped over 5 cases"
+expect_in good.json '"implementation": "files:good"'
+# The LSE is checked when the outputs have it: without the files the same outputs pass too.
+"$standin" cases nolse --no-lse || fail "the stand-in failed without lse"
+run nolse check --cases cases --outputs nolse --threads 1 --json ""
+expect_rc 0
+
+# --- faults: each case fails naming its file and fault; case 0 is still checked and passes -----
+"$standin" cases bad --wrong-shape 2 --wrong-value 4 || fail "the stand-in failed on the faulty run"
+rm bad/out_0001.npy
+truncate -s 200 bad/out_0003.npy
+run bad check --cases cases --outputs bad --threads 1 --json bad.json
+expect_rc 1
+expect_in bad.out "1 passed, 4 failed, 0 skipped over 5 cases"
+expect_in bad.out "bad/out_0001.npy: no such file"
+expect_in bad.out "bad/out_0003.npy: header says shape (2, 2, 8, 16) = 512 elements of 4 bytes but the file holds 72 data bytes"
+expect_in bad.out "bad/out_0002.npy: shape (1, 2, 15, 16) but the case expects (1, 2, 16, 16)"
+expect_in bad.out "FAIL files:bad on case 4"
+checks=$((checks + 1))
+python3 - bad.json <<'PY' || fail "bad.json does not record the five verdicts"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+records = doc["records"]
+statuses = {r["case_index"]: r["status"] for r in records}
+assert statuses == {0: "pass", 1: "fail", 2: "fail", 3: "fail", 4: "fail"}, statuses
+PY
+
+# --- bad input: exit 2, naming the file and the fault ------------------------------------------
+cp -r cases edited
+printf '\x01' | dd of=edited/q_0002.npy bs=1 seek=200 conv=notrunc status=none
+run edited check --cases edited --outputs good --json ""
+expect_rc 2
+expect_in edited.err "edited/q_0002.npy: does not hold case 2's q (element"
+
+cp -r cases nomanifest && rm nomanifest/manifest.json
+run nomanifest check --cases nomanifest --outputs good --json ""
+expect_rc 2
+expect_in nomanifest.err "nomanifest/manifest.json: no manifest"
+
+cp -r cases broken && echo '{"schema": "attnbench.cases", "version": 1, "cases": [' >broken/manifest.json
+run broken check --cases broken --outputs good --json ""
+expect_rc 2
+expect_in broken.err "broken/manifest.json: not valid JSON"
+
+run nooutputs check --cases cases --outputs absent --json ""
+expect_rc 2
+expect_in nooutputs.err "absent: no such directory"
+
+mkdir foreign && echo keep >foreign/notes.txt
+run foreign cases --out foreign --cases "$here/cases.txt"
+expect_rc 2
+expect_in foreign.err "foreign: not empty and not a cases directory"
+checks=$((checks + 1))
+[ -f foreign/notes.txt ] || fail "cases removed a file it did not write"
+# An earlier cases directory is replaced, stale cases included.
+run rewrite cases --out cases --case "b=1 hq=1 hkv=1 nq=3 nk=3 dk=4 dv=4 dtype=f32 regime=diffuse seed=1"
+expect_rc 0
+checks=$((checks + 1))
+[ ! -e cases/q_0004.npy ] || fail "a rewritten cases directory kept a stale case"
+
+echo "file_route: $checks checks, $failures failed"
+[ "$failures" -eq 0 ]

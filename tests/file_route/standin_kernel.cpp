@@ -1,0 +1,152 @@
+// A stand-in for an external program on the file route (where PyTorch is absent): reads a cases
+// directory written by `attnbench cases` with nothing but its manifest and .npy files (no repro
+// string parsing, no input generation), computes attention naively in double, and writes
+// out_NNNN.npy and lse_NNNN.npy as the manifest asks. Faults for the tests:
+//   --wrong-value I  adds 0.25 to one output element of case I
+//   --wrong-shape I  writes case I's output without its last query row
+//   --no-lse         writes no lse files
+// Usage: file_route_standin CASES_DIR OUTPUTS_DIR [faults...]
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.hpp"
+#include "core/npy.hpp"
+
+namespace {
+
+using attn::npy::Array;
+using attn::npy::ElementType;
+
+double element(const Array& a, std::int64_t e) {
+  switch (a.type) {
+    case ElementType::f64: { double x; std::memcpy(&x, a.data.data() + 8 * e, 8); return x; }
+    case ElementType::f32: { float x; std::memcpy(&x, a.data.data() + 4 * e, 4); return double(x); }
+    case ElementType::f16: { std::uint16_t x; std::memcpy(&x, a.data.data() + 2 * e, 2); return attn::f16_bits_to_double(x); }
+    case ElementType::boolean: return a.data[std::size_t(e)] != std::byte{0} ? 1.0 : 0.0;
+    default: throw std::runtime_error("unexpected element type");
+  }
+}
+
+// Values rounded once to the case's dtype, encoded as the manifest says (bf16 as f32 values).
+Array encode(const std::string& dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
+  Array a;
+  a.shape = std::move(shape);
+  const int item = dtype == "f64" ? 8 : dtype == "f16" ? 2 : 4;
+  a.type = dtype == "f64" ? ElementType::f64 : dtype == "f16" ? ElementType::f16 : ElementType::f32;
+  a.data.resize(values.size() * std::size_t(item));
+  for (std::size_t e = 0; e < values.size(); ++e) {
+    if (dtype == "f64") std::memcpy(a.data.data() + 8 * e, &values[e], 8);
+    if (dtype == "f32" || dtype == "bf16") {
+      const float x = float(dtype == "bf16" ? attn::round_to(attn::DType::bf16, values[e]) : values[e]);
+      std::memcpy(a.data.data() + 4 * e, &x, 4);
+    }
+    if (dtype == "f16") {
+      const std::uint16_t bits = attn::f16_bits_from_double(values[e]);
+      std::memcpy(a.data.data() + 2 * e, &bits, 2);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s CASES_DIR OUTPUTS_DIR [--wrong-value I] [--wrong-shape I] [--no-lse]\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path cases_dir = argv[1], outputs_dir = argv[2];
+  std::set<std::size_t> wrong_value, wrong_shape;
+  bool lse_files = true;
+  for (int i = 3; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--no-lse") lse_files = false;
+    else if (flag == "--wrong-value" && i + 1 < argc) wrong_value.insert(std::stoul(argv[++i]));
+    else if (flag == "--wrong-shape" && i + 1 < argc) wrong_shape.insert(std::stoul(argv[++i]));
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  try {
+    std::filesystem::create_directories(outputs_dir);
+    std::ifstream manifest_file(cases_dir / "manifest.json");
+    const auto manifest = nlohmann::json::parse(manifest_file);
+    for (const auto& c : manifest.at("cases")) {
+      const auto index = c.at("index").get<std::size_t>();
+      const auto dtype = c.at("dtype").get<std::string>();
+      const double scale = c.at("scale").get<double>();
+      const Array q = attn::npy::read_file(cases_dir / c["q"]["file"].get<std::string>());
+      const Array k = attn::npy::read_file(cases_dir / c["k"]["file"].get<std::string>());
+      const Array v = attn::npy::read_file(cases_dir / c["v"]["file"].get<std::string>());
+      Array mask, bias;
+      if (!c["mask"].is_null()) mask = attn::npy::read_file(cases_dir / c["mask"]["file"].get<std::string>());
+      if (!c["bias"].is_null()) bias = attn::npy::read_file(cases_dir / c["bias"]["file"].get<std::string>());
+      const std::int64_t b = q.shape[0], h_q = q.shape[1], n_q = q.shape[2], d_k = q.shape[3];
+      const std::int64_t h_kv = k.shape[1], n_k = k.shape[2], d_v = v.shape[3];
+      std::vector<double> out(std::size_t(b * h_q * n_q * d_v)), lse(std::size_t(b * h_q * n_q));
+      std::vector<double> s(static_cast<std::size_t>(n_k));
+      for (std::int64_t bi = 0; bi < b; ++bi)
+        for (std::int64_t h = 0; h < h_q; ++h) {
+          const std::int64_t g = h / (h_q / h_kv);
+          for (std::int64_t i = 0; i < n_q; ++i) {
+            double m = -std::numeric_limits<double>::infinity();
+            for (std::int64_t j = 0; j < n_k; ++j) {
+              // A mask or bias of extent 1 in batch or head broadcasts.
+              auto at = [&](const Array& a) {
+                return ((a.shape[0] == 1 ? 0 : bi) * a.shape[1] + (a.shape[1] == 1 ? 0 : h)) * n_q * n_k + i * n_k + j;
+              };
+              if (!mask.shape.empty() && element(mask, at(mask)) == 0) {
+                s[std::size_t(j)] = -std::numeric_limits<double>::infinity();
+                continue;
+              }
+              double dot = 0;
+              for (std::int64_t c2 = 0; c2 < d_k; ++c2)
+                dot += element(q, ((bi * h_q + h) * n_q + i) * d_k + c2) * element(k, ((bi * h_kv + g) * n_k + j) * d_k + c2);
+              s[std::size_t(j)] = scale * dot + (bias.shape.empty() ? 0.0 : element(bias, at(bias)));
+              m = std::max(m, s[std::size_t(j)]);
+            }
+            const std::size_t row = std::size_t((bi * h_q + h) * n_q + i);
+            if (m == -std::numeric_limits<double>::infinity()) {  // fully masked: zeros, as the manifest asks
+              lse[row] = m;
+              continue;
+            }
+            double sum = 0;
+            for (std::int64_t j = 0; j < n_k; ++j) sum += s[std::size_t(j)] == -INFINITY ? 0.0 : std::exp(s[std::size_t(j)] - m);
+            lse[row] = m + std::log(sum);
+            for (std::int64_t j = 0; j < n_k; ++j) {
+              if (s[std::size_t(j)] == -INFINITY) continue;
+              const double p = std::exp(s[std::size_t(j)] - m) / sum;
+              for (std::int64_t c2 = 0; c2 < d_v; ++c2) out[row * std::size_t(d_v) + std::size_t(c2)] += p * element(v, ((bi * h_kv + g) * n_k + j) * d_v + c2);
+            }
+          }
+        }
+      std::vector<std::int64_t> out_shape = c["out"]["shape"].get<std::vector<std::int64_t>>();
+      if (wrong_value.count(index)) out[out.size() / 2] += 0.25;
+      if (wrong_shape.count(index)) {
+        out_shape[2] -= 1;
+        std::vector<double> fewer;
+        for (std::int64_t r = 0; r < b * h_q; ++r)
+          for (std::int64_t e = 0; e < (n_q - 1) * d_v; ++e) fewer.push_back(out[std::size_t(r * n_q * d_v + e)]);
+        out = fewer;
+      }
+      attn::npy::write_file(outputs_dir / c["out"]["file"].get<std::string>(), encode(dtype, out_shape, out));
+      if (lse_files)
+        attn::npy::write_file(outputs_dir / c["lse"]["file"].get<std::string>(),
+                              encode(dtype == "f64" ? "f64" : "f32", c["lse"]["shape"].get<std::vector<std::int64_t>>(), lse));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "file_route_standin: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,316 @@
+// core/npy: round trips for every element type and format version, byte-identity with files
+// NumPy 2.4 wrote, a table of malformed files each with the message it must give, and the file
+// route's encodings (core/case_files): bf16 as f32 values, output files read into tensors, a
+// cases directory written, read back and checked against its inputs.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/case_files.hpp"
+#include "core/error.hpp"
+#include "core/npy.hpp"
+
+namespace attn {
+namespace {
+
+using npy::Array;
+using npy::ElementType;
+
+std::vector<std::byte> bytes_of(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+std::vector<std::byte> from_hex(std::string_view hex) {
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(std::byte(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  return out;
+}
+
+// A version 1.0 file as NumPy writes it: the header padded with spaces so the data starts at 128.
+std::vector<std::byte> numpy_file(std::string_view dict, std::string_view data_hex) {
+  std::string header(dict);
+  header.append(128 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::string preamble("\x93NUMPY\x01\x00", 8);
+  preamble += char(header.size() & 0xff);
+  preamble += char(header.size() >> 8);
+  auto out = bytes_of(preamble + header);
+  const auto data = from_hex(data_hex);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+Array array_of(ElementType type, std::vector<std::int64_t> shape, std::uint8_t first = 1) {
+  Array a;
+  a.type = type;
+  a.shape = std::move(shape);
+  a.data.resize(std::size_t(a.numel() * npy::item_bytes(type)));
+  for (std::size_t i = 0; i < a.data.size(); ++i) a.data[i] = std::byte((first + 37 * i) & 0xff);
+  if (type == ElementType::boolean)
+    for (auto& b : a.data) b = std::byte(std::to_integer<int>(b) & 1);
+  return a;
+}
+
+TEST(Npy, RoundTripsEveryTypeAndVersion) {
+  for (ElementType type : {ElementType::f16, ElementType::f32, ElementType::f64, ElementType::boolean, ElementType::u8, ElementType::u16,
+                           ElementType::i32, ElementType::i64})
+    for (int version : {1, 2, 3})
+      for (const auto& shape : std::vector<std::vector<std::int64_t>>{{2, 3, 5, 7}, {4}, {}, {3, 0, 2}}) {
+        const Array a = array_of(type, shape);
+        const auto bytes = npy::serialize(a, version);
+        EXPECT_EQ(std::to_integer<int>(bytes[6]), version);
+        EXPECT_EQ((bytes.size() - a.data.size()) % 64, 0u) << "data aligned to 64 bytes";
+        EXPECT_EQ(npy::parse(bytes, "x.npy"), a) << npy::descr(type) << " v" << version << " " << npy::shape_string(shape);
+      }
+}
+
+TEST(Npy, WritesWhatNumPyWritesAndReadsIt) {
+  // np.save(np.arange(6, dtype='<f4').reshape(2, 3)), np.array([True, False, True]),
+  // np.array([1.5, -2], dtype='<f2') and np.float64(3.0), from NumPy 2.4.6.
+  struct Sample {
+    std::string dict, data;
+    Array array;
+  };
+  const std::vector<Sample> samples = {
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", "000000000000803f0000004000004040000080400000a040",
+       {ElementType::f32, {2, 3}, from_hex("000000000000803f0000004000004040000080400000a040")}},
+      {"{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", "010001", {ElementType::boolean, {3}, from_hex("010001")}},
+      {"{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", "003e00c0", {ElementType::f16, {2}, from_hex("003e00c0")}},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (), }", "0000000000000840", {ElementType::f64, {}, from_hex("0000000000000840")}},
+  };
+  for (const auto& s : samples) {
+    const auto file = numpy_file(s.dict, s.data);
+    EXPECT_EQ(npy::parse(file, "numpy.npy"), s.array) << s.dict;
+    EXPECT_EQ(npy::serialize(s.array), file) << s.dict;
+  }
+}
+
+TEST(Npy, ReadsTheSpellingsOfOlderWriters) {
+  // Double quotes, no trailing comma, Python 2 longs, '?' for bool, fortran_order on a 1-D array.
+  const auto f = numpy_file(R"({"descr": "<f4", "fortran_order": False, "shape": (2L, 1L)})", "0000803f00000040");
+  EXPECT_EQ(npy::parse(f, "old.npy").shape, (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(npy::parse(numpy_file("{'descr': '?', 'fortran_order': True, 'shape': (2,)}", "0100"), "b.npy").type, ElementType::boolean);
+}
+
+// Every malformed file gets a message naming the file and the fault.
+TEST(Npy, MalformedFilesNameTheFault) {
+  const std::string f4 = "0000803f00000040";
+  struct Bad {
+    std::vector<std::byte> file;
+    std::string message;
+  };
+  auto with_version = [](std::vector<std::byte> f, int major) {
+    f[6] = std::byte(major);
+    return f;
+  };
+  const auto good = numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f4);
+  auto truncated = good;
+  truncated.resize(good.size() - 3);
+  auto short_header = good;
+  short_header.resize(60);
+  auto long_length = good;
+  long_length[8] = std::byte(0xff);
+  const std::vector<Bad> table = {
+      {{}, "bad.npy: empty file, not a .npy file"},
+      {bytes_of("\x93NUM"), "bad.npy: truncated: 4 bytes, shorter than the .npy preamble"},
+      {bytes_of("PK\x03\x04 this is a zip file"), "bad.npy: bad magic: not a .npy file"},
+      {with_version(good, 4), "bad.npy: .npy format version 4.0 is not supported"},
+      {bytes_of(std::string("\x93NUMPY\x02\x00\x05\x00", 10)), "bad.npy: truncated: 10 bytes, shorter than the version 2.0 preamble (12 bytes)"},
+      {short_header, "bad.npy: truncated header: the preamble says 118 header bytes but only 50 follow"},
+      {long_length, "bad.npy: truncated header: the preamble says 255 header bytes but only 126 follow"},
+      {truncated, "bad.npy: header says shape (2,) = 2 elements of 4 bytes but the file holds 5 data bytes"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 17, 64), }", f4),
+       "bad.npy: header says shape (1, 2, 17, 64) = 2176 elements of 4 bytes but the file holds 8 data bytes"},
+      {numpy_file("{'fortran_order': False, 'shape': (2,), }", f4), "bad.npy: header dict has no 'descr'"},
+      {numpy_file("{'descr': '<f4', 'shape': (2,), }", f4), "bad.npy: header dict has no 'fortran_order'"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, }", f4), "bad.npy: header dict has no 'shape'"},
+      {numpy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", f4),
+       "bad.npy: descr '>f4' is big-endian; only little-endian data is read (save it as '<f4')"},
+      {numpy_file("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", f4), "bad.npy: descr '<c8' is not supported"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 2), }", f4),
+       "bad.npy: fortran_order is True: only C-order arrays are read"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1, }", f4), "bad.npy: header dict: unsupported value for 'extra'"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 'y', }", f4), "bad.npy: header dict has an unknown key 'x'"},
+      {numpy_file("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f4), "bad.npy: header dict has key 'descr' twice"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }", f4), "bad.npy: header dict: 'shape' has a negative dimension"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", f4), "bad.npy: header dict: 'shape' is not a tuple of integers"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", f4), "a dimension of 'shape' is too large"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", f4), "bad.npy: shape (4294967296, 4294967296) is too large"},
+      {numpy_file("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", f4), "structured dtypes are not supported"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", f4), "bad.npy: header dict: unsupported value for 'fortran_order'"},
+      {numpy_file("{'descr': 4, 'fortran_order': False, 'shape': (2,), }", f4), "bad.npy: header dict: unsupported value for 'descr'"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': 2, }", f4), "bad.npy: header dict: unsupported value for 'shape'"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,) ", f4), "bad.npy: header dict: expected ',' or '}' at offset"},
+      {numpy_file("['descr', '<f4']", f4), "bad.npy: the header is not a dict"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } x", f4), "bad.npy: header has trailing text after the dict"},
+      {numpy_file("{'descr: '<f4', 'fortran_order': False, 'shape': (2,), }", f4), "bad.npy: header dict: expected ':' after key"},
+      {numpy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'unterminated", f4), "bad.npy: header dict: unterminated string"},
+  };
+  for (const auto& bad : table) {
+    try {
+      npy::parse(bad.file, "bad.npy");
+      ADD_FAILURE() << "accepted; expected: " << bad.message;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.message), std::string::npos) << "got: " << e.what() << "\nexpected: " << bad.message;
+    }
+  }
+}
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("npy_test_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+using NpyFiles = TempDir;
+
+TEST_F(NpyFiles, MissingAndDirectoryNamed) {
+  EXPECT_THROW(
+      {
+        try {
+          npy::read_file(dir_ / "none.npy");
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("none.npy: no such file"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  EXPECT_THROW(npy::read_file(dir_), InputError);
+  const Array a = array_of(ElementType::f64, {3, 2});
+  npy::write_file(dir_ / "a.npy", a);
+  EXPECT_EQ(npy::read_file(dir_ / "a.npy"), a);
+}
+
+Problem small(DType dtype, std::string extra = "") {
+  return parse_problem(fmt::format("b=2 hq=2 hkv=1 nq=5 nk=7 dk=4 dv=3 dtype={} {} regime=diffuse seed=11", to_string(dtype), extra));
+}
+
+TEST(CaseFiles, Bf16IsWrittenAsExactF32Values) {
+  const Problem p = small(DType::bf16);
+  const CaseInputs in = generate_inputs(p);
+  const Array a = tensor_to_npy(in.q);
+  ASSERT_EQ(a.type, ElementType::f32);
+  for (std::int64_t e = 0; e < in.q.numel(); ++e) {
+    float x;
+    std::memcpy(&x, a.data.data() + 4 * e, 4);
+    EXPECT_EQ(double(x), in.q.get(e));
+  }
+  EXPECT_EQ(tensor_to_npy(generate_inputs(small(DType::f16)).q).type, ElementType::f16);
+}
+
+TEST(CaseFiles, VisibilityMaskCombinesEveryPartAndBroadcasts) {
+  const Problem p = small(DType::f32, "causal=top_left pad=7,2 bool=0.5@h");
+  const Mask mask(p);
+  const Array m = visibility_mask_npy(p, mask);
+  ASSERT_EQ(m.shape, (std::vector<std::int64_t>{2, 2, 5, 7}));
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 5; ++i)
+        for (std::int64_t j = 0; j < 7; ++j)
+          EXPECT_EQ(m.data[std::size_t(((b * 2 + h) * 5 + i) * 7 + j)] != std::byte{0}, mask.visible(b, h, i, j));
+  EXPECT_EQ(visibility_mask_npy(small(DType::f32, "causal=bottom_right"), Mask(small(DType::f32, "causal=bottom_right"))).shape,
+            (std::vector<std::int64_t>{1, 1, 5, 7}));
+}
+
+using OutputFiles = TempDir;
+
+TEST_F(OutputFiles, ReadIntoTheOutputTensorOrNameTheFault) {
+  const Problem p = small(DType::bf16);
+  Tensor want = make_output(p);
+  for (std::int64_t e = 0; e < want.numel(); ++e) want.set(e, 0.01 * double(e) - 0.3);
+  npy::write_file(dir_ / "out.npy", tensor_to_npy(want));
+  Tensor got = make_output(p);
+  read_output_file(dir_ / "out.npy", p, got);
+  EXPECT_EQ(got, want);
+
+  // bf16 bits as '<u2' are accepted too.
+  Array bits{ElementType::u16, {2, 2, 5, 3}, {}};
+  bits.data.resize(want.bytes());
+  std::memcpy(bits.data.data(), want.data(), want.bytes());
+  npy::write_file(dir_ / "bits.npy", bits);
+  Tensor from_bits = make_output(p);
+  read_output_file(dir_ / "bits.npy", p, from_bits);
+  EXPECT_EQ(from_bits, want);
+
+  auto expect_fault = [&](const std::string& file, const std::string& message) {
+    Tensor out = make_output(p);
+    try {
+      read_output_file(dir_ / file, p, out);
+      ADD_FAILURE() << file << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  // An f32 value bf16 cannot hold: the program wrote its f32 result, not its bf16 output.
+  Array f32 = tensor_to_npy(want);
+  const float not_bf16 = 0.1f;
+  std::memcpy(f32.data.data() + 4 * 7, &not_bf16, 4);
+  npy::write_file(dir_ / "f32.npy", f32);
+  expect_fault("f32.npy", "f32.npy: element 7 = 0.10000000149011612 is not a bf16 value");
+  Array shape = tensor_to_npy(want);
+  shape.shape = {2, 2, 3, 5};
+  npy::write_file(dir_ / "shape.npy", shape);
+  expect_fault("shape.npy", "shape.npy: shape (2, 2, 3, 5) but the case expects (2, 2, 5, 3)");
+  npy::write_file(dir_ / "f64.npy", Array{ElementType::f64, {2, 2, 5, 3}, std::vector<std::byte>(60 * 8)});
+  expect_fault("f64.npy", "f64.npy: descr '<f8' but a bf16 case's output is '<f4' (bf16 values) or '<u2' (bf16 bits)");
+  expect_fault("missing.npy", "missing.npy: no such file");
+}
+
+using CaseDirectories = TempDir;
+
+TEST_F(CaseDirectories, WrittenReadBackAndCheckedAgainstTheirInputs) {
+  const std::vector<Problem> cases = {small(DType::f32, "causal=top_left"), small(DType::f16, "bias=1@bh"), small(DType::f64)};
+  write_case_directory(dir_ / "cases", cases, {3, 5, 9});
+  const CaseDirectory d = read_case_directory(dir_ / "cases");
+  ASSERT_EQ(d.cases.size(), 3u);
+  EXPECT_EQ(d.cases[1].index, 5u);
+  EXPECT_EQ(d.cases[1].problem, cases[1]);
+  EXPECT_EQ(d.cases[0].mask, "mask_0003.npy");
+  EXPECT_EQ(d.cases[1].bias, "bias_0005.npy");
+  EXPECT_TRUE(d.cases[2].mask.empty() && d.cases[2].bias.empty());
+  EXPECT_EQ(d.cases[2].out, "out_0009.npy");
+  for (const auto& entry : d.cases) EXPECT_NO_THROW(check_case_inputs(d, entry, generate_inputs(entry.problem)));
+
+  // Another seed's inputs are not these files.
+  Problem other = cases[0];
+  other.seed = 12;
+  try {
+    check_case_inputs(d, d.cases[0], generate_inputs(other));
+    ADD_FAILURE() << "inputs of another seed accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("q_0003.npy: does not hold case 3's q (element 0 [0, 0, 0, 0] differs)"), std::string::npos) << e.what();
+  }
+
+  // A manifest whose fields contradict its repro string is bad input, named.
+  auto manifest = nlohmann::json::parse(std::ifstream(dir_ / "cases" / "manifest.json"));
+  manifest["cases"][1]["scale"] = 1.0;
+  std::ofstream(dir_ / "cases" / "manifest.json") << manifest.dump();
+  try {
+    read_case_directory(dir_ / "cases");
+    ADD_FAILURE() << "a contradicting scale accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.json: case 5: scale 1 does not match the repro string's 0.5"), std::string::npos) << e.what();
+  }
+  manifest["cases"][1]["scale"] = 0.5;
+  manifest["cases"][1]["q"]["file"] = "../q_0005.npy";
+  std::ofstream(dir_ / "cases" / "manifest.json") << manifest.dump();
+  EXPECT_THROW(read_case_directory(dir_ / "cases"), InputError);
+  EXPECT_THROW(read_case_directory(dir_ / "nowhere"), InputError);
+}
+
+}  // namespace
+}  // namespace attn
