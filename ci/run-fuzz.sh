@@ -12,14 +12,26 @@ cmake --build --preset fuzz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p build/fuzz/artifacts
-status=0
-for target in npy_fuzz problem_fuzz; do
-  corpus=$work/$target
+# The targets run side by side (one core each): CI's time budget is tight.
+fuzz_one() {
+  local target=$1 corpus=$work/$1
   mkdir -p "$corpus"
   cp tests/fuzz/corpus/"${target%_fuzz}"/* "$corpus"/
-  echo "== fuzz: $target for $seconds s"
-  if build/fuzz/tests/fuzz/"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-       -artifact_prefix="$PWD/build/fuzz/artifacts/$target-" "$corpus" >"$work/$target.log" 2>&1; then
+  build/fuzz/tests/fuzz/"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$PWD/build/fuzz/artifacts/$target-" "$corpus" >"$work/$target.log" 2>&1
+}
+targets=(npy_fuzz problem_fuzz)
+echo "== fuzz: ${targets[*]} for $seconds s, side by side"
+pids=()
+for target in "${targets[@]}"; do
+  fuzz_one "$target" &
+  pids+=($!)
+done
+status=0
+for i in "${!targets[@]}"; do
+  target=${targets[$i]}
+  if wait "${pids[$i]}"; then
+    echo "-- $target"
     grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/$target.log" || tail -n 3 "$work/$target.log"
   else
     tail -n 60 "$work/$target.log"
