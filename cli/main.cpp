@@ -16,6 +16,7 @@
 #include "benchmarks/bench.hpp"
 #include "cli/gate_command.hpp"
 #include "cli/report_command.hpp"
+#include "cli/validate_command.hpp"
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -271,6 +272,7 @@ int main(int argc, char** argv) {
 
   const attn::cli::GateCommand gate(app);
   const attn::cli::ReportCommand report(app);
+  const attn::cli::ValidateCommand validate(app);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   auto is_subcommand = [&](const char* word) {
@@ -300,6 +302,7 @@ int main(int argc, char** argv) {
     if (list->parsed()) return run_list(registry);
     if (gate.parsed()) return gate.run();
     if (report.parsed()) return report.run();
+    if (validate.parsed()) return validate.run();
     if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {
       bench_args.benchmark_flags = bench->remaining();
