@@ -44,6 +44,17 @@ for f in verify.json properties.json report.md report.html; do [[ -s $work/examp
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['complete'] and all(r['verdict'] in ('held','not_applicable') for r in d['records']) else 1)" \
   "$work/example/properties.json" || fail "example: properties.json is incomplete or has a failure"
 
+# Benchmarks: the plugin's calls timed inside the worker, as manual time.
+validate example_bench "$example" 0 --property-cases 0 --bench --bench-max-n 128
+python3 - "$work/example_bench/bench.json" <<'PY' || fail "example_bench: bench.json lacks the plugin's manual-time runs"
+import json, sys
+runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("run_type") == "iteration"]
+ok = len(runs) == 2 and all(b["name"].startswith("c_cpu_reference/f32/d64/") and b["name"].endswith("/n:128/manual_time")
+                            and not b.get("error_occurred") and b["real_time"] > 0 for b in runs)
+if not ok: print(json.dumps(runs, indent=1)[:3000])
+sys.exit(0 if ok else 1)
+PY
+
 # Crashes on exactly one case: that case names the signal, the others are still verified.
 validate segfault "$plugins/bad_segfault_on_n17.so" 1 --property-cases 0
 expect_record segfault 1 fail "SIGSEGV (segmentation fault) in run()"
