@@ -5,8 +5,7 @@
 // masked rows written as zeros with an LSE of -inf. A teaching kernel, not a fast one: no shared
 // memory tiling, no tensor cores.
 //
-// Build: nvcc -O2 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -I impls/plugin \
-//          examples/plugins/cuda/cuda_plugin.cu -o cuda_plugin.so
+// Build: nvcc -O2 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -I impls/plugin examples/plugins/cuda/cuda_plugin.cu -o cuda_plugin.so
 // Check: attnbench validate --plugin ./cuda_plugin.so
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
