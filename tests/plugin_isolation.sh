@@ -44,6 +44,11 @@ for f in verify.json properties.json report.md report.html; do [[ -s $work/examp
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['complete'] and all(r['verdict'] in ('held','not_applicable') for r in d['records']) else 1)" \
   "$work/example/properties.json" || fail "example: properties.json is incomplete or has a failure"
 
+# A plugin that takes only BSHD gets BSHD strides (it checks) and its output is read back right.
+validate bshd_only "$plugins/bshd_only_plugin.so" 0 --property-cases 2 --properties 3,12
+for c in 0 1 2 3; do expect_record bshd_only $c pass; done
+expect_log bshd_only "layouts: BSHD"
+
 # Benchmarks: the plugin's calls timed inside the worker, as manual time.
 validate example_bench "$example" 0 --property-cases 0 --bench --bench-max-n 128
 python3 - "$work/example_bench/bench.json" <<'PY' || fail "example_bench: bench.json lacks the plugin's manual-time runs"
