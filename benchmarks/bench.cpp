@@ -1,6 +1,7 @@
 #include "benchmarks/bench.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +32,10 @@
 
 namespace attn::bench {
 namespace {
+
+// Families whose iteration times are set by hand (SetIterationTime): the GPU's events, or an
+// implementation that times itself.
+bool uses_manual_time(const Implementation& impl) { return runs_on_gpu(impl) || impl.times_itself(); }
 
 constexpr double mib = 1024.0 * 1024.0;
 constexpr std::int64_t workspace_probe_n = 16384;  // the memory target is stated at this n
@@ -189,6 +194,60 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
     state.counters["peak_fraction"] = Counter(p.flops() * iterations / (env.roofline_gflops * 1e9), Counter::kIsRate);
   state.counters["workspace_bytes"] = Counter(static_cast<double>(workspace_bytes), Counter::kDefaults, Counter::kIs1024);
   state.counters["rss_growth_bytes"] = Counter(rss_growth, Counter::kDefaults, Counter::kIs1024);
+  state.SetComplexityN(n);
+}
+
+// An implementation that times itself (times_itself(): a plugin, in its worker process): each
+// iteration's manual time is one call's time as the implementation measured it, fetched in
+// batches, so the messages and copies around the calls are never counted.
+void run_self_timed_benchmark(benchmark::State& state, const FamilySpec& family, Environment& env) {
+  const Implementation& impl = *family.implementation;
+  const std::int64_t n = state.range(0);
+  const Problem p = family.problem(n);
+  auto fail = [&](const std::string& what) { state.SkipWithError(fmt::format("{}: {}", impl.name(), what).c_str()); };
+  Fixture* fixture = nullptr;
+  try {
+    fixture = &env.fixture_for(p);
+  } catch (const std::exception& e) {
+    fail(fmt::format("setting up n={}: {}", n, e.what()));
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (const std::string error = run_checked(impl, {p, fixture->inputs, fixture->out, nullptr, nullptr, {}, env.threads}); !error.empty()) {
+    fail(error);  // the warm-up, untimed, checked
+    return;
+  }
+  // Batches of about 0.1 s of calls (1 to 64): few round trips, little work past what Google
+  // Benchmark asks for.
+  const double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int batch = int(std::clamp(0.1 / std::max(once, 1e-9), 1.0, 64.0));
+  std::vector<double> times;
+  std::size_t next = 0;
+  for (auto _ : state) {
+    if (next == times.size()) {
+      try {
+        times = impl.timed_runs(p, fixture->inputs, 0, batch);
+      } catch (const std::exception& e) {
+        fail(e.what());
+        break;
+      }
+      next = 0;
+      if (times.empty()) {
+        fail("timed_runs returned no times");
+        break;
+      }
+    }
+    state.SetIterationTime(times[next++]);
+  }
+  if (state.error_occurred()) return;
+  using benchmark::Counter;
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["gflops_exact"] = Counter(p.flops() * iterations / 1e9, Counter::kIsRate);
+  state.counters["gflops_published"] = Counter(p.flops_published() * iterations / 1e9, Counter::kIsRate);
+  state.counters["gbytes_per_second"] = Counter(p.bytes_min() * iterations / 1e9, Counter::kIsRate);
+  if (env.roofline_gflops > 0 && impl.describe().device != "cuda")  // the host's roofline says nothing of a device
+    state.counters["peak_fraction"] = Counter(p.flops() * iterations / (env.roofline_gflops * 1e9), Counter::kIsRate);
+  state.counters["workspace_bytes"] = Counter(0, Counter::kDefaults, Counter::kIs1024);
   state.SetComplexityN(n);
 }
 
@@ -514,7 +573,7 @@ bool filter_selects(const FamilySpec& family, bool smoke) {
     const std::regex re(spec, std::regex::extended);
     for (std::int64_t n : family.sizes)
       if (std::regex_search(fmt::format("{}/n:{}{}/{}", family.name(), n, smoke ? "/iterations:1" : "",
-                                        runs_on_gpu(*family.implementation) ? "manual_time" : "real_time"),
+                                        uses_manual_time(*family.implementation) ? "manual_time" : "real_time"),
                             re) != negative)
         return true;
     return false;
@@ -535,7 +594,7 @@ std::size_t selected_sizes(const FamilySpec& family, bool smoke) {
     std::size_t count = 0;
     for (std::int64_t n : family.sizes)
       if (std::regex_search(fmt::format("{}/n:{}{}/{}", family.name(), n, smoke ? "/iterations:1" : "",
-                                        runs_on_gpu(*family.implementation) ? "manual_time" : "real_time"),
+                                        uses_manual_time(*family.implementation) ? "manual_time" : "real_time"),
                             re) != negative)
         ++count;
     return count;
@@ -696,13 +755,16 @@ int run_bench(const BenchOptions& o) {
       b = benchmark::RegisterBenchmark(family.name().c_str(), [&env, &family, roofline](benchmark::State& state) {
         env.gpu->run(state, family, roofline);
       });
+    } else if (family.implementation->times_itself()) {
+      b = benchmark::RegisterBenchmark(family.name().c_str(),
+                                       [&env, &family](benchmark::State& state) { run_self_timed_benchmark(state, family, env); });
     } else {
       b = benchmark::RegisterBenchmark(family.name().c_str(), [&env, &family](benchmark::State& state) { run_benchmark(state, family, env); });
     }
     b->ArgName("n");
     for (std::int64_t n : family.sizes) b->Arg(n);
     b->Unit(benchmark::kMillisecond);
-    if (gpu)
+    if (uses_manual_time(*family.implementation))
       b->UseManualTime();
     else
       b->UseRealTime();

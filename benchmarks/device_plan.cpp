@@ -35,7 +35,9 @@ GemmPrecision roofline_precision(const Implementation& implementation, DType dty
   return {dtype, dtype == DType::f32 && implementation.describe().matmul_unit_roundoff >= tf32_unit_roundoff};
 }
 
-bool runs_on_gpu(const Implementation& implementation) { return implementation.describe().device == "cuda"; }
+// An implementation that times itself (a CUDA plugin: events inside its worker) is not one of the
+// harness's GPU families, whatever its device.
+bool runs_on_gpu(const Implementation& implementation) { return implementation.describe().device == "cuda" && !implementation.times_itself(); }
 
 DevicePlan plan_devices(std::span<const Implementation* const> implementations, const GpuDeviceInfo& device) {
   DevicePlan plan;

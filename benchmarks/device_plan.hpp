@@ -40,7 +40,8 @@ nlohmann::json to_json(const GpuDeviceInfo& device);
 GpuDeviceInfo gpu_device_info();
 
 // An implementation whose describe().device is "cuda": timed with CUDA events around
-// DeviceRun::enqueue (gpu_timing.hpp), never through run().
+// DeviceRun::enqueue (gpu_timing.hpp), never through run(). Not one that times itself (a CUDA
+// plugin, timed inside its worker: Implementation::times_itself).
 bool runs_on_gpu(const Implementation& implementation);
 
 struct DevicePlan {

@@ -131,6 +131,7 @@ if [ "$built" -eq 1 ]; then
   # cuda_fused_test), and the SASS check (HMMA in the main loop; also in the gpu-tests' unit run).
   run_step verify-cuda_fused "$attnbench" verify --impl cuda_fused --cases default --json "$outdir/verify-fused.json"
   run_step properties-cuda_fused "$attnbench" properties --impl cuda_fused
+  run_step validate-cuda_plugin "$attnbench" validate --plugin "$bindir/examples/cuda_plugin.so" --cases default --bench --out "$outdir/validate-cuda_plugin"
   run_step determinism-cuda_fused "$bindir/tests/cuda_fused_test" --gtest_filter='*RepeatedRunsAreBitwiseIdentical*'
   run_step sass-cuda_fused ctest --preset gpu -R '^cuda_fused_sass$' --output-on-failure
 

@@ -18,6 +18,7 @@
 #include "cli/check_command.hpp"
 #include "cli/gate_command.hpp"
 #include "cli/report_command.hpp"
+#include "cli/validate_command.hpp"
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -275,6 +276,7 @@ int main(int argc, char** argv) {
   const attn::cli::ReportCommand report(app);
   const attn::cli::CasesCommand cases(app);
   const attn::cli::CheckCommand check(app);
+  const attn::cli::ValidateCommand validate(app);
 
   // CLI11 would only say "a subcommand is required"; name the word it did not know.
   auto is_subcommand = [&](const char* word) {
@@ -306,6 +308,7 @@ int main(int argc, char** argv) {
     if (report.parsed()) return report.run();
     if (cases.parsed()) return cases.run();
     if (check.parsed()) return check.run();
+    if (validate.parsed()) return validate.run();
     if (properties->parsed()) return run_properties(registry, properties_args);
     if (bench->parsed()) {
       bench_args.benchmark_flags = bench->remaining();

@@ -77,6 +77,14 @@ class Implementation {
   virtual std::unique_ptr<DeviceRun> prepare_device_run(const Problem& /*problem*/, const CaseInputs& /*inputs*/) const {
     return nullptr;
   }
+  // Implementations that time themselves (a plugin, timed inside its worker process so that the
+  // messages and copies around each call are not counted): `warmup` untimed then `iterations`
+  // timed runs, the seconds of each; the benchmarks use them as manual time. Throws like run.
+  // The others return false / nothing and are timed by the caller.
+  virtual bool times_itself() const { return false; }
+  virtual std::vector<double> timed_runs(const Problem& /*problem*/, const CaseInputs& /*inputs*/, int /*warmup*/, int /*iterations*/) const {
+    return {};
+  }
 };
 
 // Weights and LSE tensors in the working precision of a problem, poisoned.

@@ -1,0 +1,344 @@
+// attnbench-plugin-host: the worker process that loads a plugin and makes its calls, so that a
+// crash, an abort or a hang takes down this process and never the harness. Started by
+// PluginImplementation (plugin_implementation.hpp) as `attnbench-plugin-host PLUGIN.so` with a
+// Unix socket on descriptor 3; it answers one hello (the plugin's description, or why it could
+// not be loaded), then one reply per request until the socket closes.
+//
+// Requests (JSON, worker_channel.hpp): {"op": "supports", "repro"} and {"op": "run", "repro",
+// "layout", "tensors", "warmup", "iterations"} with the shared arena's descriptor. A run maps
+// the arena, makes its guard pages PROT_NONE and calls the plugin on views into it (a CUDA
+// plugin: on device copies with canaries around every buffer, copied back after the call). With
+// iterations > 0 it makes `warmup` then `iterations` calls and times the latter itself (CUDA:
+// events on the stream), so a benchmark measures the plugin and not this process's messages or
+// copies.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "impls/plugin/attnbench_plugin.h"
+#include "impls/plugin/guarded_arena.hpp"
+#include "impls/plugin/plugin_abi.hpp"
+#include "impls/plugin/worker_channel.hpp"
+
+#if ATTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+using attn::plugin::ArenaLayout;
+using attn::plugin::Phase;
+using attn::plugin::StatusPage;
+using nlohmann::json;
+
+constexpr int socket_fd = 3;
+constexpr int exit_load_failed = 3;
+
+// What the fault handler needs, set around each run.
+std::byte* volatile arena_base = nullptr;
+volatile std::size_t arena_size = 0;
+
+void on_fault(int signal, siginfo_t* info, void* context) {
+  std::byte* base = arena_base;
+  if (base != nullptr) {
+    auto* status = reinterpret_cast<StatusPage*>(base);
+    const auto address = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    const auto start = reinterpret_cast<std::uintptr_t>(base);
+    if (address >= start && address < start + arena_size) {
+      status->fault.offset = address - start;
+      status->fault.access = 0;
+#if defined(__x86_64__) && defined(REG_ERR)
+      // The page-fault error code: bit 1 set for a write.
+      status->fault.access = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0 ? 2 : 1;
+#else
+      (void)context;
+#endif
+      status->fault.signal = signal;
+      status->fault.magic = attn::plugin::FaultRecord::valid;
+    }
+  }
+  // Die of the same signal: the default action, delivered when this handler returns (a fault
+  // also repeats when the instruction does).
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+void install_fault_handlers() {
+  static std::vector<char> alternate_stack(1 << 16);  // a stack overflow still reaches the handler
+  stack_t ss{};
+  ss.ss_sp = alternate_stack.data();
+  ss.ss_size = alternate_stack.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+void reply(const json& message) {
+  if (!attn::plugin::send_message(socket_fd, message.dump())) std::_Exit(0);  // the harness is gone
+}
+
+std::string terminated(const char* buffer, std::size_t size) { return std::string(buffer, strnlen(buffer, size)); }
+
+struct Call {
+  attn::Problem problem;
+  attnbench_problem abi{};
+  std::vector<attnbench_tensor> tensors;  // q, k, v, out, lse, mask, bias
+  std::vector<bool> present;
+  std::vector<const attn::plugin::ArenaBuffer*> buffers;
+};
+
+const char* const tensor_names[] = {"q", "k", "v", "out", "lse", "mask", "bias"};
+constexpr std::size_t tensor_count = 7;
+
+// A plain run is one call; a timed batch is `warmup` untimed calls then `iterations` timed ones,
+// the last call's output being the one the harness checks.
+int calls(int warmup, int iterations) { return iterations > 0 ? warmup + iterations : 1; }
+
+int call_plugin(const attnbench_plugin_v1& plugin, Call& call, char* error, std::size_t error_len) {
+  auto view = [&](std::size_t t) -> const attnbench_tensor* { return call.present[t] ? &call.tensors[t] : nullptr; };
+  return plugin.run(&call.abi, view(0), view(1), view(2), view(3), view(4), view(5), view(6), error, error_len);
+}
+
+#if ATTN_HAVE_CUDA
+std::string cuda_failure(cudaError_t e, const char* what) {
+  return fmt::format("CUDA error {}: {}: {}", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// The device side of a run: buffers with canary regions, inputs and poisoned outputs copied up,
+// the call, a synchronisation, canaries checked, everything copied back into the arena (inputs
+// too, so that the harness's unchanged-input check covers device memory). A CUDA error is
+// sticky for this process: the reply says so and the worker exits after it.
+json run_on_device(const attnbench_plugin_v1& plugin, Call& call, std::byte* base, int warmup, int iterations) {
+  constexpr std::size_t canary = 256;
+  json result = {{"status", 0}, {"error", ""}, {"problems", json::array()}, {"times", json::array()}};
+  std::vector<void*> allocations(tensor_count, nullptr);
+  cudaStream_t stream = nullptr;
+  std::string failure;
+  auto check = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && failure.empty()) failure = cuda_failure(e, what);
+    return e == cudaSuccess;
+  };
+  bool ok = check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+  for (std::size_t t = 0; ok && t < tensor_count; ++t) {
+    if (!call.present[t]) continue;
+    const auto& b = *call.buffers[t];
+    ok = check(cudaMalloc(&allocations[t], b.bytes + 2 * canary), "allocating device memory") &&
+         check(cudaMemset(allocations[t], attn::plugin::canary_byte, b.bytes + 2 * canary), "filling canaries") &&
+         check(cudaMemcpy(static_cast<char*>(allocations[t]) + canary, base + b.offset, b.bytes, cudaMemcpyHostToDevice), "copying up");
+    call.tensors[t].data = static_cast<char*>(allocations[t]) + canary;
+    call.tensors[t].device_type = ATTNBENCH_DEVICE_CUDA;
+  }
+  call.abi.cuda_stream = stream;
+  char error[1024] = {};
+  auto* status = reinterpret_cast<StatusPage*>(base);
+  if (ok) {
+    // Each call between two events on the plugin's stream: the time is the work it enqueued.
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ok = check(cudaEventCreate(&start), "creating an event") && check(cudaEventCreate(&stop), "creating an event");
+    status->phase = iterations > 0 ? Phase::bench : Phase::run;
+    for (int i = 0; ok && i < calls(warmup, iterations); ++i) {
+      ok = check(cudaEventRecord(start, stream), "recording an event");
+      const int rc = call_plugin(plugin, call, error, sizeof error);
+      ok = ok && check(cudaGetLastError(), "after run() (a launch)") && check(cudaEventRecord(stop, stream), "recording an event") &&
+           check(cudaStreamSynchronize(stream), "after run() (synchronising its stream)") &&
+           check(cudaDeviceSynchronize(), "after run() (synchronising the device)");
+      float ms = 0;
+      ok = ok && check(cudaEventElapsedTime(&ms, start, stop), "reading an event");
+      if (rc != 0) {
+        result["status"] = rc;
+        result["error"] = iterations > 0 ? fmt::format("call {} of a timed batch: {}", i, terminated(error, sizeof error)) : terminated(error, sizeof error);
+        break;
+      }
+      if (ok && iterations > 0 && i >= warmup) result["times"].push_back(double(ms) * 1e-3);
+    }
+    status->phase = Phase::idle;
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+  }
+  std::vector<unsigned char> host;
+  for (std::size_t t = 0; ok && t < tensor_count; ++t) {
+    if (!call.present[t]) continue;
+    const auto& b = *call.buffers[t];
+    host.resize(b.bytes + 2 * canary);
+    if (!check(cudaMemcpy(host.data(), allocations[t], host.size(), cudaMemcpyDeviceToHost), "copying back")) break;
+    for (std::size_t i = canary; i-- > 0;)
+      if (host[i] != attn::plugin::canary_byte) {
+        result["problems"].push_back(fmt::format("wrote before the start of {} on the device: canary byte {} bytes before its first element changed",
+                                                 b.name, canary - i));
+        break;
+      }
+    for (std::size_t i = 0; i < canary; ++i)
+      if (host[canary + b.bytes + i] != attn::plugin::canary_byte) {
+        result["problems"].push_back(fmt::format("wrote past the end of {} on the device: canary byte at byte offset +{} after its last element changed",
+                                                 b.name, i));
+        break;
+      }
+    std::memcpy(base + b.offset, host.data() + canary, b.bytes);
+  }
+  for (void* p : allocations)
+    if (p != nullptr) cudaFree(p);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  if (!failure.empty()) {
+    result["cuda_error"] = failure;
+    result["restart"] = true;
+  }
+  return result;
+}
+#endif
+
+json run_request(const attnbench_plugin_v1& plugin, const attn::plugin::PluginInfo& info, const json& request, int fd) {
+  if (fd < 0) return {{"status", -1}, {"error", "attnbench-plugin-host: a run request came without its arena"}};
+  const ArenaLayout layout = request.at("layout").get<ArenaLayout>();
+  void* mapped = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (mapped == MAP_FAILED) return {{"status", -1}, {"error", fmt::format("attnbench-plugin-host: mmap failed: {}", std::strerror(errno))}};
+  auto* base = static_cast<std::byte*>(mapped);
+  for (std::size_t g : layout.guards) mprotect(base + g, layout.page, PROT_NONE);
+
+  Call call;
+  call.problem = attn::parse_problem(request.at("repro").get<std::string>());
+  call.abi = attn::plugin::to_abi(call.problem);
+  call.tensors.resize(tensor_count);
+  call.present.assign(tensor_count, false);
+  call.buffers.assign(tensor_count, nullptr);
+  const json& tensors = request.at("tensors");
+  for (std::size_t t = 0; t < tensor_count; ++t) {
+    if (!tensors.contains(tensor_names[t])) continue;
+    const json& d = tensors.at(tensor_names[t]);
+    const auto& buffer = layout.buffer(tensor_names[t]);
+    attnbench_tensor& v = call.tensors[t];
+    v.data = base + buffer.offset;
+    v.dtype = d.at("dtype").get<int32_t>();
+    v.device_type = ATTNBENCH_DEVICE_HOST;
+    v.device_id = 0;
+    v.ndim = 4;
+    for (std::size_t i = 0; i < 4; ++i) {
+      v.shape[i] = d.at("shape").at(i).get<int64_t>();
+      v.strides[i] = d.at("strides").at(i).get<int64_t>();
+    }
+    call.present[t] = true;
+    call.buffers[t] = &buffer;
+  }
+  const int warmup = request.value("warmup", 0), iterations = request.value("iterations", 0);
+
+  json result;
+#if ATTN_HAVE_CUDA
+  if (info.cuda) result = run_on_device(plugin, call, base, warmup, iterations);
+#endif
+  if (!info.cuda) {
+    arena_size = layout.total;
+    arena_base = base;
+    auto* status = reinterpret_cast<StatusPage*>(base);
+    char error[1024] = {};
+    result = {{"status", 0}, {"error", ""}, {"problems", json::array()}, {"times", json::array()}};
+    status->phase = iterations > 0 ? Phase::bench : Phase::run;
+    for (int i = 0; i < calls(warmup, iterations); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      const int rc = call_plugin(plugin, call, error, sizeof error);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rc != 0) {
+        result["status"] = rc;
+        result["error"] = iterations > 0 ? fmt::format("call {} of a timed batch: {}", i, terminated(error, sizeof error)) : terminated(error, sizeof error);
+        break;
+      }
+      if (iterations > 0 && i >= warmup) result["times"].push_back(seconds);
+    }
+    status->phase = Phase::idle;
+    arena_base = nullptr;
+  }
+  munmap(base, layout.total);
+  return result;
+}
+
+json cuda_status() {
+#if ATTN_HAVE_CUDA
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return {{"available", false}, {"reason", fmt::format("no CUDA device: {}: {}", cudaGetErrorName(e), cudaGetErrorString(e))}};
+  if (count == 0) return {{"available", false}, {"reason", "no CUDA device"}};
+  return {{"available", true}, {"reason", ""}};
+#else
+  return {{"available", false}, {"reason", "this attnbench was built without CUDA (ATTN_CUDA=OFF or no nvcc)"}};
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: attnbench-plugin-host PLUGIN.so (started by attnbench, with its socket on descriptor 3)\n");
+    return 2;
+  }
+  install_fault_handlers();
+  const std::string path = argv[1];
+  auto fail = [&](const std::string& why) {
+    reply({{"ok", false}, {"error", why}});
+    return exit_load_failed;
+  };
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) return fail(fmt::format("dlopen failed: {}", dlerror()));
+  using Entry = const attnbench_plugin_v1* (*)(uint32_t);
+  void* symbol = dlsym(library, ATTNBENCH_PLUGIN_ENTRY_POINT);
+  if (symbol == nullptr)
+    return fail(fmt::format("no entry point: the library does not export {} ({})", ATTNBENCH_PLUGIN_ENTRY_POINT, dlerror()));
+  const attnbench_plugin_v1* plugin = reinterpret_cast<Entry>(symbol)(ATTNBENCH_PLUGIN_ABI_VERSION);
+  if (plugin == nullptr)
+    return fail(fmt::format("ABI version mismatch: {}({}) returned NULL: the plugin does not speak ABI version {}, the one this attnbench speaks",
+                            ATTNBENCH_PLUGIN_ENTRY_POINT, ATTNBENCH_PLUGIN_ABI_VERSION, ATTNBENCH_PLUGIN_ABI_VERSION));
+  if (plugin->abi_version != ATTNBENCH_PLUGIN_ABI_VERSION)
+    return fail(fmt::format("ABI version mismatch: the plugin describes itself as ABI version {}; this attnbench speaks version {}",
+                            plugin->abi_version, ATTNBENCH_PLUGIN_ABI_VERSION));
+  attn::plugin::PluginInfo info;
+  try {
+    info = attn::plugin::read_plugin_info(*plugin, path);
+  } catch (const std::exception& e) {
+    return fail(fmt::format("bad description: {}", e.what()));
+  }
+  reply({{"ok", true}, {"info", info}, {"cuda", info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}}}});
+
+  for (;;) {
+    std::string text;
+    int fd = -1;
+    const auto got = attn::plugin::receive_message(socket_fd, -1, text, &fd);
+    if (got != attn::plugin::Received::message) return 0;
+    json response;
+    try {
+      const json request = json::parse(text);
+      const std::string op = request.at("op");
+      if (op == "supports") {
+        const attn::Problem problem = attn::parse_problem(request.at("repro").get<std::string>());
+        const attnbench_problem abi = attn::plugin::to_abi(problem);
+        char why[1024] = {};
+        const int ok = plugin->supports != nullptr ? plugin->supports(&abi, why, sizeof why) : 1;
+        response = {{"supported", ok != 0}, {"why", terminated(why, sizeof why)}};
+      } else if (op == "run") {
+        response = run_request(*plugin, info, request, fd);
+        fd = -1;
+      } else {
+        response = {{"status", -1}, {"error", fmt::format("attnbench-plugin-host: unknown request '{}'", op)}};
+      }
+    } catch (const std::exception& e) {
+      response = {{"status", -1}, {"error", fmt::format("attnbench-plugin-host: bad request: {}", e.what())}};
+    }
+    if (fd >= 0) ::close(fd);
+    reply(response);
+    if (response.value("restart", false)) return 0;  // a sticky CUDA error: the harness starts a fresh worker
+  }
+}

@@ -1,0 +1,450 @@
+#include "impls/plugin/plugin_implementation.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/metrics.hpp"
+#include "impls/plugin/guarded_arena.hpp"
+#include "impls/plugin/worker_channel.hpp"
+
+extern char** environ;
+
+namespace attn::plugin {
+
+using nlohmann::json;
+
+// One worker process and its socket. Killed (SIGKILL) and reaped when destroyed.
+class Worker {
+ public:
+  Worker(const std::string& host, const std::string& plugin) {
+    int sockets[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0)
+      throw std::runtime_error(fmt::format("socketpair failed: {}", std::strerror(errno)));
+    // Everything the child needs is prepared before fork: between fork and exec only
+    // async-signal-safe calls (the harness has threads).
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e)
+      if (std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0) env_strings.emplace_back(*e);
+    // A sanitized worker must die of the plugin's own signal (and not report the plugin's leaks).
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    env_strings.push_back(fmt::format("ASAN_OPTIONS={}{}handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=0",
+                                      asan != nullptr ? asan : "", asan != nullptr && *asan != '\0' ? ":" : ""));
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string host_arg = host, plugin_arg = plugin;
+    char* argv[] = {host_arg.data(), plugin_arg.data(), nullptr};
+    const int child_socket = sockets[1];
+
+    pid_ = fork();
+    if (pid_ < 0) {
+      const int e = errno;
+      ::close(sockets[0]);
+      ::close(sockets[1]);
+      throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(e)));
+    }
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness
+      if (child_socket == 3)
+        fcntl(3, F_SETFD, 0);
+      else
+        dup2(child_socket, 3);
+      dup2(2, 1);  // a plugin's prints must not enter the harness's tables
+      execve(argv[0], argv, envp.data());
+      _exit(127);
+    }
+    ::close(sockets[1]);
+    socket_ = sockets[0];
+  }
+  ~Worker() {
+    ::close(socket_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status;
+      while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  int socket() const { return socket_; }
+
+  // After the socket closed: how the process ended (waits for it, kills it after a grace).
+  std::string reap() {
+    int status = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 500 && (r = waitpid(pid_, &status, WNOHANG)) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (r == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+      return "closed its socket without exiting (killed)";
+    }
+    pid_ = -1;
+    if (r < 0) return fmt::format("ended (waitpid: {})", std::strerror(errno));
+    if (WIFSIGNALED(status)) return fmt::format("crashed: {}", signal_description(WTERMSIG(status)));
+    if (WIFEXITED(status)) return fmt::format("exited with status {} (the plugin called exit?)", WEXITSTATUS(status));
+    return "ended";
+  }
+  void kill_now() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status;
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int socket_ = -1;
+};
+
+namespace {
+
+// The outcome of one request.
+struct Exchange {
+  enum class Kind { reply, died, timed_out } kind = Kind::reply;
+  json reply;
+  std::string death;  // Worker::reap's description
+};
+
+Exchange exchange(Worker& worker, const json& request, int fd, double timeout_seconds) {
+  Exchange x;
+  const bool sent = send_message(worker.socket(), request.dump(), fd);
+  std::string text;
+  const auto got = sent ? receive_message(worker.socket(), int(std::ceil(timeout_seconds * 1000)), text) : Received::closed;
+  if (got == Received::message) {
+    try {
+      x.reply = json::parse(text);
+      return x;
+    } catch (const json::exception& e) {
+      x.kind = Exchange::Kind::died;
+      worker.kill_now();
+      x.death = fmt::format("sent a malformed reply ({})", e.what());
+      return x;
+    }
+  }
+  if (got == Received::timed_out) {
+    x.kind = Exchange::Kind::timed_out;
+    worker.kill_now();
+    return x;
+  }
+  x.kind = Exchange::Kind::died;
+  x.death = worker.reap();
+  return x;
+}
+
+std::string seconds_text(double s) { return fmt::format("{:g} s", s); }
+
+bool executable(const std::filesystem::path& p) { return ::access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p); }
+
+// A tensor handed to the plugin: where its elements come from (dense BHSD bytes) and how they lie
+// in the arena.
+struct Item {
+  const char* name;
+  const std::byte* source;       // dense row-major storage [s0, s1, s2, s3] (broadcast dims already 1)
+  std::byte* destination;        // the output tensor's storage to copy back into (null for inputs)
+  Tensor::Shape shape;           // logical shape given to the plugin
+  Tensor::Shape storage_shape;   // the source's shape (differs from shape where broadcast)
+  Strides strides;
+  std::int32_t dtype;
+  std::size_t element;
+};
+
+std::size_t item_bytes(const Item& it) { return std::size_t(storage_elements(it.shape, it.strides)) * it.element; }
+
+// Visits each stored element once: its dense index in the source and its offset in the view.
+template <class F>
+void for_each_element(const Item& it, F&& f) {
+  const auto& s = it.storage_shape;
+  std::int64_t dense = 0;
+  for (std::int64_t a = 0; a < s[0]; ++a)
+    for (std::int64_t b = 0; b < s[1]; ++b)
+      for (std::int64_t c = 0; c < s[2]; ++c)
+        for (std::int64_t d = 0; d < s[3]; ++d, ++dense) f(dense, a * it.strides[0] + b * it.strides[1] + c * it.strides[2] + d * it.strides[3]);
+}
+
+bool dense_copy(const Item& it) {
+  std::int64_t expect = 1;
+  for (int i = 3; i >= 0; --i) {
+    const auto u = std::size_t(i);
+    if (it.storage_shape[u] > 1 && it.strides[u] != expect) return false;
+    expect *= it.storage_shape[u];
+  }
+  return true;
+}
+
+void copy_in(const Item& it, std::byte* arena) {
+  if (dense_copy(it)) {
+    std::memcpy(arena, it.source, std::size_t(it.storage_shape[0] * it.storage_shape[1] * it.storage_shape[2] * it.storage_shape[3]) * it.element);
+    return;
+  }
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    std::memcpy(arena + std::size_t(at) * it.element, it.source + std::size_t(dense) * it.element, it.element);
+  });
+}
+
+void copy_out(const Item& it, const std::byte* arena) {
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    std::memcpy(it.destination + std::size_t(dense) * it.element, arena + std::size_t(at) * it.element, it.element);
+  });
+}
+
+// "modified input q: 3 elements changed, first at [0,1,2,5]", or "".
+std::string compare_input(const Item& it, const std::byte* arena) {
+  std::int64_t changed = 0, first = -1;
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    if (std::memcmp(arena + std::size_t(at) * it.element, it.source + std::size_t(dense) * it.element, it.element) != 0) {
+      if (changed++ == 0) first = dense;
+    }
+  });
+  if (changed == 0) return "";
+  const auto& s = it.storage_shape;
+  const std::int64_t d = first % s[3], c = first / s[3] % s[2], b = first / s[3] / s[2] % s[1], a = first / s[3] / s[2] / s[1];
+  return fmt::format("modified input {}: {} element(s) changed, first at [{},{},{},{}] of its [{},{},{},{}]", it.name, changed, a, b, c, d,
+                     s[0], s[1], s[2], s[3]);
+}
+
+// "out not written (still poison): 64 elements in 1 row(s), first at b=0 h=1 i=16 c=0; rows b=0 h=1 i=16".
+std::string unwritten_output(const Problem& p, const Tensor& out, const char* name) {
+  std::int64_t count = 0, first = -1;
+  std::vector<std::int64_t> rows;
+  const std::int64_t width = out.shape()[3];
+  for (std::int64_t e = 0; e < out.numel(); ++e) {
+    if (!out.is_poisoned(e)) continue;
+    if (count++ == 0) first = e;
+    if (rows.empty() || rows.back() != e / width) rows.push_back(e / width);
+  }
+  if (count == 0) return "";
+  auto row_text = [&](std::int64_t r) {
+    return fmt::format("b={} h={} i={}", r / p.n_q / p.h_q, r / p.n_q % p.h_q, r % p.n_q);
+  };
+  std::vector<std::string> shown;
+  for (std::size_t i = 0; i < rows.size() && i < 4; ++i) shown.push_back(row_text(rows[i]));
+  const std::string where = width == p.d_v ? output_coordinates(p, first) : row_text(first);
+  return fmt::format("{} not written (still poison): {} element(s) in {} row(s), first at {}; rows {}{}", name, count, rows.size(), where,
+                     fmt::join(shown, ", "), rows.size() > shown.size() ? fmt::format(" and {} more", rows.size() - shown.size()) : "");
+}
+
+std::string phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::supports: return "supports()";
+    case Phase::run: return "run()";
+    case Phase::bench: return "a timed run()";
+    case Phase::idle: break;
+  }
+  return "the worker";
+}
+
+}  // namespace
+
+std::string find_plugin_host() {
+  if (const char* env = std::getenv("ATTNBENCH_PLUGIN_HOST"); env != nullptr && *env != '\0') {
+    if (!executable(env)) throw InputError(fmt::format("ATTNBENCH_PLUGIN_HOST={}: not an executable file", env));
+    return env;
+  }
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto beside = self.parent_path() / "attnbench-plugin-host";
+    if (executable(beside)) return beside.string();
+  }
+#ifdef ATTN_PLUGIN_HOST_PATH
+  if (executable(ATTN_PLUGIN_HOST_PATH)) return ATTN_PLUGIN_HOST_PATH;
+#endif
+  throw InputError("cannot find the plugin worker attnbench-plugin-host (looked next to this executable and where the build put it; "
+                   "set ATTNBENCH_PLUGIN_HOST to its path)");
+}
+
+std::unique_ptr<PluginImplementation> PluginImplementation::load(const std::string& path, const PluginOptions& options) {
+  if (!(options.timeout_seconds > 0)) throw InputError("the plugin timeout must be positive");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(fmt::format("plugin {}: no such file", path));
+  if (std::filesystem::is_directory(path, ec)) throw InputError(fmt::format("plugin {}: is a directory, not a shared library", path));
+  std::unique_ptr<PluginImplementation> impl(new PluginImplementation(std::filesystem::absolute(path).string(), options));
+  if (impl->options_.host_path.empty()) impl->options_.host_path = find_plugin_host();
+  auto worker = std::make_unique<Worker>(impl->options_.host_path, impl->path_);
+  std::string text;
+  const auto got = receive_message(worker->socket(), int(std::ceil(options.timeout_seconds * 1000)), text);
+  if (got == Received::timed_out) throw InputError(fmt::format("plugin {}: loading it timed out after {}", path, seconds_text(options.timeout_seconds)));
+  if (got != Received::message) {
+    const std::string death = worker->reap();
+    throw InputError(fmt::format("plugin {}: the worker {} while loading it{}", path, death,
+                                 death.find("127") != std::string::npos ? fmt::format(" (could not execute {})", impl->options_.host_path) : ""));
+  }
+  json hello;
+  try {
+    hello = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("plugin {}: malformed hello from the worker: {}", path, e.what()));
+  }
+  if (!hello.value("ok", false)) throw InputError(fmt::format("plugin {}: cannot be loaded: {}", path, hello.value("error", std::string("?"))));
+  impl->info_ = hello.at("info").get<PluginInfo>();
+  impl->info_.path = impl->path_;
+  if (impl->info_.cuda && !hello.at("cuda").value("available", false)) impl->unavailable_ = hello.at("cuda").value("reason", std::string("no CUDA device"));
+  impl->worker_ = std::move(worker);
+  impl->workers_started_ = 1;
+  return impl;
+}
+
+PluginImplementation::PluginImplementation(std::string path, PluginOptions options) : path_(std::move(path)), options_(std::move(options)) {}
+PluginImplementation::~PluginImplementation() = default;
+
+Worker& PluginImplementation::worker() const {
+  if (worker_) return *worker_;
+  auto w = std::make_unique<Worker>(options_.host_path, path_);
+  std::string text;
+  const auto got = receive_message(w->socket(), int(std::ceil(options_.timeout_seconds * 1000)), text);
+  if (got != Received::message)
+    throw std::runtime_error(fmt::format("restarting the plugin worker failed: it {}", got == Received::timed_out ? "timed out loading" : w->reap()));
+  const json hello = json::parse(text);
+  if (!hello.value("ok", false)) throw std::runtime_error(fmt::format("restarting the plugin worker failed: {}", hello.value("error", std::string("?"))));
+  worker_ = std::move(w);
+  ++workers_started_;
+  return *worker_;
+}
+
+Support PluginImplementation::supports(const Problem& problem) const {
+  if (!unavailable_.empty()) return Support::no(unavailable_);
+  if (Support s = check_capabilities(info_, problem); !s.ok) return s;
+  if (!info_.has_supports) return Support::yes();
+  std::lock_guard lock(mutex_);
+  try {
+    Exchange x = exchange(worker(), {{"op", "supports"}, {"repro", problem.repro()}}, -1, options_.timeout_seconds);
+    if (x.kind == Exchange::Kind::reply) {
+      if (x.reply.value("supported", false)) return Support::yes();
+      const std::string why = x.reply.value("why", std::string());
+      return Support::no(why.empty() ? "the plugin's supports() declined (no reason given)" : "plugin: " + why);
+    }
+    worker_.reset();
+    // Not a skip: a supports() that crashes is a defect, reported by the run that follows.
+    pending_failure_ = x.kind == Exchange::Kind::timed_out
+                           ? fmt::format("the plugin's supports() timed out after {} (worker killed)", seconds_text(options_.timeout_seconds))
+                           : fmt::format("the plugin's supports() {}", x.death);
+  } catch (const std::exception& e) {
+    pending_failure_ = e.what();
+  }
+  return Support::yes();
+}
+
+void PluginImplementation::run(const RunArgs& args) const { call(args, 0, 0); }
+
+std::vector<double> PluginImplementation::timed_runs(const Problem& problem, const CaseInputs& inputs, int warmup, int iterations) const {
+  Tensor out = make_output(problem), lse = make_lse(problem);
+  return call(RunArgs{problem, inputs, out, info_.returns_lse ? &lse : nullptr, nullptr, {}}, std::max(warmup, 0), std::max(iterations, 1));
+}
+
+std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int iterations) const {
+  std::lock_guard lock(mutex_);
+  if (!pending_failure_.empty()) {
+    const std::string failure = std::move(pending_failure_);
+    pending_failure_.clear();
+    throw std::runtime_error(failure);
+  }
+  if (!unavailable_.empty()) throw std::runtime_error(unavailable_);
+  const Problem& p = a.problem;
+  const Layout layout = choose_layout(info_.layouts);
+  auto bytes_of = [](const Tensor& t) { return reinterpret_cast<const std::byte*>(t.data()); };
+  auto io = [&](const char* name, const Tensor& t, std::byte* back, Layout l) {
+    const auto elem = std::size_t(bytes_per_element(t.dtype()));
+    return Item{name, bytes_of(t), back, t.shape(), t.shape(), layout_strides(t.shape(), l), to_abi(t.dtype()), elem};
+  };
+  std::vector<Item> items{io("q", a.inputs.q, nullptr, layout), io("k", a.inputs.k, nullptr, layout), io("v", a.inputs.v, nullptr, layout),
+                          io("out", a.out, static_cast<std::byte*>(a.out.data()), layout)};
+  const bool want_lse = info_.returns_lse && a.lse != nullptr;
+  if (want_lse) items.push_back(io("lse", *a.lse, static_cast<std::byte*>(a.lse->data()), Layout::bhsd));
+  const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
+  auto stored = [&](Broadcast b) {
+    const bool batch = b == Broadcast::per_batch || b == Broadcast::per_batch_head, head = b == Broadcast::per_head || b == Broadcast::per_batch_head;
+    return Tensor::Shape{batch ? p.batch : 1, head ? p.h_q : 1, p.n_q, p.n_k};
+  };
+  if (p.bool_mask.enabled)
+    items.push_back(Item{"mask", reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, scores,
+                         stored(p.bool_mask.broadcast), broadcast_strides(p, p.bool_mask.broadcast), ATTNBENCH_DTYPE_BOOL, 1});
+  if (p.bias.enabled) {
+    const Tensor& bias = a.inputs.mask.bias_tensor();
+    items.push_back(Item{"bias", bytes_of(bias), nullptr, scores, stored(p.bias.broadcast), broadcast_strides(p, p.bias.broadcast),
+                         to_abi(bias.dtype()), std::size_t(bytes_per_element(bias.dtype()))});
+  }
+
+  std::vector<ArenaBuffer> wanted;
+  for (const auto& it : items) wanted.push_back({it.name, 0, item_bytes(it), 0, it.element});
+  SharedArena arena(ArenaLayout::plan(wanted, std::size_t(sysconf(_SC_PAGESIZE))));
+  json tensors = json::object();
+  for (const auto& it : items) {
+    copy_in(it, arena.data(arena.layout().buffer(it.name)));
+    tensors[it.name] = {{"dtype", it.dtype}, {"shape", it.shape}, {"strides", it.strides}};
+  }
+  const json request = {{"op", "run"}, {"repro", p.repro()}, {"layout", arena.layout()}, {"tensors", tensors},
+                        {"warmup", warmup},  {"iterations", iterations}};
+  Exchange x = exchange(worker(), request, arena.fd(), options_.timeout_seconds);
+  // Where it was when it died or hung, as the worker last recorded it.
+  const std::string where = phase_name(arena.status().phase);
+  if (x.kind == Exchange::Kind::timed_out) {
+    worker_.reset();
+    throw std::runtime_error(fmt::format("the plugin timed out after {} in {} (worker killed; the next call starts a new one)",
+                                         seconds_text(options_.timeout_seconds), where));
+  }
+  if (x.kind == Exchange::Kind::died) {
+    worker_.reset();
+    std::string message = fmt::format("the plugin {} in {}", x.death, where);
+    const FaultRecord& fault = arena.status().fault;
+    if (fault.magic == FaultRecord::valid) {
+      if (auto d = arena.layout().describe_fault(fault.offset, fault.access))
+        message += ": " + *d;
+      else
+        message += fmt::format(": faulted inside the arena at byte {} (not a guard page)", fault.offset);
+    }
+    throw std::runtime_error(message);
+  }
+
+  std::vector<std::string> problems;
+  if (x.reply.contains("cuda_error")) {
+    problems.push_back(x.reply.at("cuda_error").get<std::string>() + " (the worker restarts)");
+    worker_.reset();
+  }
+  if (const int status = x.reply.value("status", -1); status != 0)
+    problems.push_back(fmt::format("the plugin's run() returned status {}: {}", status,
+                                   x.reply.value("error", std::string()).empty() ? "(no message)" : x.reply.value("error", std::string())));
+  for (const auto& message : x.reply.value("problems", json::array())) problems.push_back(message.get<std::string>());
+  for (const auto& it : items) {
+    const ArenaBuffer& b = arena.layout().buffer(it.name);
+    if (auto slack = arena.layout().check_slack(arena.base(), b)) problems.push_back(*slack);
+    if (it.destination == nullptr) {
+      if (std::string changed = compare_input(it, arena.data(b)); !changed.empty()) problems.push_back(changed);
+    } else {
+      copy_out(it, arena.data(b));
+    }
+  }
+  if (problems.empty()) {  // unwritten elements are meaningful only when the call claims success
+    if (std::string u = unwritten_output(p, a.out, "out"); !u.empty()) problems.push_back(u);
+    if (want_lse)
+      if (std::string u = unwritten_output(p, *a.lse, "lse"); !u.empty()) problems.push_back(u);
+  }
+  if (!problems.empty()) throw std::runtime_error(fmt::format("{}", fmt::join(problems, "; ")));
+  std::vector<double> times;
+  for (const auto& t : x.reply.value("times", json::array())) times.push_back(t.get<double>());
+  return times;
+}
+
+}  // namespace attn::plugin
