@@ -112,7 +112,7 @@ class Diagnostician {
   }
 
   // Every row when the work fits; else a seeded sample. Always the rows where the failure shows:
-  // the worst elements, and (up to 16, spread) rows with NaN/Inf or fully masked rows off policy.
+  // the worst elements, and (up to 8, spread) rows with NaN/Inf or fully masked rows off policy.
   Rows choose_rows() const {
     const std::int64_t total = p_.rows();
     const double per_row = std::max(1.0, double(p_.n_k) * double(p_.d_k + p_.d_v));
@@ -127,7 +127,7 @@ class Diagnostician {
     Rows evidence;
     for (std::int64_t r = 0; r < total; ++r)
       if (row_shows_failure(r)) evidence.push_back(r);
-    const std::size_t step = std::max<std::size_t>(1, evidence.size() / 16);
+    const std::size_t step = std::max<std::size_t>(1, evidence.size() / 8);
     for (std::size_t k = 0; k < evidence.size(); k += step) chosen.insert(evidence[k]);
     for (const std::int64_t r : {std::int64_t(0), total - 1, p_.n_q - 1, total - p_.n_q}) chosen.insert(r);
     Rng rng(p_.seed, stream_row_sample, 1);

@@ -22,7 +22,7 @@ struct DiagnosisOptions {
   // Multiply-adds in 113-bit arithmetic one hypothesis may spend in the reference; beyond it the
   // diagnosis checks a seeded sample of rows (always with the rows where the failure shows).
   double max_work = 1.0e6;
-  std::int64_t min_rows = 24;
+  std::int64_t min_rows = 16;
   int threads = 0;  // 0: every core
 };
 

@@ -19,6 +19,9 @@
 #include "core/inputs.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 #include "properties/verify.hpp"
+#include "reports/context.hpp"
+#include "reports/report.hpp"
+#include "reports/results.hpp"
 #include "reports/verify_report.hpp"
 #include "tests/mutants/mutants.hpp"
 
@@ -270,7 +273,7 @@ TEST(Diagnosis, CanBeTurnedOff) {
 // Sampled rows on a larger problem: the diagnosis stays within its row budget and still names it.
 TEST(Diagnosis, LargeProblemsAreSampled) {
   const auto mutant = mutants::make_mutant(Mistake::scale_one_over_dk);
-  Problem p = small(96, 96);
+  Problem p = small(64, 64);
   p.h_q = p.h_kv = 4;
   p.d_k = p.d_v = 32;
   VerifyOptions options;
@@ -305,6 +308,14 @@ TEST(Diagnosis, ConsoleAndJsonCarryIt) {
   EXPECT_EQ(records[0].at("diagnosis").at("summary"), run.records[0].diagnosis.summary());
   EXPECT_TRUE(records[1].at("diagnosis").at("matches").empty());
   EXPECT_FALSE(records[2].contains("diagnosis"));  // a pass has nothing to diagnose
+
+  // The report shows it beside the worst errors.
+  const nlohmann::json document = verify_to_json(run, VerifyOptions{}, run_context(1));
+  const Report report = render_report(merge_results({parse_result_file("verify.json", document.dump())}));
+  EXPECT_NE(report.markdown.find("mutant_scale_one_over_dk case 0: diagnosis: the output matches scale = 1/d_k"), std::string::npos)
+      << report.markdown;
+  EXPECT_NE(report.markdown.find("output_times_1_01 case 0: diagnosis: no known mistake matches"), std::string::npos);
+  EXPECT_NE(report.html.find("divided by d_k instead of sqrt(d_k)"), std::string::npos);
 }
 
 }  // namespace
