@@ -44,6 +44,7 @@ struct VerifyArgs {
   double floor_ulps = attn::PassRule{}.floor_ulps;
   int threads = 0;
   std::string shard;  // --shard I/N
+  bool no_diagnosis = false;
 };
 
 std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
@@ -69,6 +70,8 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   attn::VerifyOptions options;
   options.rule = {args.k, args.floor_ulps};
   options.reference.threads = args.threads;
+  options.diagnosis.threads = args.threads;
+  options.diagnosis.enabled = !args.no_diagnosis;
   std::optional<attn::Shard> shard;
   if (!args.shard.empty()) {
     shard = attn::parse_shard(args.shard);
@@ -227,6 +230,7 @@ int main(int argc, char** argv) {
   verify->add_option("--k", verify_args.k, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   verify->add_option("--floor-ulps", verify_args.floor_ulps, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   verify->add_option("--threads", verify_args.threads, "Threads for the reference (default: all cores)");
+  verify->add_flag("--no-diagnosis", verify_args.no_diagnosis, "Do not test known mistakes against failing outputs");
   verify->add_option("--shard", verify_args.shard, "Run part I of N of the cases (I/N: case index modulo N), e.g. for a CI matrix; "
                                                   "`attnbench report` merges the shards");
   verify->get_option("--case")->excludes(verify->get_option("--cases"));

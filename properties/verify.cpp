@@ -116,8 +116,16 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
           Output o = run_once(*impl, p, in, caps.returns_lse);
           record.seconds = seconds_since(start);
           record.metrics = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding,
-                                 precision_scale(p.dtype, caps.matmul_unit_roundoff));
+          const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
+          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding, scale);
+          if (!record.verdict.pass && options.diagnosis.enabled) {
+            const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
+                                                                     [](const std::string& r) { return r.find("LSE") != std::string::npos; });
+            record.diagnosis = diagnose(p, in, o.out,
+                                        DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale,
+                                                         caps.fully_masked, record.metrics, lse_agrees},
+                                        options.diagnosis);
+          }
         } catch (const std::exception& e) {
           record.seconds = seconds_since(start);
           record.verdict.pass = false;

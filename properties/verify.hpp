@@ -9,6 +9,7 @@
 
 #include "core/pass_rule.hpp"
 #include "impls/registry.hpp"
+#include "properties/diagnosis.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
@@ -21,6 +22,8 @@ struct VerifyOptions {
   ReferenceOptions reference;
   // The index of each case in the full case list (a --shard runs part of it); empty: 0, 1, ...
   std::vector<std::size_t> case_numbers;
+  // What a failing output is diagnosed with (properties/diagnosis.hpp); enabled by default.
+  DiagnosisOptions diagnosis;
 };
 
 // The reference and baseline facts of one case, shared by every implementation run on it.
@@ -46,6 +49,8 @@ struct Record {
   ErrorMetrics metrics;
   Verdict verdict;
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
+  // For a failure with an output: the known mistakes the output matches (diagnosis.ran false otherwise).
+  Diagnosis diagnosis;
 };
 
 struct VerifyRun {

@@ -34,8 +34,13 @@ std::vector<std::int64_t> reference_rows(const Problem& p, const ReferenceOption
 }
 
 ReferenceResult compute_reference(const Problem& p, const CaseInputs& in, const ReferenceOptions& options) {
+  return compute_reference_at(p, in, reference_rows(p, options), options);
+}
+
+ReferenceResult compute_reference_at(const Problem& p, const CaseInputs& in, std::vector<std::int64_t> rows,
+                                     const ReferenceOptions& options) {
   ReferenceResult result;
-  result.rows = reference_rows(p, options);
+  result.rows = std::move(rows);
   result.sampled = std::int64_t(result.rows.size()) < p.rows();
   const std::size_t count = result.rows.size();
   const auto d_v = static_cast<std::size_t>(p.d_v);

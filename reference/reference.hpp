@@ -39,7 +39,7 @@ struct ReferenceOptions {
 };
 
 struct ReferenceResult {
-  std::vector<std::int64_t> rows;  // computed rows, ascending; row r = (b * h_q + h) * n_q + i
+  std::vector<std::int64_t> rows;  // computed rows, ascending (compute_reference_at: as given); row r = (b * h_q + h) * n_q + i
   bool sampled = false;            // fewer rows than the problem has
   std::vector<double> out;         // rows.size() * d_v, rounded once to the problem's dtype
   std::vector<double> lse;         // rows.size(), natural log, -inf for fully masked rows
@@ -57,6 +57,11 @@ struct ReferenceResult {
 };
 
 ReferenceResult compute_reference(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});
+// The same on rows chosen by the caller (flat indices, any order; each in [0, problem.rows())):
+// the diagnosis of a failure (properties/diagnosis.hpp) recomputes the reference on the rows
+// where the failure shows, and on the rows a permutation hypothesis says they came from.
+ReferenceResult compute_reference_at(const Problem& problem, const CaseInputs& inputs, std::vector<std::int64_t> rows,
+                                     const ReferenceOptions& options = {});
 
 // The rows the reference computes for this problem under these options (seeded, deterministic):
 // every row when the work fits, else a sample that always includes the first and last row.

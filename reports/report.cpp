@@ -392,15 +392,19 @@ Section worst_section(const MergedResults& m, std::size_t limit) {
       "The {} records with the largest error relative to the naive yardstick, failures first. Rerun one with "
       "`attnbench verify --impl IMPL --case 'REPRO'`.",
       measured.size())});
-  Table t{{"implementation", "case", "problem", "max abs", "max ulps", "ratio to naive", "verdict", "repro"}, {}, {7}, {1, 3, 4, 5}};
+  Table t{{"implementation", "case", "problem", "max abs", "max ulps", "ratio to naive", "verdict", "repro", "diagnosis"}, {}, {7}, {1, 3, 4, 5}};
   std::vector<std::string> reasons;
   for (const json* r : measured) {
     const json metrics = r->contains("metrics") ? (*r)["metrics"] : json::object();
+    // Written by verify for a diagnosed failure (reports/README.md); older files have none.
+    const std::string diagnosis = r->contains("diagnosis") && (*r)["diagnosis"].is_object() ? text((*r)["diagnosis"], "summary") : "";
     t.rows.push_back({text(*r, "implementation"), text(*r, "case_index"), text(*r, "label"), fmt_num(field(metrics, "max_abs")), fmt_ulps(metrics),
-                      fmt_fixed(field(*r, "ratio_to_baseline"), 2), text(*r, "status") == "fail" ? "FAIL" : "pass", text(*r, "repro")});
+                      fmt_fixed(field(*r, "ratio_to_baseline"), 2), text(*r, "status") == "fail" ? "FAIL" : "pass", text(*r, "repro"),
+                      diagnosis});
     if (text(*r, "status") == "fail" && r->contains("reasons") && (*r)["reasons"].is_array())
       for (const auto& why : (*r)["reasons"])
         reasons.push_back(fmt::format("{} case {}: {}", text(*r, "implementation"), text(*r, "case_index"), why.is_string() ? why.get<std::string>() : why.dump()));
+    if (!diagnosis.empty()) reasons.push_back(fmt::format("{} case {}: diagnosis: {}", text(*r, "implementation"), text(*r, "case_index"), diagnosis));
   }
   s.blocks.emplace_back(std::move(t));
   for (const auto& why : reasons) s.blocks.emplace_back(Paragraph{"FAIL " + why});

@@ -42,6 +42,13 @@ nlohmann::json metrics_json(const Problem& p, const ErrorMetrics& m) {
   return j;
 }
 
+nlohmann::json diagnosis_json(const Diagnosis& d) {
+  nlohmann::json matches = nlohmann::json::array();
+  for (const DiagnosisMatch& m : d.matches)
+    matches.push_back({{"hypothesis", m.hypothesis}, {"explanation", m.explanation}, {"max_abs", number(m.max_abs)}, {"tolerance", number(m.tolerance)}});
+  return {{"summary", d.summary()}, {"matches", matches}, {"tested", d.tested}, {"rows", d.rows}, {"note", d.note}};
+}
+
 std::string format_error(double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : fmt::format("{}", x); }
 
 std::string format_ulps(std::uint64_t ulps) {
@@ -80,6 +87,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
       j["ratio_to_baseline"] = number(r.verdict.ratio);
       j["reasons"] = r.verdict.reasons;
       j["seconds"] = r.seconds;
+      if (r.diagnosis.ran) j["diagnosis"] = diagnosis_json(r.diagnosis);
     }
     records.push_back(std::move(j));
   }
@@ -123,6 +131,7 @@ void print_verify_row(std::ostream& os, const Record& r) {
   const std::string ratio = std::isfinite(r.verdict.ratio) ? fmt::format("{:.2f}", r.verdict.ratio) : "inf";
   fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs),
              format_ulps(r.metrics.max_ulps), ratio, r.status == Status::pass ? "PASS" : "FAIL");
+  if (r.diagnosis.ran) fmt::print(os, "{:<22}diagnosis: {}\n", "", r.diagnosis.summary());
 }
 
 void print_verify_summary(std::ostream& os, const VerifyRun& run) {
@@ -131,6 +140,10 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run) {
     if (r.status != Status::fail) continue;
     fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());
     for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
+    if (r.diagnosis.ran) {
+      if (r.diagnosis.matches.empty()) fmt::print(os, "  diagnosis: {}\n", r.diagnosis.summary());
+      for (const DiagnosisMatch& m : r.diagnosis.matches) fmt::print(os, "  diagnosis: {}\n", m.explanation);
+    }
     if (r.metrics.max_abs_index >= 0)
       fmt::print(os, "  worst element: {}\n", output_coordinates(r.context->problem, r.metrics.max_abs_index));
     fmt::print(os, "  rerun: attnbench verify --impl {} --case '{}'\n", r.implementation, r.context->problem.repro());

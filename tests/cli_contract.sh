@@ -139,6 +139,19 @@ else
   fi
 fi
 
+# --- a failing case is diagnosed (a pass rule with no slack fails the correct naive algorithm:
+# no known mistake may be named for it); --no-diagnosis leaves it out --------------------------
+strict=(verify --impl cpu_naive --case 'b=1 hq=2 hkv=2 nq=16 nk=16 dk=16 dv=16 dtype=f32' --k 0 --floor-ulps 0 --json '')
+run diagnosed "${strict[@]}"
+expect_rc 1
+expect_in out "diagnosis: no known mistake matches"
+run undiagnosed "${strict[@]}" --no-diagnosis
+expect_rc 1
+checks=$((checks + 1))
+if grep -q "diagnosis:" "$tmp/undiagnosed.out"; then
+  fail "undiagnosed: --no-diagnosis still printed a diagnosis"
+fi
+
 # --- bad input: exit 2 with a message that names the problem -----------------------------------
 bad_input zero_batch "b must be positive" verify --case 'b=0' --json ''
 bad_input heads "hq = 3 is not a multiple of hkv = 2" verify --case 'hq=3 hkv=2' --json ''

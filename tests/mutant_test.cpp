@@ -104,7 +104,9 @@ std::unique_ptr<Shared> build() {
       if (a.problem == refused) throw std::runtime_error("deliberate failure for this case");
       naive_attention(a);
     }));
-    s->run = verify(s->registry.all(), s->cases, VerifyOptions{},
+    VerifyOptions options;
+    options.diagnosis.enabled = false;  // verdicts are what this tests; tests/diagnosis_test.cpp tests the diagnosis
+    s->run = verify(s->registry.all(), s->cases, options,
                     [s](const VerifyRun&, const Record&) { ++s->callbacks; });
   }
   return owner;

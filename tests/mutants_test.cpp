@@ -82,7 +82,9 @@ const Shared& shared() {
     for (auto& m : make_all()) s->owned.push_back(std::move(m));
     std::vector<const Implementation*> impls;
     for (const auto& m : s->owned) impls.push_back(m.get());
-    s->run = verify(impls, s->cases, VerifyOptions{});
+    VerifyOptions options;
+    options.diagnosis.enabled = false;  // verdicts are what this tests; tests/diagnosis_test.cpp tests the diagnosis
+    s->run = verify(impls, s->cases, options);
     return s;
   }();
   return *instance;

@@ -1,0 +1,666 @@
+#include "properties/diagnosis.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/mask.hpp"
+#include "core/rng.hpp"
+#include "reference/reference.hpp"
+
+namespace attn {
+namespace {
+
+using Rows = std::vector<std::int64_t>;
+
+struct RowIndex {
+  std::int64_t b, h, i;
+};
+RowIndex split(const Problem& p, std::int64_t row) { return {row / (p.n_q * p.h_q), (row / p.n_q) % p.h_q, row % p.n_q}; }
+std::int64_t join(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i) { return (b * p.h_q + h) * p.n_q + i; }
+
+// A hypothesis the reference cannot express (it excludes masked keys exactly, always divides by
+// the row sum and always subtracts the max) changes one step of the row computation.
+struct RowRule {
+  std::optional<long double> fill;  // masked keys get this score instead of being excluded
+  bool subtract_max = true;
+  bool normalise = true;
+};
+
+// One output row under a rule, in T: cpu_naive's order (sequential dot product, times the scale,
+// plus the bias; row max; exp; sum; divide; P V in key order). In long double (64-bit significand:
+// 2^-40 of f32's unit roundoff, 2^-11 of f64's) it is the prediction of a hypothesis the reference
+// cannot express; in the working precision it is the naive yardstick under that hypothesis.
+// Returns false for a row that has no visible key and no fill (a fully masked row).
+template <class T>
+bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const RowRule& rule, std::vector<T>& o) {
+  const auto [b, h, i] = split(p, row);
+  const std::int64_t g = p.kv_head(h);
+  const T scale = static_cast<T>(p.effective_scale());
+  const T excluded = -std::numeric_limits<T>::infinity();
+  std::vector<T> s(static_cast<std::size_t>(p.n_k));
+  const std::int64_t q0 = in.q.offset(b, h, i, 0);
+  for (std::int64_t j = 0; j < p.n_k; ++j) {
+    auto& sj = s[static_cast<std::size_t>(j)];
+    if (!in.mask.visible(b, h, i, j)) {
+      sj = rule.fill ? static_cast<T>(*rule.fill) : excluded;
+      continue;
+    }
+    const std::int64_t k0 = in.k.offset(b, g, j, 0);
+    T dot = 0;
+    for (std::int64_t t = 0; t < p.d_k; ++t) dot += static_cast<T>(in.q.get(q0 + t)) * static_cast<T>(in.k.get(k0 + t));
+    sj = dot * scale + static_cast<T>(in.mask.bias(b, h, i, j));
+  }
+  o.assign(static_cast<std::size_t>(p.d_v), T(0));
+  const T m = *std::max_element(s.begin(), s.end());
+  if (m == excluded) return false;
+  T sum = 0;
+  for (auto& e : s) {
+    e = rule.subtract_max ? std::exp(e - m) : std::exp(e);
+    sum += e;
+  }
+  for (std::int64_t j = 0; j < p.n_k; ++j) {
+    const T w = rule.normalise ? s[static_cast<std::size_t>(j)] / sum : s[static_cast<std::size_t>(j)];
+    if (w == T(0)) continue;  // excluded keys: their V (NaN included) must not reach the row
+    const std::int64_t v0 = in.v.offset(b, g, j, 0);
+    for (std::int64_t c = 0; c < p.d_v; ++c) o[static_cast<std::size_t>(c)] += w * static_cast<T>(in.v.get(v0 + c));
+  }
+  return true;
+}
+
+// What a hypothesis predicts on the diagnosis rows.
+struct Prediction {
+  std::vector<double> out;                // rows * d_v, in the output dtype; zeros for fully masked rows
+  std::vector<std::uint8_t> nonfinite;    // rows: the hypothesis predicts NaN/Inf there (not compared)
+  double naive_max_abs = 0;               // the naive algorithm's error under the hypothesis
+  ScoreRounding score_rounding;
+};
+
+struct Trial {
+  bool pass = false;
+  double max_abs = 0, tolerance = 0;
+};
+
+class Diagnostician {
+ public:
+  Diagnostician(const Problem& p, const CaseInputs& in, const Tensor& out, const DiagnosisJudging& judging,
+                const DiagnosisOptions& options)
+      : p_(p), in_(in), out_(out), judging_(judging), options_(options) {
+    reference_.threads = options.threads;
+    rows_ = choose_rows();
+  }
+
+  Diagnosis run();
+
+ private:
+  // ---- rows ----
+  bool row_shows_failure(std::int64_t row) const {
+    const auto [b, h, i] = split(p_, row);
+    const bool fully_masked = in_.mask.row_fully_masked(b, h, i);
+    for (std::int64_t c = 0; c < p_.d_v; ++c) {
+      const std::int64_t e = row * p_.d_v + c;
+      if (out_.is_poisoned(e)) continue;
+      const double x = out_.get(e);
+      if (fully_masked ? (judging_.policy == FullyMaskedPolicy::zeros ? x != 0.0 : !std::isnan(x)) : !std::isfinite(x)) return true;
+    }
+    return false;
+  }
+
+  // Every row when the work fits; else a seeded sample. Always the rows where the failure shows:
+  // the worst elements, and (up to 8, spread) rows with NaN/Inf or fully masked rows off policy.
+  Rows choose_rows() const {
+    const std::int64_t total = p_.rows();
+    const double per_row = std::max(1.0, double(p_.n_k) * double(p_.d_k + p_.d_v));
+    const std::int64_t wanted = std::max(options_.min_rows, static_cast<std::int64_t>(options_.max_work / per_row));
+    std::set<std::int64_t> chosen;
+    if (wanted >= total) {
+      for (std::int64_t r = 0; r < total; ++r) chosen.insert(r);
+      return {chosen.begin(), chosen.end()};
+    }
+    for (const std::int64_t index : {judging_.observed.max_abs_index, judging_.observed.max_ulps_index, judging_.observed.max_rel_index})
+      if (index >= 0) chosen.insert(index / p_.d_v);
+    Rows evidence;
+    for (std::int64_t r = 0; r < total; ++r)
+      if (row_shows_failure(r)) evidence.push_back(r);
+    const std::size_t step = std::max<std::size_t>(1, evidence.size() / 8);
+    for (std::size_t k = 0; k < evidence.size(); k += step) chosen.insert(evidence[k]);
+    for (const std::int64_t r : {std::int64_t(0), total - 1, p_.n_q - 1, total - p_.n_q}) chosen.insert(r);
+    Rng rng(p_.seed, stream_row_sample, 1);
+    while (std::int64_t(chosen.size()) < wanted) chosen.insert(static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(total))));
+    return {chosen.begin(), chosen.end()};
+  }
+
+  // ---- predictions ----
+  template <class Acc>
+  double naive_error(const Problem& hp, const CaseInputs& hin, const Rows& src, const RowRule& rule, const std::vector<double>& want,
+                     const std::vector<std::uint8_t>& skip) const {
+    double worst = 0;
+    std::vector<Acc> o;
+    const auto d_v = static_cast<std::size_t>(p_.d_v);
+    for (std::size_t r = 0; r < src.size(); ++r) {
+      if (skip[r]) continue;
+      if (!row_under<Acc>(hp, hin, src[r], rule, o)) continue;
+      for (std::size_t c = 0; c < d_v; ++c) {
+        const double got = round_to(p_.dtype, static_cast<double>(o[c]));
+        const double err = std::fabs(got - want[r * d_v + c]);
+        if (std::isfinite(err)) worst = std::max(worst, err);  // a yardstick that broke says nothing
+      }
+    }
+    return worst;
+  }
+
+  double naive_error_in_working_precision(const Problem& hp, const CaseInputs& hin, const Rows& src, const RowRule& rule,
+                                          const std::vector<double>& want, const std::vector<std::uint8_t>& skip) const {
+    return p_.dtype == DType::f64 ? naive_error<double>(hp, hin, src, rule, want, skip)
+                                  : naive_error<float>(hp, hin, src, rule, want, skip);
+  }
+
+  // The reference on a changed problem and/or inputs, at the source rows of the diagnosis rows
+  // (the same rows, except for permutation hypotheses).
+  Prediction by_reference(const Problem& hp, const CaseInputs& hin, const Rows& src) const {
+    const ReferenceResult ref = compute_reference_at(hp, hin, src, reference_);
+    Prediction pr;
+    pr.out = ref.out;
+    pr.nonfinite.assign(src.size(), 0);
+    for (std::size_t r = 0; r < src.size(); ++r)
+      if (ref.fully_masked[r] && judging_.policy == FullyMaskedPolicy::nan) pr.nonfinite[r] = 1;
+    pr.score_rounding = ref.score_rounding;
+    pr.naive_max_abs = naive_error_in_working_precision(hp, hin, src, RowRule{}, pr.out, ref.fully_masked);
+    return pr;
+  }
+  Prediction by_reference(const Problem& hp, const CaseInputs& hin) const { return by_reference(hp, hin, rows_); }
+
+  // A row rule the reference cannot express, in long double on the case's own problem.
+  Prediction by_row_rule(const RowRule& rule) const {
+    Prediction pr;
+    const auto d_v = static_cast<std::size_t>(p_.d_v);
+    pr.out.assign(rows_.size() * d_v, 0.0);
+    pr.nonfinite.assign(rows_.size(), 0);
+    std::vector<std::uint8_t> skip(rows_.size(), 0);
+    std::vector<long double> o;
+    std::vector<double> working;
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      if (!row_under<long double>(p_, in_, rows_[r], rule, o)) {
+        skip[r] = 1;
+        pr.nonfinite[r] = judging_.policy == FullyMaskedPolicy::nan;
+        continue;
+      }
+      // Overflow and underflow are decided by the working precision (exp(s) without the max
+      // overflows in float at s > 88.7, long before long double does).
+      if (!rule.subtract_max && !working_row_finite(rows_[r], rule)) {
+        skip[r] = pr.nonfinite[r] = 1;
+        continue;
+      }
+      for (std::size_t c = 0; c < d_v; ++c) pr.out[r * d_v + c] = round_to(p_.dtype, static_cast<double>(o[c]));
+    }
+    pr.naive_max_abs = naive_error_in_working_precision(p_, in_, rows_, rule, pr.out, skip);
+    return pr;
+  }
+
+  bool working_row_finite(std::int64_t row, const RowRule& rule) const {
+    auto finite = [](const auto& v) { return std::all_of(v.begin(), v.end(), [](auto x) { return std::isfinite(x); }); };
+    if (p_.dtype == DType::f64) {
+      std::vector<double> o;
+      return row_under<double>(p_, in_, row, rule, o) && finite(o);
+    }
+    std::vector<float> o;
+    return row_under<float>(p_, in_, row, rule, o) && finite(o);
+  }
+
+  // The observed output against a prediction, with the case's pass rule: the yardstick is the
+  // larger of the case's naive error and the naive algorithm's under the hypothesis.
+  Trial judge_prediction(const Prediction& pr) const {
+    const auto d_v = static_cast<std::size_t>(p_.d_v);
+    const Expected expected{rows_, pr.out, {}, pr.nonfinite};
+    ErrorMetrics m = measure(p_, in_.mask, expected, out_, nullptr, judging_.policy);
+    // The census judged the whole output against the true mask; under a hypothesis only the
+    // compared rows speak (a non-finite value there is an infinite error), and a row predicted
+    // non-finite must be non-finite in every element.
+    m.nan = m.pos_inf = m.neg_inf = 0;
+    m.fully_masked_violations = 0;
+    bool nonfinite_as_predicted = true;
+    for (std::size_t r = 0; r < rows_.size(); ++r)
+      if (pr.nonfinite[r])
+        for (std::size_t c = 0; c < d_v; ++c)
+          nonfinite_as_predicted &= !std::isfinite(out_.get(rows_[r] * p_.d_v + std::int64_t(c)));
+    ErrorMetrics yardstick = judging_.baseline;
+    yardstick.max_abs = std::max(yardstick.max_abs, pr.naive_max_abs);
+    const ScoreRounding rounding{std::max(judging_.score_rounding.out, pr.score_rounding.out),
+                                 std::max(judging_.score_rounding.lse, pr.score_rounding.lse)};
+    const Verdict v = judge(judging_.rule, p_.dtype, m, yardstick, rounding, judging_.precision_scale);
+    return {v.pass && nonfinite_as_predicted, m.max_abs, v.tolerance};
+  }
+
+  // Records the hypothesis as tried, and as matched when the output passes against it.
+  bool consider(const std::string& name, const std::string& explanation, const Prediction& pr) {
+    if (std::find(diagnosis_.tested.begin(), diagnosis_.tested.end(), name) == diagnosis_.tested.end())
+      diagnosis_.tested.push_back(name);
+    const Trial t = judge_prediction(pr);
+    if (t.pass) diagnosis_.matches.push_back({name, explanation, t.max_abs, t.tolerance});
+    return t.pass;
+  }
+
+  CaseInputs with_mask_of(const Problem& hp) const { return CaseInputs{in_.q, in_.k, in_.v, Mask(hp)}; }
+
+  // ---- the hypotheses ----
+  void scale_hypotheses();
+  void fit_scale();
+  void mask_hypotheses();
+  void masked_fill_hypotheses();
+  void key_layout_hypotheses();
+  void head_mapping_hypotheses();
+  void softmax_hypotheses();
+  void permutation_hypotheses();
+  bool try_scale(double scale, const std::string& name, const std::string& explanation) {
+    Problem hp = p_;
+    hp.scale = scale;
+    return consider(name, explanation, by_reference(hp, in_));
+  }
+
+  const Problem& p_;
+  const CaseInputs& in_;
+  const Tensor& out_;
+  const DiagnosisJudging& judging_;
+  const DiagnosisOptions& options_;
+  ReferenceOptions reference_;
+  Rows rows_;
+  Diagnosis diagnosis_;
+};
+
+std::string expected_scale_text(const Problem& p) {
+  return p.scale ? fmt::format("the given scale {:.6g}", *p.scale) : fmt::format("1/sqrt(d_k) = {:.6g}", p.effective_scale());
+}
+
+void Diagnostician::scale_hypotheses() {
+  const double expected = p_.effective_scale();
+  bool matched = false;
+  if (expected != 1.0)
+    matched |= try_scale(1.0, "scale_one",
+                         fmt::format("the output matches scale = 1: the scores were not scaled (expected {})", expected_scale_text(p_)));
+  const double over_dk = 1.0 / double(p_.d_k);
+  if (expected != over_dk && over_dk != 1.0)
+    matched |= try_scale(over_dk, "scale_one_over_dk",
+                         fmt::format("the output matches scale = 1/d_k = {:.6g}: divided by d_k instead of sqrt(d_k)", over_dk));
+  if (!matched) fit_scale();
+}
+
+// Another constant: fitted on a few rows (long double, the unscaled dot products computed once),
+// then confirmed on every diagnosis row with the reference. A fit close to a recognisable value
+// is confirmed with that exact value and named.
+void Diagnostician::fit_scale() {
+  struct FitRow {
+    std::vector<long double> dot, bias;  // visible keys only
+    std::vector<std::int64_t> keys;
+    std::int64_t row;
+  };
+  std::vector<FitRow> fit_rows;
+  Rows candidates = rows_;
+  if (judging_.observed.max_abs_index >= 0) candidates.insert(candidates.begin(), judging_.observed.max_abs_index / p_.d_v);
+  const std::size_t columns = static_cast<std::size_t>(std::min<std::int64_t>(p_.d_v, 16));
+  for (const std::int64_t row : candidates) {
+    if (fit_rows.size() >= 4) break;
+    if (std::any_of(fit_rows.begin(), fit_rows.end(), [&](const FitRow& f) { return f.row == row; })) continue;
+    const auto [b, h, i] = split(p_, row);
+    FitRow f{{}, {}, {}, row};
+    bool finite = true;
+    for (std::size_t c = 0; c < columns; ++c) finite &= std::isfinite(out_.get(row * p_.d_v + std::int64_t(c))) && !out_.is_poisoned(row * p_.d_v + std::int64_t(c));
+    if (!finite) continue;
+    for (std::int64_t j = 0; j < p_.n_k; ++j) {
+      if (!in_.mask.visible(b, h, i, j)) continue;
+      long double dot = 0;
+      for (std::int64_t t = 0; t < p_.d_k; ++t)
+        dot += static_cast<long double>(in_.q.get(in_.q.offset(b, h, i, t))) * in_.k.get(in_.k.offset(b, p_.kv_head(h), j, t));
+      f.keys.push_back(j);
+      f.dot.push_back(dot);
+      f.bias.push_back(in_.mask.bias(b, h, i, j));
+    }
+    if (f.keys.size() >= 2) fit_rows.push_back(std::move(f));
+  }
+  if (fit_rows.empty()) return;
+  auto error_at = [&](long double scale) {
+    long double worst = 0;
+    for (const FitRow& f : fit_rows) {
+      const auto [b, h, i] = split(p_, f.row);
+      std::vector<long double> s(f.keys.size());
+      for (std::size_t j = 0; j < s.size(); ++j) s[j] = scale * f.dot[j] + f.bias[j];
+      const long double m = *std::max_element(s.begin(), s.end());
+      long double sum = 0;
+      for (auto& e : s) sum += (e = std::exp(e - m));
+      for (std::size_t c = 0; c < columns; ++c) {
+        long double o = 0;
+        for (std::size_t j = 0; j < s.size(); ++j) o += s[j] / sum * in_.v.get(in_.v.offset(b, p_.kv_head(h), f.keys[j], std::int64_t(c)));
+        worst = std::max(worst, std::fabs(o - out_.get(f.row * p_.d_v + std::int64_t(c))));
+      }
+    }
+    return worst;
+  };
+  // A grid over six decades around the expected scale, then golden-section search in the best cell.
+  const double centre = std::log(p_.effective_scale()), half_width = std::log(1e3);
+  constexpr int steps = 240;
+  const double cell = 2 * half_width / steps;
+  int best = 0;
+  long double best_error = std::numeric_limits<long double>::infinity();
+  for (int k = 0; k <= steps; ++k) {
+    const long double e = error_at(std::exp(centre - half_width + k * cell));
+    if (e < best_error) best_error = e, best = k;
+  }
+  long double lo = centre - half_width + (best - 1) * cell, hi = centre - half_width + (best + 1) * cell;
+  const long double golden = 0.6180339887498948482L;
+  for (int iteration = 0; iteration < 80; ++iteration) {
+    const long double a = hi - golden * (hi - lo), b = lo + golden * (hi - lo);
+    if (error_at(std::exp(a)) < error_at(std::exp(b)))
+      hi = b;
+    else
+      lo = a;
+  }
+  const double fitted = static_cast<double>(std::exp((lo + hi) / 2));
+  if (std::fabs(fitted / p_.effective_scale() - 1) < 1e-4) return;  // the scale is not what is wrong
+
+  const double dk = double(p_.d_k), dv = double(p_.d_v), hq = double(p_.h_q), log2e = 1.4426950408889634;
+  struct Named {
+    double value;
+    std::string name, why;
+  };
+  std::vector<Named> named{
+      {1 / std::sqrt(dv), "1/sqrt(d_v)", "scaled by the value head dim instead of d_k"},
+      {1 / dv, "1/d_v", "divided by d_v"},
+      {std::sqrt(dk), "sqrt(d_k)", "multiplied by sqrt(d_k) instead of dividing"},
+      {1 / std::sqrt(dk / hq), "1/sqrt(d_k/h_q)", "the model dim split over heads once too often"},
+      {1 / std::sqrt(dk * hq), "1/sqrt(d_k*h_q)", "scaled by the model dim instead of the head dim"},
+      {log2e / std::sqrt(dk), "log2(e)/sqrt(d_k)", "the exp2 softmax's log2(e) factor applied with exp"},
+      {1 / (log2e * std::sqrt(dk)), "1/(log2(e)*sqrt(d_k))", "exp2 used on scores scaled for exp"},
+      {p_.effective_scale() * p_.effective_scale(), "scale^2", "the scale applied twice"},
+      {1 / std::sqrt(dk + dv), "1/sqrt(d_k+d_v)", "scaled by d_k + d_v"},
+  };
+  if (p_.scale) named.insert(named.begin(), {1 / std::sqrt(dk), "1/sqrt(d_k)", "the explicit scale was ignored for the default"});
+  for (const Named& n : named) {
+    if (std::fabs(fitted / n.value - 1) > 0.02 || n.value == p_.effective_scale()) continue;
+    if (try_scale(n.value, "scale_constant",
+                  fmt::format("the output matches scale = {} = {:.6g}: {} (expected {})", n.name, n.value, n.why, expected_scale_text(p_))))
+      return;
+  }
+  try_scale(fitted, "scale_constant",
+            fmt::format("the output matches scale = {:.6g} (fitted): the scores were scaled by a wrong constant (expected {})", fitted,
+                        expected_scale_text(p_)));
+}
+
+void Diagnostician::mask_hypotheses() {
+  if (p_.causal != Causal::none) {
+    if (p_.n_q != p_.n_k) {
+      Problem hp = p_;
+      const bool was_bottom_right = p_.causal == Causal::bottom_right;
+      hp.causal = was_bottom_right ? Causal::top_left : Causal::bottom_right;
+      consider("causal_alignment_swapped",
+               was_bottom_right
+                   ? "the output matches a top-left causal mask where bottom-right was asked: query i saw keys j <= i instead of j <= i + (n_k - n_q)"
+                   : "the output matches a bottom-right causal mask where top-left was asked: query i saw keys j <= i + (n_k - n_q) instead of j <= i",
+               by_reference(hp, with_mask_of(hp)));
+    }
+    Problem hp = p_;
+    hp.causal = Causal::none;
+    consider("causal_ignored", "the output matches no causal mask: the causal part of the mask was ignored",
+             by_reference(hp, with_mask_of(hp)));
+  }
+  if (p_.padding.kind != KeyPadding::Kind::none) {
+    Problem hp = p_;
+    hp.padding = {};
+    consider("padding_ignored", "the output matches no key padding: the valid lengths were ignored", by_reference(hp, with_mask_of(hp)));
+  }
+  // The last key tile dropped: keys from the last multiple of the tile on excluded, as per-query
+  // padding intersected with the case's own. Tiles giving the same cut are one hypothesis.
+  std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>> cuts;  // cut -> tiles
+  for (const std::int64_t tile : {16, 32, 64, 128}) {
+    if (p_.n_k <= tile || p_.n_k % tile == 0) continue;
+    const std::int64_t cut = p_.n_k / tile * tile;
+    auto it = std::find_if(cuts.begin(), cuts.end(), [&](auto& c) { return c.first == cut; });
+    if (it == cuts.end())
+      cuts.push_back({cut, {tile}});
+    else
+      it->second.push_back(tile);
+  }
+  for (const auto& [cut, tiles] : cuts) {
+    Problem hp = p_;
+    hp.padding.kind = KeyPadding::Kind::per_query;
+    hp.padding.valid_len.assign(static_cast<std::size_t>(p_.batch * p_.n_q), cut);
+    for (std::int64_t b = 0; b < p_.batch; ++b)
+      for (std::int64_t i = 0; i < p_.n_q; ++i) {
+        std::int64_t limit = cut;
+        if (p_.padding.kind == KeyPadding::Kind::per_batch) limit = std::min(limit, p_.padding.valid_len[static_cast<std::size_t>(b)]);
+        if (p_.padding.kind == KeyPadding::Kind::per_query)
+          limit = std::min(limit, p_.padding.valid_len[static_cast<std::size_t>(b * p_.n_q + i)]);
+        hp.padding.valid_len[static_cast<std::size_t>(b * p_.n_q + i)] = limit;
+      }
+    std::string tile_text;
+    for (std::size_t t = 0; t < tiles.size(); ++t)
+      tile_text += (t == 0 ? "" : t + 1 == tiles.size() ? " or " : ", ") + std::to_string(tiles[t]);
+    consider("last_key_tile_dropped",
+             fmt::format("the output matches keys {}..{} dropped: the partial last key tile (tile of {} keys, n_k = {}) was not processed",
+                         cut, p_.n_k - 1, tile_text, p_.n_k),
+             by_reference(hp, with_mask_of(hp)));
+  }
+}
+
+void Diagnostician::masked_fill_hypotheses() {
+  if (in_.mask.count_visible() == p_.batch * p_.h_q * p_.n_q * p_.n_k) return;  // nothing is masked
+  struct Fill {
+    long double value;
+    std::string text;
+  };
+  const std::vector<Fill> fills{{-1.0L, "-1"},
+                                {-1e4L, "-1e4"},
+                                {-65504.0L, "-65504 (the lowest f16)"},
+                                {-1e9L, "-1e9"},
+                                {static_cast<long double>(std::numeric_limits<float>::lowest()), "-3.4e38 (the lowest f32, -inf as a finite number)"},
+                                {0.0L, "0"}};
+  std::vector<std::string> matched;
+  double worst = 0, tolerance = 0;
+  for (const Fill& f : fills) {
+    Prediction pr = by_row_rule(RowRule{f.value, true, true});
+    const Trial t = judge_prediction(pr);
+    if (t.pass) {
+      matched.push_back(f.text);
+      if (t.max_abs / t.tolerance >= worst / std::max(tolerance, 1e-300)) worst = t.max_abs, tolerance = t.tolerance;
+    }
+  }
+  diagnosis_.tested.push_back("masked_fill");
+  if (matched.empty()) return;
+  std::string explanation;
+  if (matched.size() == 1) {
+    explanation = fmt::format("the output matches masked keys given the finite score {} instead of being excluded", matched[0]);
+  } else {
+    std::string list;
+    for (std::size_t k = 0; k < matched.size(); ++k) list += (k ? ", " : "") + matched[k];
+    explanation = fmt::format("the output matches masked keys given a finite score instead of being excluded (fills {} all match)", list);
+  }
+  if (in_.mask.count_visible() < p_.batch * p_.h_q * p_.n_q * p_.n_k && judging_.observed.fully_masked_violations > 0)
+    explanation += ": fully masked rows average V uniformly instead of being zero";
+  diagnosis_.matches.push_back({"masked_fill", explanation, worst, tolerance});
+}
+
+// K's memory of each head read as [d_k, n_k] instead of [n_k, d_k].
+void Diagnostician::key_layout_hypotheses() {
+  if (p_.n_k < 2 || p_.d_k < 2) return;
+  CaseInputs hin{in_.q, in_.k, in_.v, in_.mask};
+  for (std::int64_t b = 0; b < p_.batch; ++b)
+    for (std::int64_t g = 0; g < p_.h_kv; ++g) {
+      const std::int64_t base = in_.k.offset(b, g, 0, 0);
+      for (std::int64_t j = 0; j < p_.n_k; ++j)
+        for (std::int64_t t = 0; t < p_.d_k; ++t) hin.k.set_bits(base + j * p_.d_k + t, in_.k.bits(base + t * p_.n_k + j));
+    }
+  consider("k_transposed", "the output matches K read transposed: each head's K memory taken as [d_k, n_k] instead of [n_k, d_k]",
+           by_reference(p_, hin));
+}
+
+// Query head h reading kv head h % h_kv (the MHA habit) instead of h / (h_q / h_kv): the problem
+// as MHA with K and V repeated in that order.
+void Diagnostician::head_mapping_hypotheses() {
+  if (!(1 < p_.h_kv && p_.h_kv < p_.h_q)) return;
+  Problem hp = p_;
+  hp.h_kv = p_.h_q;
+  CaseInputs hin{in_.q, Tensor(in_.k.dtype(), {p_.batch, p_.h_q, p_.n_k, p_.d_k}), Tensor(in_.v.dtype(), {p_.batch, p_.h_q, p_.n_k, p_.d_v}),
+                 in_.mask};
+  for (std::int64_t b = 0; b < p_.batch; ++b)
+    for (std::int64_t h = 0; h < p_.h_q; ++h) {
+      const std::int64_t g = h % p_.h_kv;
+      for (std::int64_t e = 0; e < p_.n_k * p_.d_k; ++e) hin.k.set_bits(hin.k.offset(b, h, 0, 0) + e, in_.k.bits(in_.k.offset(b, g, 0, 0) + e));
+      for (std::int64_t e = 0; e < p_.n_k * p_.d_v; ++e) hin.v.set_bits(hin.v.offset(b, h, 0, 0) + e, in_.v.bits(in_.v.offset(b, g, 0, 0) + e));
+    }
+  consider("kv_head_mapping", "the output matches query head h reading kv head h % h_kv instead of h / (h_q / h_kv)",
+           by_reference(hp, hin));
+}
+
+void Diagnostician::softmax_hypotheses() {
+  consider("weights_not_normalised",
+           "the output matches weights not normalised: sum_j exp(s_j - max) v_j never divided by the row sum",
+           by_row_rule(RowRule{std::nullopt, true, false}));
+  const Prediction pr = by_row_rule(RowRule{std::nullopt, false, true});
+  const auto overflowing = std::count(pr.nonfinite.begin(), pr.nonfinite.end(), std::uint8_t{1});
+  if (overflowing > 0)
+    consider("no_max_subtraction",
+             fmt::format("the output matches exp(s) without subtracting the row max: {} of the {} rows checked overflow or underflow to NaN/Inf in {}",
+                         overflowing, rows_.size(), p_.dtype == DType::f64 ? "f64" : "f32"),
+             pr);
+  else
+    diagnosis_.tested.push_back("no_max_subtraction");
+}
+
+// Output rows written at the wrong place. The row the worst element is in is compared (long
+// double) with the rows it most plausibly came from: the other query rows of its head, the same
+// query of the other heads and of the other batches; the nearest one names a mapping (heads or
+// batches shifted, rows reversed or shifted within a head), which the reference then confirms on
+// every diagnosis row. O written in BSHD order is tried as well.
+void Diagnostician::permutation_hypotheses() {
+  struct Mapping {
+    std::string name;  // explanation
+    std::function<std::int64_t(std::int64_t)> source;
+  };
+  std::vector<Mapping> mappings;
+  const std::int64_t worst = judging_.observed.max_abs_index >= 0 ? judging_.observed.max_abs_index / p_.d_v : -1;
+  if (worst >= 0 && !row_shows_failure(worst)) {
+    const auto [b, h, i] = split(p_, worst);
+    Rows candidates;
+    for (std::int64_t k = 0; k < p_.h_q; ++k)
+      if (k != h) candidates.push_back(join(p_, b, k, i));
+    for (std::int64_t k = 0; k < p_.batch; ++k)
+      if (k != b) candidates.push_back(join(p_, k, h, i));
+    const double per_row = double(p_.n_k) * double(p_.d_k + p_.d_v);
+    const auto room = static_cast<std::int64_t>(4 * options_.max_work / std::max(per_row, 1.0));
+    if (p_.n_q <= room) {
+      for (std::int64_t k = 0; k < p_.n_q; ++k)
+        if (k != i) candidates.push_back(join(p_, b, h, k));
+    } else {
+      for (const std::int64_t k : {p_.n_q - 1 - i, i - 1, i + 1, i - 2, i + 2})
+        if (k >= 0 && k < p_.n_q && k != i) candidates.push_back(join(p_, b, h, k));
+    }
+    // The three nearest: rows that are alike (two heads of one kv head on a one-hot softmax)
+    // can tie, and only the reference tells the mapping that holds everywhere.
+    std::vector<std::pair<long double, std::int64_t>> nearest;
+    std::vector<long double> o;
+    for (const std::int64_t c : candidates) {
+      if (!row_under<long double>(p_, in_, c, RowRule{}, o)) std::fill(o.begin(), o.end(), 0.0L);
+      long double distance = 0;
+      for (std::int64_t col = 0; col < p_.d_v; ++col) distance = std::max(distance, std::fabs(o[std::size_t(col)] - out_.get(worst * p_.d_v + col)));
+      nearest.emplace_back(distance, c);
+    }
+    std::sort(nearest.begin(), nearest.end());
+    if (nearest.size() > 3) nearest.resize(3);
+    for (const auto& [distance, source] : nearest) {
+      const auto [sb, sh, si] = split(p_, source);
+      const Problem& p = p_;
+      if (sh != h) {
+        const std::int64_t shift = ((h - sh) % p.h_q + p.h_q) % p.h_q;
+        mappings.push_back({fmt::format("the output rows are permuted: head h's rows were written at head (h + {}) % h_q", shift),
+                            [&p, shift](std::int64_t r) {
+                              const auto [rb, rh, ri] = split(p, r);
+                              return join(p, rb, ((rh - shift) % p.h_q + p.h_q) % p.h_q, ri);
+                            }});
+      } else if (sb != b) {
+        const std::int64_t shift = ((b - sb) % p.batch + p.batch) % p.batch;
+        mappings.push_back({fmt::format("the output rows are permuted: batch b's rows were written at batch (b + {}) % batch", shift),
+                            [&p, shift](std::int64_t r) {
+                              const auto [rb, rh, ri] = split(p, r);
+                              return join(p, ((rb - shift) % p.batch + p.batch) % p.batch, rh, ri);
+                            }});
+      } else if (si == p.n_q - 1 - i) {
+        mappings.push_back({"the output rows are permuted: each head's query rows are reversed (row i holds row n_q - 1 - i)",
+                            [&p](std::int64_t r) {
+                              const auto [rb, rh, ri] = split(p, r);
+                              return join(p, rb, rh, p.n_q - 1 - ri);
+                            }});
+      } else {
+        const std::int64_t shift = ((i - si) % p.n_q + p.n_q) % p.n_q;
+        mappings.push_back({fmt::format("the output rows are permuted: row i of each head holds row (i - {}) mod n_q", shift),
+                            [&p, shift](std::int64_t r) {
+                              const auto [rb, rh, ri] = split(p, r);
+                              return join(p, rb, rh, ((ri - shift) % p.n_q + p.n_q) % p.n_q);
+                            }});
+      }
+    }
+  }
+  if (p_.h_q > 1 && p_.n_q > 1) {
+    const Problem& p = p_;
+    mappings.push_back({"the output matches O written in [b, n_q, h_q, d_v] (BSHD) order into the [b, h_q, n_q, d_v] (BHSD) output",
+                        [&p](std::int64_t r) {
+                          const auto [rb, rh, ri] = split(p, r);
+                          const std::int64_t local = rh * p.n_q + ri;  // the position within the batch, read as BSHD
+                          return join(p, rb, local % p.h_q, local / p.h_q);
+                        }});
+  }
+  std::set<std::string> tried;
+  for (const Mapping& m : mappings) {
+    if (!tried.insert(m.name).second) continue;
+    Rows source(rows_.size());
+    std::transform(rows_.begin(), rows_.end(), source.begin(), m.source);
+    if (consider("output_rows_permuted", m.name, by_reference(p_, in_, source))) break;
+  }
+}
+
+Diagnosis Diagnostician::run() {
+  diagnosis_.ran = true;
+  diagnosis_.rows = std::int64_t(rows_.size());
+  // No hypothesis predicts an element left unwritten: testing them would cost time and name nothing.
+  if (judging_.observed.unwritten > 0) {
+    diagnosis_.note = fmt::format("{} output elements never written, which no hypothesis explains", judging_.observed.unwritten);
+    return diagnosis_;
+  }
+  // The failure must show on the rows the diagnosis compares, else every hypothesis that changes
+  // nothing there would "match".
+  if (judge_prediction(by_reference(p_, in_)).pass) {
+    diagnosis_.note = "the output agrees with the reference on the rows the diagnosis compares; the failure is elsewhere (LSE or the baseline)";
+    return diagnosis_;
+  }
+  scale_hypotheses();
+  mask_hypotheses();
+  masked_fill_hypotheses();
+  key_layout_hypotheses();
+  head_mapping_hypotheses();
+  softmax_hypotheses();
+  permutation_hypotheses();
+  std::stable_sort(diagnosis_.matches.begin(), diagnosis_.matches.end(), [](const DiagnosisMatch& a, const DiagnosisMatch& b) {
+    return a.max_abs / std::max(a.tolerance, 1e-300) < b.max_abs / std::max(b.tolerance, 1e-300);
+  });
+  if (diagnosis_.matches.empty() && judging_.lse_agrees)
+    diagnosis_.note = "the LSE agrees with the reference: the scores and the softmax statistics are right, the error is in P V or the final division";
+  return diagnosis_;
+}
+
+}  // namespace
+
+std::string Diagnosis::summary() const {
+  if (!ran) return "";
+  if (!matches.empty()) return matches.front().explanation;
+  return note.empty() ? "no known mistake matches" : "no known mistake matches (" + note + ")";
+}
+
+Diagnosis diagnose(const Problem& problem, const CaseInputs& inputs, const Tensor& out, const DiagnosisJudging& judging,
+                   const DiagnosisOptions& options) {
+  if (!options.enabled) return {};
+  return Diagnostician(problem, inputs, out, judging, options).run();
+}
+
+}  // namespace attn

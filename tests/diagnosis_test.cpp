@@ -1,0 +1,322 @@
+// Diagnosis names the mistake: verify runs each mutant of tests/mutants/ on small cases where its
+// mistake shows, and every failure is diagnosed as exactly that mistake; the correct control
+// passes (nothing to diagnose); a wrong output of no known kind gets "no known mistake matches".
+// Mistakes without a mutant (K transposed, another scale constant, rows reversed or written in
+// BSHD order, batches swapped) are made here by running the naive algorithm on the changed
+// problem or inputs, and must be named too. The console lines and the JSON carry the diagnosis.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/case_sets.hpp"
+#include "core/inputs.hpp"
+#include "impls/cpu_naive/cpu_naive.hpp"
+#include "properties/verify.hpp"
+#include "reports/context.hpp"
+#include "reports/report.hpp"
+#include "reports/results.hpp"
+#include "reports/verify_report.hpp"
+#include "tests/mutants/mutants.hpp"
+
+namespace attn {
+namespace {
+
+using mutants::Mistake;
+
+Problem small(std::int64_t n_q = 20, std::int64_t n_k = 20, DType dtype = DType::f32) {
+  Problem p;
+  p.batch = 1, p.h_q = 2, p.h_kv = 2, p.n_q = n_q, p.n_k = n_k, p.d_k = 16, p.d_v = 16;
+  p.dtype = dtype;
+  p.seed = 7;
+  return p;
+}
+
+Problem causal(Causal c, std::int64_t n_q, std::int64_t n_k, DType dtype = DType::f32) {
+  Problem p = small(n_q, n_k, dtype);
+  p.causal = c;
+  return p;
+}
+
+Problem padded(KeyPadding::Kind kind, DType dtype = DType::f32) {
+  Problem p = small(6, 20, dtype);
+  p.batch = 2;
+  p.padding.kind = kind;
+  if (kind == KeyPadding::Kind::per_batch) p.padding.valid_len = {13, 20};
+  if (kind == KeyPadding::Kind::per_query) p.padding.valid_len = {0, 3, 20, 7, 0, 11, 20, 1, 9, 0, 14, 5};
+  return p;
+}
+
+std::string describe(const Record& r) {
+  std::string s = fmt::format("{} on {} ({}): diagnosis [{}]", r.implementation, r.context->problem.repro(), to_string(r.status),
+                              r.diagnosis.summary());
+  for (const auto& m : r.diagnosis.matches) s += "\n    match " + m.hypothesis + ": " + m.explanation;
+  for (const auto& why : r.verdict.reasons) s += "\n    reason: " + why;
+  return s;
+}
+
+// Every record fails and is diagnosed as exactly `hypothesis` (the only match).
+void expect_named(const VerifyRun& run, const std::string& hypothesis, const std::string& words = "") {
+  ASSERT_FALSE(run.records.empty());
+  for (const Record& r : run.records) {
+    SCOPED_TRACE(describe(r));
+    ASSERT_EQ(r.status, Status::fail);
+    ASSERT_TRUE(r.diagnosis.ran);
+    ASSERT_EQ(r.diagnosis.matches.size(), 1u);
+    EXPECT_EQ(r.diagnosis.matches[0].hypothesis, hypothesis);
+    EXPECT_LE(r.diagnosis.matches[0].max_abs, r.diagnosis.matches[0].tolerance);
+    EXPECT_EQ(r.diagnosis.summary(), r.diagnosis.matches[0].explanation);
+    if (!words.empty()) {
+      EXPECT_NE(r.diagnosis.summary().find(words), std::string::npos);
+    }
+  }
+}
+
+VerifyRun verify_one(const Implementation& impl, const std::vector<Problem>& cases) { return verify({&impl}, cases, VerifyOptions{}); }
+
+struct MutantCase {
+  Mistake mistake;
+  std::string hypothesis;
+  std::string words;  // part of the sentence
+  std::vector<Problem> cases;
+};
+
+std::vector<MutantCase> mutant_cases() {
+  Problem gqa = small(12, 12);
+  gqa.h_q = 4, gqa.h_kv = 2;
+  Problem three_heads = small(8, 8);
+  three_heads.h_q = three_heads.h_kv = 3;
+  Problem large = small(8, 8);
+  large.regime = Regime::large;
+  Problem large64 = large;
+  large64.dtype = DType::f64;
+  Problem peaked = small(10, 10, DType::bf16);
+  peaked.regime = Regime::peaked;
+  return {
+      {Mistake::no_scaling, "scale_one", "scale = 1", {small(), small(9, 13, DType::f16)}},
+      {Mistake::scale_one_over_dk, "scale_one_over_dk", "scale = 1/d_k", {small(), peaked}},
+      {Mistake::masked_fill_minus_one, "masked_fill", "finite score", {causal(Causal::top_left, 20, 20), padded(KeyPadding::Kind::per_query, DType::f16)}},
+      {Mistake::causal_ignored, "causal_ignored", "no causal mask", {causal(Causal::top_left, 20, 20), causal(Causal::bottom_right, 12, 20)}},
+      {Mistake::causal_alignment_swapped, "causal_alignment_swapped", "top-left causal mask where bottom-right",
+       {causal(Causal::bottom_right, 12, 20)}},
+      {Mistake::causal_alignment_swapped, "causal_alignment_swapped", "bottom-right causal mask where top-left", {causal(Causal::top_left, 20, 12)}},
+      {Mistake::padding_ignored, "padding_ignored", "no key padding", {padded(KeyPadding::Kind::per_batch), padded(KeyPadding::Kind::per_query)}},
+      {Mistake::no_max_subtraction, "no_max_subtraction", "without subtracting the row max", {large, large64}},
+      {Mistake::last_key_tile_dropped, "last_key_tile_dropped", "keys 48..49 dropped", {small(5, 50)}},
+      {Mistake::last_key_tile_dropped, "last_key_tile_dropped", "tile of 16 or 32 keys", {causal(Causal::bottom_right, 6, 40)}},
+      {Mistake::gqa_head_mapping_ignored, "kv_head_mapping", "h % h_kv", {gqa}},
+      {Mistake::weights_not_normalised, "weights_not_normalised", "never divided by the row sum", {small(), causal(Causal::top_left, 9, 9, DType::f64)}},
+      {Mistake::query_rows_swapped_between_heads, "output_rows_permuted", "written at head (h + 1) % h_q", {small(), three_heads}},
+  };
+}
+
+TEST(Diagnosis, EveryMutantIsDiagnosedAsItsOwnMistake) {
+  for (const MutantCase& c : mutant_cases()) {
+    SCOPED_TRACE(std::string(mutants::to_string(c.mistake)));
+    const auto mutant = mutants::make_mutant(c.mistake);
+    expect_named(verify_one(*mutant, c.cases), c.hypothesis, c.words);
+  }
+}
+
+std::string hypothesis_of(Mistake m) {
+  for (const MutantCase& c : mutant_cases())
+    if (c.mistake == m) return c.hypothesis;
+  return "?";
+}
+
+// The quick case set (every mask kind and regime, GQA, n_q != n_k): wherever a
+// mutant's output fails (not only its LSE, which the diagnosis does not judge), its own mistake
+// is the best match.
+TEST(Diagnosis, OnTheQuickCasesEveryFailureIsNamedAsItsMistake) {
+  const auto all = mutants::make_all();
+  std::vector<const Implementation*> impls;
+  for (const auto& m : all) impls.push_back(m.get());
+  // The f32 cases, and a smaller row budget, keep it fast under the sanitizers.
+  std::vector<Problem> cases;
+  for (const Problem& p : quick_cases())
+    if (p.dtype == DType::f32) cases.push_back(p);
+  VerifyOptions options;
+  options.diagnosis.max_work = 2e4;
+  int named = 0;
+  for (const Record& r : verify(impls, cases, options).records) {
+    const bool output_failed = std::any_of(r.verdict.reasons.begin(), r.verdict.reasons.end(),
+                                           [](const std::string& why) { return why.rfind("LSE", 0) != 0; });
+    if (r.status != Status::fail || !output_failed) continue;
+    SCOPED_TRACE(describe(r));
+    const auto at = std::find_if(all.begin(), all.end(), [&](const auto& i) { return i->name() == r.implementation; });
+    const Mistake m = mutants::all_mistakes()[std::size_t(at - all.begin())];  // make_all() is in all_mistakes() order
+    EXPECT_TRUE(r.diagnosis.ran);
+    EXPECT_FALSE(r.diagnosis.matches.empty());
+    if (!r.diagnosis.matches.empty()) {
+      EXPECT_EQ(r.diagnosis.matches[0].hypothesis, hypothesis_of(m));
+      named += r.diagnosis.matches[0].hypothesis == hypothesis_of(m);
+    }
+  }
+  EXPECT_GT(named, 25);
+}
+
+TEST(Diagnosis, TheControlPassesAndIsNotDiagnosed) {
+  const auto control = mutants::make_correct_control();
+  std::vector<Problem> cases{small(), causal(Causal::bottom_right, 12, 20), padded(KeyPadding::Kind::per_query, DType::f16)};
+  for (const Record& r : verify_one(*control, cases).records) {
+    EXPECT_EQ(r.status, Status::pass) << describe(r);
+    EXPECT_FALSE(r.diagnosis.ran);
+    EXPECT_EQ(r.diagnosis.summary(), "");
+  }
+}
+
+// An implementation made wrong here: the naive algorithm on a changed problem or changed inputs,
+// and/or its output rows moved.
+class Planted final : public Implementation {
+ public:
+  using Change = std::function<void(Problem&, CaseInputs&)>;
+  using Move = std::function<std::int64_t(const Problem&, std::int64_t)>;  // output row -> the row it holds
+  Planted(std::string name, Change change, Move move = {}, double factor = 1.0)
+      : name_(std::move(name)), change_(std::move(change)), move_(std::move(move)), factor_(factor) {}
+  std::string name() const override { return name_; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    return c;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem& p) const override { return naive_workspace_bytes(p); }
+  void run(const RunArgs& a) const override {
+    Problem p = a.problem;
+    CaseInputs in = a.inputs;
+    if (change_) change_(p, in);
+    Tensor out = make_output(a.problem);
+    std::vector<std::byte> workspace(naive_workspace_bytes(p));
+    naive_attention(RunArgs{p, in, out, nullptr, nullptr, workspace});
+    for (std::int64_t r = 0; r < p.rows(); ++r)
+      for (std::int64_t c = 0; c < p.d_v; ++c)
+        a.out.set(r * p.d_v + c, factor_ * out.get((move_ ? move_(p, r) : r) * p.d_v + c));
+  }
+
+ private:
+  std::string name_;
+  Change change_;
+  Move move_;
+  double factor_;
+};
+
+TEST(Diagnosis, KReadTransposedIsNamed) {
+  const Planted impl("k_transposed", [](Problem& p, CaseInputs& in) {
+    const Tensor k = in.k;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t g = 0; g < p.h_kv; ++g)
+        for (std::int64_t j = 0; j < p.n_k; ++j)
+          for (std::int64_t t = 0; t < p.d_k; ++t)
+            in.k.set_bits(k.offset(b, g, j, t), k.bits(k.offset(b, g, 0, 0) + t * p.n_k + j));
+  });
+  expect_named(verify_one(impl, {small(), small(7, 24, DType::f16)}), "k_transposed", "K read transposed");
+}
+
+TEST(Diagnosis, AnotherScaleConstantIsFittedAndNamed) {
+  const Planted fitted("scale_0_3", [](Problem& p, CaseInputs&) { p.scale = 0.3; });
+  expect_named(verify_one(fitted, {small()}), "scale_constant", "scale = 0.3 (fitted)");
+  const Planted by_d_v("scale_d_v", [](Problem& p, CaseInputs&) { p.scale = 1 / std::sqrt(double(p.d_v)); });
+  Problem p = small();
+  p.d_v = 25;
+  expect_named(verify_one(by_d_v, {p}), "scale_constant", "1/sqrt(d_v)");
+  // An explicit scale replaced by the default.
+  const Planted ignored("explicit_scale_ignored", [](Problem& q, CaseInputs&) { q.scale.reset(); });
+  p = small();
+  p.scale = 0.5;
+  expect_named(verify_one(ignored, {p}), "scale_constant", "explicit scale was ignored");
+}
+
+TEST(Diagnosis, PermutedRowsNameTheMapping) {
+  const Planted reversed("rows_reversed", {}, [](const Problem& p, std::int64_t r) { return r - r % p.n_q + (p.n_q - 1 - r % p.n_q); });
+  expect_named(verify_one(reversed, {small()}), "output_rows_permuted", "reversed");
+  const Planted bshd("bshd_output", {}, [](const Problem& p, std::int64_t r) {
+    // Row r of the BHSD output holds what a BSHD writer put at its memory position.
+    const std::int64_t per_batch = p.h_q * p.n_q, b = r / per_batch, local = r % per_batch;
+    return (b * p.h_q + local % p.h_q) * p.n_q + local / p.h_q;
+  });
+  Problem heads = small(6, 9);
+  heads.h_q = heads.h_kv = 3;
+  expect_named(verify_one(bshd, {heads}), "output_rows_permuted", "BSHD");
+  const Planted batches("batches_swapped", {}, [](const Problem& p, std::int64_t r) { return (r + p.h_q * p.n_q) % p.rows(); });
+  expect_named(verify_one(batches, {padded(KeyPadding::Kind::none)}), "output_rows_permuted", "batch (b + 1) % batch");
+}
+
+TEST(Diagnosis, AnUnknownMistakeIsNotGivenAFalseName) {
+  const Planted scaled_output("output_times_1_01", {}, {}, 1.01);
+  const VerifyRun run = verify_one(scaled_output, {small(), causal(Causal::top_left, 20, 12, DType::f16)});
+  for (const Record& r : run.records) {
+    SCOPED_TRACE(describe(r));
+    ASSERT_EQ(r.status, Status::fail);
+    ASSERT_TRUE(r.diagnosis.ran);
+    EXPECT_TRUE(r.diagnosis.matches.empty());
+    EXPECT_EQ(r.diagnosis.summary().rfind("no known mistake matches", 0), 0u);
+    EXPECT_GE(r.diagnosis.tested.size(), 5u);
+  }
+}
+
+TEST(Diagnosis, CanBeTurnedOff) {
+  const auto mutant = mutants::make_mutant(Mistake::no_scaling);
+  VerifyOptions options;
+  options.diagnosis.enabled = false;
+  const VerifyRun run = verify({mutant.get()}, {small()}, options);
+  ASSERT_EQ(run.records.size(), 1u);
+  EXPECT_EQ(run.records[0].status, Status::fail);
+  EXPECT_FALSE(run.records[0].diagnosis.ran);
+}
+
+// Sampled rows on a larger problem: the diagnosis stays within its row budget and still names it.
+TEST(Diagnosis, LargeProblemsAreSampled) {
+  const auto mutant = mutants::make_mutant(Mistake::scale_one_over_dk);
+  Problem p = small(64, 64);
+  p.h_q = p.h_kv = 4;
+  p.d_k = p.d_v = 32;
+  VerifyOptions options;
+  options.diagnosis.max_work = 1e5;
+  const VerifyRun run = verify({mutant.get()}, {p}, options);
+  expect_named(run, "scale_one_over_dk");
+  EXPECT_LT(run.records[0].diagnosis.rows, p.rows());
+  EXPECT_GE(run.records[0].diagnosis.rows, options.diagnosis.min_rows);
+}
+
+// What `attnbench verify` prints and writes (cli/main.cpp uses these functions).
+TEST(Diagnosis, ConsoleAndJsonCarryIt) {
+  const auto mutant = mutants::make_mutant(Mistake::scale_one_over_dk);
+  const auto unknown = std::make_unique<Planted>("output_times_1_01", Planted::Change{}, Planted::Move{}, 1.01);
+  const auto control = mutants::make_correct_control();
+  const VerifyRun run = verify({mutant.get(), unknown.get(), control.get()}, {small()}, VerifyOptions{});
+  std::ostringstream rows, summary;
+  for (const Record& r : run.records) print_verify_row(rows, r);
+  print_verify_summary(summary, run);
+  EXPECT_NE(rows.str().find("diagnosis: the output matches scale = 1/d_k = 0.0625: divided by d_k instead of sqrt(d_k)"), std::string::npos)
+      << rows.str();
+  EXPECT_NE(rows.str().find("diagnosis: no known mistake matches"), std::string::npos) << rows.str();
+  std::size_t lines = 0;
+  for (std::size_t at = rows.str().find("diagnosis:"); at != std::string::npos; at = rows.str().find("diagnosis:", at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u) << "one under each failing row, none under the control's pass";
+  EXPECT_NE(summary.str().find("  diagnosis: the output matches scale = 1/d_k"), std::string::npos) << summary.str();
+
+  const nlohmann::json j = verify_to_json(run, VerifyOptions{}, nlohmann::json::object());
+  const auto& records = j.at("records");
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].at("diagnosis").at("matches").at(0).at("hypothesis"), "scale_one_over_dk");
+  EXPECT_EQ(records[0].at("diagnosis").at("summary"), run.records[0].diagnosis.summary());
+  EXPECT_TRUE(records[1].at("diagnosis").at("matches").empty());
+  EXPECT_FALSE(records[2].contains("diagnosis"));  // a pass has nothing to diagnose
+
+  // The report shows it beside the worst errors.
+  const nlohmann::json document = verify_to_json(run, VerifyOptions{}, run_context(1));
+  const Report report = render_report(merge_results({parse_result_file("verify.json", document.dump())}));
+  EXPECT_NE(report.markdown.find("mutant_scale_one_over_dk case 0: diagnosis: the output matches scale = 1/d_k"), std::string::npos)
+      << report.markdown;
+  EXPECT_NE(report.markdown.find("output_times_1_01 case 0: diagnosis: no known mistake matches"), std::string::npos);
+  EXPECT_NE(report.html.find("divided by d_k instead of sqrt(d_k)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attn
