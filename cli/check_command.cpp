@@ -59,7 +59,11 @@ int CheckCommand::run() const {
   const VerifyRun run = verify({&outputs}, cases, options, on_record);
   progress.finish();
   if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
-  print_verify_summary(std::cout, run);
+  // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
+  print_verify_summary(std::cout, run, [&](const Record& r) {
+    return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,
+                       outputs_dir_, r.context->problem.repro());
+  });
   if (!json_path_.empty()) fmt::print("results: {}\n", json_path_);
   return run.failed() > 0 ? 1 : 0;
 }

@@ -89,7 +89,9 @@ int ValidateCommand::run() const {
     });
     progress.finish();
     write_json_file(path, verify_to_json(run, verify_options, context));
-    print_verify_summary(std::cout, run);
+    print_verify_summary(std::cout, run, [&](const Record& r) {
+      return fmt::format("attnbench validate --plugin {} --case '{}'", plugin_path_, r.context->problem.repro());
+    });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;
     nothing_ran = run.passed() + run.failed() == 0;

@@ -134,7 +134,7 @@ void print_verify_row(std::ostream& os, const Record& r) {
   if (r.diagnosis.ran) fmt::print(os, "{:<22}diagnosis: {}\n", "", r.diagnosis.summary());
 }
 
-void print_verify_summary(std::ostream& os, const VerifyRun& run) {
+void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::function<std::string(const Record&)>& rerun_command) {
   fmt::print(os, "\n{} passed, {} failed, {} skipped over {} cases\n", run.passed(), run.failed(), run.skipped(), run.cases.size());
   for (const Record& r : run.records) {
     if (r.status != Status::fail) continue;
@@ -146,7 +146,10 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run) {
     }
     if (r.metrics.max_abs_index >= 0)
       fmt::print(os, "  worst element: {}\n", output_coordinates(r.context->problem, r.metrics.max_abs_index));
-    fmt::print(os, "  rerun: attnbench verify --impl {} --case '{}'\n", r.implementation, r.context->problem.repro());
+    if (rerun_command)
+      fmt::print(os, "  rerun: {}\n", rerun_command(r));
+    else
+      fmt::print(os, "  rerun: attnbench verify --impl {} --case '{}'\n", r.implementation, r.context->problem.repro());
   }
 }
 

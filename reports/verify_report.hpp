@@ -1,5 +1,6 @@
 #pragma once
 // Verify results as JSON (schema "attnbench.verify", version 1) and as a console table.
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -17,7 +18,9 @@ void write_json_file(const std::string& path, const nlohmann::json& document);
 
 void print_verify_header(std::ostream& os);
 void print_verify_row(std::ostream& os, const Record& record);
-// Totals, then each failure with its reasons and repro string.
-void print_verify_summary(std::ostream& os, const VerifyRun& run);
+// Totals, then each failure with its reasons and the command that reruns it: rerun_command gives
+// it for a failed record (check and validate rerun differently); unset, `attnbench verify --case`.
+void print_verify_summary(std::ostream& os, const VerifyRun& run,
+                          const std::function<std::string(const Record&)>& rerun_command = {});
 
 }  // namespace attn

@@ -7,45 +7,15 @@ bin=${1:?usage: cli_contract.sh path/to/attnbench}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 [ -x "$bin" ] || { echo "cli_contract: '$bin' is not an executable" >&2; exit 2; }
 
+. "$(dirname "$0")/cli_checks.sh"  # before the cd below: $0 may be relative
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 2  # a stray default --json path lands here, not in the source tree
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# run NAME ARGS...: runs attnbench, keeping its exit code in $rc and its streams in files.
-run() {
-  local name=$1
-  shift
-  "$bin" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  rc=$?
-  last=$name
-}
-
-show() {
-  echo "  command output (stdout, then stderr) of '$last':"
-  sed 's/^/    | /' "$tmp/$last.out" | tail -n 20
-  sed 's/^/    ! /' "$tmp/$last.err" | tail -n 20
-}
-
-expect_rc() {
-  checks=$((checks + 1))
-  if [ "$rc" -ne "$1" ]; then
-    fail "$last: exit code $rc, expected $1"
-    show
-    return 1
-  fi
-}
-
 # expect_in STREAM TEXT: the stream (out or err) of the last run contains TEXT (fixed string).
 expect_in() {
   checks=$((checks + 1))
-  if ! grep -qF -- "$2" "$tmp/$last.$1"; then
+  if ! grep -qF -- "$2" "$last.$1"; then
     fail "$last: std$1 does not contain '$2'"
     show
     return 1
@@ -54,7 +24,7 @@ expect_in() {
 
 expect_empty() {
   checks=$((checks + 1))
-  if [ -s "$tmp/$last.$1" ]; then
+  if [ -s "$last.$1" ]; then
     fail "$last: std$1 is not empty"
     show
     return 1
@@ -205,5 +175,4 @@ run help --help
 expect_rc 0
 expect_in out "verify"
 
-echo "cli_contract: $checks checks, $failures failed"
-[ "$failures" -eq 0 ]
+finish cli_contract

@@ -9,37 +9,11 @@ set -u
 bin=${1:?usage: report_cli.sh path/to/attnbench [OUTDIR]}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 keep=${2:-}
+. "$(dirname "$0")/cli_checks.sh"  # before the cd below: $0 may be relative
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 2
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-check() {  # check DESCRIPTION COMMAND...: the command succeeds
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  "$@" || fail "$what"
-}
-# run NAME ARGS...: attnbench with stdout/stderr in NAME.out/NAME.err, exit code in $rc.
-run() {
-  local name=$1
-  shift
-  "$bin" "$@" >"$name.out" 2>"$name.err"
-  rc=$?
-  last=$name
-}
-expect_rc() {
-  checks=$((checks + 1))
-  if [ "$rc" -ne "$1" ]; then
-    fail "$last: exit code $rc, expected $1"
-    tail -n 15 "$last.out" "$last.err" | sed 's/^/    | /'
-  fi
-}
 expect_err() {
   checks=$((checks + 1))
   grep -qF -- "$1" "$last.err" || { fail "$last: stderr lacks '$1'"; sed 's/^/    ! /' "$last.err" | tail -n 5; }
@@ -206,5 +180,4 @@ expect_rc 0
 if [ -n "$keep" ]; then
   mkdir -p "$keep" && cp whole/report.html whole/report.md "$keep/"
 fi
-echo "report_cli: $checks checks, $failures failed"
-[ "$failures" -eq 0 ]
+finish report_cli

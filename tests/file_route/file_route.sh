@@ -16,26 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 2
 
-failures=0
-checks=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-run() {  # run NAME ARGS...: attnbench with stdout/stderr in NAME.out/NAME.err, exit code in $rc
-  local name=$1
-  shift
-  "$bin" "$@" >"$name.out" 2>"$name.err"
-  rc=$?
-  last=$name
-}
-expect_rc() {
-  checks=$((checks + 1))
-  if [ "$rc" -ne "$1" ]; then
-    fail "$last: exit code $rc, expected $1"
-    tail -n 25 "$last.out" "$last.err" | sed 's/^/    | /'
-  fi
-}
+. "$here/../cli_checks.sh"
 expect_in() {  # expect_in FILE TEXT
   checks=$((checks + 1))
   grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
@@ -115,5 +96,4 @@ expect_rc 0
 checks=$((checks + 1))
 [ ! -e cases/q_0004.npy ] || fail "a rewritten cases directory kept a stale case"
 
-echo "file_route: $checks checks, $failures failed"
-[ "$failures" -eq 0 ]
+finish file_route
