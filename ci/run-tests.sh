@@ -30,6 +30,15 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     fi
   fi
 fi
+# sdpa_roundtrip_numpy runs the PyTorch example's NumPy path through the file route: NumPy goes
+# into the same .venv (configure picks .venv/bin/python). Where it cannot be installed the test is
+# reported as skipped.
+if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import numpy" 2>/dev/null; }; then
+  echo "== installing numpy from PyPI into .venv (the file route's NumPy round trip)"
+  if ! { { [ -x .venv/bin/pip ] || python3 -m venv .venv; } && .venv/bin/pip install -q numpy; }; then
+    echo "numpy could not be installed: sdpa_roundtrip_numpy will be skipped"
+  fi
+fi
 echo "== asan: build and test under AddressSanitizer + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan

@@ -12,6 +12,7 @@ script=${3:?}
 backend=${4:?}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 case $script in /*) ;; *) script=$PWD/$script ;; esac
+case $python in /*) ;; */*) python=$PWD/$python ;; esac  # a relative path, not a name on PATH
 here=$(cd "$(dirname "$0")" && pwd)
 need=numpy
 [ "$backend" = torch ] && need=torch
