@@ -339,13 +339,15 @@ void forward(const RunArgs& a) {
   // and the cheap ones should fill in at the end, when the threads would otherwise wait on one
   // long item. Handing out the last tile of every head first is not the same: at n = 512 the
   // partial last tile is the cheapest.
-  const std::int64_t heads = p.batch * p.h_q;
+  // The cost depends on (batch, tile) only: the key limits are per batch and query row.
+  const std::int64_t heads = p.batch * p.h_q, tiles = items / heads;
+  std::vector<std::int64_t> tile_cost(static_cast<std::size_t>(p.batch * tiles), 0);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.n_q; ++i) tile_cost[static_cast<std::size_t>(b * tiles + i / query_tile)] += a.inputs.mask.key_limit(b, i);
   std::vector<std::pair<std::int64_t, std::int64_t>> schedule(static_cast<std::size_t>(items));  // (-cost, item)
   for (std::int64_t item = 0; item < items; ++item) {
-    const std::int64_t i0 = item / heads * query_tile, b = item % heads / p.h_q;
-    std::int64_t cost = 0;
-    for (std::int64_t i = i0; i < std::min(p.n_q, i0 + query_tile); ++i) cost += a.inputs.mask.key_limit(b, i);
-    schedule[static_cast<std::size_t>(item)] = {-cost, item};
+    const std::int64_t b = item % heads / p.h_q;
+    schedule[static_cast<std::size_t>(item)] = {-tile_cost[static_cast<std::size_t>(b * tiles + item / heads)], item};
   }
   std::stable_sort(schedule.begin(), schedule.end());
   std::atomic<std::size_t> next{0};
