@@ -3,9 +3,11 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer (asan preset); then build the ci preset
 # (optimised, warnings are errors) and run every CTest test. Between the two, libFuzzer runs on
 # the .npy reader and the repro-string parser, 60 s side by side (ci/run-fuzz.sh). The last line
-# is CTest's summary.
+# is CTest's summary. CTest runs one test per core side by side (tests whose timing matters are
+# RUN_SERIAL in tests/CMakeLists.txt): most tests use one core, and CI's time budget is tight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+jobs=$(nproc)
 bash ci/install-deps.sh
 # report_chromium renders the HTML report in Debian's chromium (about 75 s to install, measured
 # on this machine); where it cannot be installed the test is reported as skipped, not passed.
@@ -42,7 +44,7 @@ fi
 echo "== asan: build and test under AddressSanitizer + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan
-if ! ctest --preset asan >build/asan/ctest.log 2>&1; then
+if ! ctest --preset asan --parallel "$jobs" >build/asan/ctest.log 2>&1; then
   cat build/asan/ctest.log
   echo "asan: tests failed (log above)"
   exit 1
@@ -53,4 +55,4 @@ bash ci/run-fuzz.sh
 echo "== ci: build (warnings are errors) and test"
 cmake --preset ci >/dev/null
 cmake --build --preset ci
-ctest --preset ci
+ctest --preset ci --parallel "$jobs"
