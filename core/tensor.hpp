@@ -1,9 +1,11 @@
 #pragma once
 // A dense row-major BHSD tensor of one dtype. f16/bf16 elements are stored as their bits;
 // get() widens exactly to double and set() rounds once (to nearest, ties to even).
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -48,5 +50,28 @@ class Tensor {
   std::int64_t numel_ = 0;
   std::vector<std::uint64_t> storage_;  // 8-byte words keep every element type aligned
 };
+
+// Whether t's elements are Acc (float or double) as they lie, so as<Acc>() can be read directly.
+template <class Acc>
+bool holds(const Tensor& t) {
+  return (std::is_same_v<Acc, float> && t.dtype() == DType::f32) || (std::is_same_v<Acc, double> && t.dtype() == DType::f64);
+}
+
+// count elements of t from offset on, as Acc: the values get() gives (f16/bf16 widen exactly),
+// without get()'s out-of-line call and dtype switch per element.
+template <class Acc>
+void copy_as(const Tensor& t, std::int64_t offset, std::int64_t count, Acc* to) {
+  if (holds<Acc>(t)) {
+    std::copy_n(t.as<Acc>() + offset, count, to);
+  } else if (t.dtype() == DType::f16) {
+    const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(f16_bits_to_double(bits[e]));
+  } else if (t.dtype() == DType::bf16) {
+    const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(bf16_bits_to_double(bits[e]));
+  } else {
+    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(t.get(offset + e));
+  }
+}
 
 }  // namespace attn

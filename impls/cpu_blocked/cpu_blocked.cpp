@@ -69,27 +69,6 @@ struct Scratch {
   }
 };
 
-template <class Acc>
-bool holds(const Tensor& t) {
-  return (std::is_same_v<Acc, float> && t.dtype() == DType::f32) || (std::is_same_v<Acc, double> && t.dtype() == DType::f64);
-}
-
-// count elements of t from offset on, as Acc (f16/bf16 widen exactly).
-template <class Acc>
-void copy_as(const Tensor& t, std::int64_t offset, std::int64_t count, Acc* to) {
-  if (holds<Acc>(t)) {
-    std::copy_n(t.as<Acc>() + offset, count, to);
-  } else if (t.dtype() == DType::f16) {
-    const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
-    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(f16_bits_to_double(bits[e]));
-  } else if (t.dtype() == DType::bf16) {
-    const std::uint16_t* bits = t.as<std::uint16_t>() + offset;
-    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(bf16_bits_to_double(bits[e]));
-  } else {
-    for (std::int64_t e = 0; e < count; ++e) to[e] = static_cast<Acc>(t.get(offset + e));
-  }
-}
-
 // Keys [j0, j0 + count) of K, transposed into panels of 2 vectors of keys ([depth][2 lanes]
 // each, what micro::scores streams); keys past count are zero. Where K already holds Acc, whole
 // lanes x lanes blocks go through a register transpose (a scalar copy of every element costs
