@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# pip-installs into the git-ignored .venv/, creating it first where there is none.
+venv_install() { { [ -x .venv/bin/pip ] || python3 -m venv .venv; } && .venv/bin/pip install -q "$@"; }
 bash ci/install-deps.sh
 # report_chromium renders the HTML report in Debian's chromium (about 75 s to install, measured
 # on this machine); where it cannot be installed the test is reported as skipped, not passed.
@@ -26,8 +28,7 @@ fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   if ! ls .venv/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump >/dev/null 2>&1; then
     echo "== installing cuobjdump and nvdisasm from PyPI into .venv (the SASS check of cuda_fused)"
-    if ! { { [ -x .venv/bin/pip ] || python3 -m venv .venv; } &&
-           .venv/bin/pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; }; then
+    if ! venv_install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; then
       echo "cuobjdump could not be installed: cuda_fused_sass will be skipped"
     fi
   fi
@@ -37,7 +38,7 @@ fi
 # reported as skipped.
 if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import numpy" 2>/dev/null; }; then
   echo "== installing numpy from PyPI into .venv (the file route's NumPy round trip)"
-  if ! { { [ -x .venv/bin/pip ] || python3 -m venv .venv; } && .venv/bin/pip install -q numpy; }; then
+  if ! venv_install numpy; then
     echo "numpy could not be installed: sdpa_roundtrip_numpy will be skipped"
   fi
 fi
