@@ -25,6 +25,7 @@ CheckCommand::CheckCommand(CLI::App& app)
   command_->add_option("--k", k_, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   command_->add_option("--floor-ulps", floor_ulps_, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   command_->add_option("--threads", threads_, "Threads for the reference (default: all cores)");
+  command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case was checked (default: that fails)");
 }
 
 int CheckCommand::run() const {
@@ -37,6 +38,7 @@ int CheckCommand::run() const {
   VerifyOptions options;
   options.rule = {k_, floor_ulps_};
   options.reference.threads = threads_;
+  options.project = false;  // the outputs answer the named cases exactly
   for (const auto& entry : directory.cases) {
     cases.push_back(entry.problem);
     options.case_numbers.push_back(entry.index);
@@ -65,7 +67,12 @@ int CheckCommand::run() const {
                        outputs_dir_, r.context->problem.repro());
   });
   if (!json_path_.empty()) fmt::print("results: {}\n", json_path_);
-  return run.failed() > 0 ? 1 : 0;
+  if (run.failed() > 0) return 1;
+  if (run.passed() == 0 && !allow_empty_) {
+    fmt::print("attnbench check: FAILED: no case was checked (every case skipped; --allow-empty accepts that)\n");
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace attn::cli

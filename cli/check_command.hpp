@@ -25,6 +25,7 @@ class CheckCommand {
   double k_;
   double floor_ulps_;
   int threads_ = 0;
+  bool allow_empty_ = false;
 };
 
 }  // namespace attn::cli

@@ -1,6 +1,7 @@
 #include "cli/gate_command.hpp"
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -53,6 +54,8 @@ GateCommand::GateCommand(CLI::App& app) {
   command_->add_option("--junit", junit_path_, "Where to write the JUnit XML ('' to skip)")->capture_default_str();
   command_->add_option("--write-baseline", write_baseline_path_,
                        "Instead of gating, distil RESULTS into a baseline file at this path (what --baseline reads)");
+  command_->add_flag("--allow-empty", allow_empty_,
+                     "Pass when nothing was gated (default: a gate that gated nothing, or names an implementation no result has, fails)");
   command_->add_option("results", result_paths_, "Result files: verify JSON, bench JSON (shards are merged)")->required();
 }
 
@@ -78,7 +81,20 @@ int GateCommand::run() const {
   for (const auto& note : report.notes) fmt::print("note: {}\n", note);
   using gate::Kind;
   using gate::Verdict;
-  fmt::print("\nattnbench gate: {}\n", report.failed() ? "FAILED" : "passed");
+  // A gate that checked nothing is not a pass: a misspelt implementation name, or a selection that
+  // matches no result, would otherwise wave every change through.
+  std::vector<std::string> empty;
+  for (const std::string& name : config.accuracy.implementations)
+    if (std::none_of(current.accuracy.begin(), current.accuracy.end(), [&](const auto& entry) { return entry.second.implementation == name; }))
+      empty.push_back(fmt::format("the config names implementation '{}', which no result holds", name));
+  if (report.count(Kind::accuracy, Verdict::pass) + report.count(Kind::accuracy, Verdict::fail) + report.count(Kind::speed, Verdict::pass) +
+          report.count(Kind::speed, Verdict::fail) ==
+      0)
+    empty.push_back("nothing was gated");
+  const bool empty_fails = !empty.empty() && !allow_empty_;
+  for (const auto& e : empty) fmt::print("{}: {}\n", allow_empty_ ? "note" : "FAIL", e);
+  const bool failed = report.failed() || empty_fails;
+  fmt::print("\nattnbench gate: {}{}\n", failed ? "FAILED" : "passed", empty_fails ? " (--allow-empty accepts a gate that gated nothing)" : "");
   for (const Kind kind : {Kind::accuracy, Kind::presence, Kind::speed})
     fmt::print("  {:<9} {} passed, {} failed, {} skipped\n", gate::to_string(kind), report.count(kind, Verdict::pass),
                report.count(kind, Verdict::fail), report.count(kind, Verdict::skipped));
@@ -87,7 +103,7 @@ int GateCommand::run() const {
     fmt::print("JUnit XML: {}\n", junit_path_);
   }
   std::fflush(stdout);
-  return report.failed() ? 1 : 0;
+  return failed ? 1 : 0;
 }
 
 }  // namespace attn::cli

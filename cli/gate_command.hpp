@@ -21,6 +21,7 @@ class GateCommand {
   std::vector<std::string> baseline_paths_;
   std::string junit_path_ = "results/gate.junit.xml";
   std::string write_baseline_path_;
+  bool allow_empty_ = false;
   std::vector<std::string> result_paths_;
 };
 

@@ -45,6 +45,8 @@ struct VerifyArgs {
   int threads = 0;
   std::string shard;  // --shard I/N
   bool no_diagnosis = false;
+  bool no_projection = false;
+  bool allow_empty = false;
 };
 
 std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
@@ -72,6 +74,7 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   options.reference.threads = args.threads;
   options.diagnosis.threads = args.threads;
   options.diagnosis.enabled = !args.no_diagnosis;
+  options.project = !args.no_projection;
   std::optional<attn::Shard> shard;
   if (!args.shard.empty()) {
     shard = attn::parse_shard(args.shard);
@@ -110,7 +113,21 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   if (!args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
   attn::print_verify_summary(std::cout, run);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
-  return run.failed() > 0 ? exit_fail : exit_pass;
+  if (run.failed() > 0) return exit_fail;
+  // Nothing ran is not a pass: an implementation asked for by name that ran no case (no device,
+  // nothing it supports), or a run in which no implementation ran anything.
+  if (!args.allow_empty) {
+    std::vector<std::string> idle;
+    for (const auto* impl : implementations)
+      if (run.ran(impl->name()) == 0 && (!args.implementations.empty() || run.passed() == 0)) idle.push_back(impl->name());
+    if (!idle.empty()) {
+      fmt::print("attnbench verify: FAILED: no case ran for {} (every case skipped; the reasons are in the table above). "
+                 "--allow-empty accepts that.\n",
+                 fmt::join(idle, ", "));
+      return exit_fail;
+    }
+  }
+  return exit_pass;
 }
 
 int run_bench(const attn::Registry& registry, const std::vector<std::string>& names, attn::bench::BenchOptions options,
@@ -231,6 +248,10 @@ int main(int argc, char** argv) {
   verify->add_option("--floor-ulps", verify_args.floor_ulps, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   verify->add_option("--threads", verify_args.threads, "Threads for the reference (default: all cores)");
   verify->add_flag("--no-diagnosis", verify_args.no_diagnosis, "Do not test known mistakes against failing outputs");
+  verify->add_flag("--no-projection", verify_args.no_projection,
+                   "Skip a case an implementation does not support (default: run its projection onto what it declares)");
+  verify->add_flag("--allow-empty", verify_args.allow_empty,
+                   "Exit 0 even when an implementation asked for by name ran no case (default: that fails)");
   verify->add_option("--shard", verify_args.shard, "Run part I of N of the cases (I/N: case index modulo N), e.g. for a CI matrix; "
                                                   "`attnbench report` merges the shards");
   verify->get_option("--case")->excludes(verify->get_option("--cases"));

@@ -86,6 +86,8 @@ constexpr Shape wide{1, 2, 1, 256, 512, 256, 256};
 constexpr Shape odd{1, 3, 3, 33, 17, 16, 40};
 constexpr Shape decode{2, 4, 2, 16, 300, 64, 64};
 constexpr Shape prefill{1, 2, 2, 300, 16, 64, 64};
+constexpr Shape mha_past_tile{1, 4, 4, 200, 200, 64, 64};  // plain MHA, past a 128 tile and off a 64 one
+constexpr Shape single_key{2, 2, 2, 5, 1, 32, 32};          // n_k = 1; bottom-right leaves one row visible
 
 }  // namespace
 
@@ -117,7 +119,16 @@ std::vector<Problem> default_cases() {
                  {decode, M::causal_br, R::saturated},
                  {decode, M::padq, R::peaked},
                  {prefill, M::causal_tl, R::diffuse},
-                 {prefill, M::causal_br_pad_bias, R::sparse_int}},
+                 {prefill, M::causal_br_pad_bias, R::sparse_int},
+                 // Each alone, so a kernel that supports only it still meets it: a custom scale far
+                 // from 1/sqrt(d_k) without a bias; per-batch padding with b > 1 without a bias (a
+                 // kernel using batch 0's length for every batch); a large-magnitude causal MHA case
+                 // past a tile (a finite initial row maximum); n_k = 1.
+                 {square, M::none, R::diffuse, 0.9},
+                 {decode, M::pad, R::diffuse},
+                 {mha_past_tile, M::causal_tl, R::large},
+                 {mha_past_tile, M::causal_br, R::large, 0.05},
+                 {single_key, M::causal_br, R::diffuse}},
                 1000);
 }
 
@@ -130,7 +141,9 @@ std::vector<Problem> quick_cases() {
                  {small, M::causal_br, R::saturated},
                  {small, M::padq, R::large},
                  {small, M::bool_half, R::sparse_int},
-                 {odd, M::causal_br_pad_bias, R::uniform01}},
+                 {odd, M::causal_br_pad_bias, R::uniform01},
+                 {small, M::pad, R::diffuse, 1.3},
+                 {single_key, M::none, R::peaked}},
                 5000);
 }
 

@@ -116,6 +116,26 @@ std::string_view to_string(Broadcast broadcast) {
   return "?";
 }
 
+std::string_view to_string(Layout layout) {
+  switch (layout) {
+    case Layout::bhsd: return "bhsd";
+    case Layout::bshd: return "bshd";
+    case Layout::strided: return "strided";
+  }
+  return "?";
+}
+
+const std::vector<Layout>& all_layouts() {
+  static const std::vector<Layout> layouts{Layout::bhsd, Layout::bshd, Layout::strided};
+  return layouts;
+}
+
+Layout parse_layout(std::string_view text) {
+  for (Layout l : all_layouts())
+    if (text == to_string(l)) return l;
+  throw InputError(fmt::format("layout: unknown value '{}' (expected bhsd, bshd or strided)", text));
+}
+
 const std::vector<Regime>& all_regimes() {
   static const std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated,
                                            Regime::large, Regime::sparse_int, Regime::uniform01};
@@ -196,6 +216,7 @@ std::string Problem::repro() const {
   if (bias.enabled) s += fmt::format(" bias={}@{}", format_double(bias.stddev), to_string(bias.broadcast));
   if (scale) s += " scale=" + format_double(*scale);
   s += fmt::format(" regime={} seed={}", to_string(regime), seed);
+  if (layout != Layout::bhsd) s += fmt::format(" layout={}", to_string(layout));
   return s;
 }
 
@@ -249,8 +270,9 @@ Problem parse_problem(std::string_view repro) {
     } else if (key == "scale") p.scale = parse_double(key, value);
     else if (key == "regime") p.regime = parse_regime(value);
     else if (key == "seed") p.seed = parse_uint(key, value);
+    else if (key == "layout") p.layout = parse_layout(value);
     else
-      throw InputError(fmt::format("unknown repro key '{}' (known: b hq hkv nq nk dk dv dtype causal pad padq bool bias scale regime seed)", key));
+      throw InputError(fmt::format("unknown repro key '{}' (known: b hq hkv nq nk dk dv dtype causal pad padq bool bias scale regime seed layout)", key));
   }
   if (seen.empty()) throw InputError("empty repro string");
   p.validate();
@@ -283,7 +305,8 @@ void to_json(nlohmann::json& j, const Problem& p) {
   j = nlohmann::json{{"repro", p.repro()}, {"b", p.batch}, {"h_q", p.h_q}, {"h_kv", p.h_kv}, {"n_q", p.n_q},
                      {"n_k", p.n_k}, {"d_k", p.d_k}, {"d_v", p.d_v}, {"dtype", to_string(p.dtype)},
                      {"causal", to_string(p.causal)}, {"scale", p.effective_scale()},
-                     {"scale_is_default", !p.scale.has_value()}, {"regime", to_string(p.regime)}, {"seed", p.seed}};
+                     {"scale_is_default", !p.scale.has_value()}, {"regime", to_string(p.regime)}, {"seed", p.seed},
+                     {"layout", to_string(p.layout)}};
   if (p.padding.kind != KeyPadding::Kind::none)
     j["padding"] = {{"kind", p.padding.kind == KeyPadding::Kind::per_batch ? "per_batch" : "per_query"},
                     {"valid_len", p.padding.valid_len}};

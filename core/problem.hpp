@@ -17,6 +17,12 @@ namespace attn {
 
 enum class Causal { none, top_left, bottom_right };
 
+// How the tensors are laid out in memory when handed to an implementation. The harness computes
+// in dense BHSD; a third-party kernel may take [b, s, h, d] (FlashAttention's, PyTorch's) or any
+// strides, which the harness then passes with padding between rows and heads so that a kernel
+// assuming dense strides reads the wrong elements. Built-in implementations take BHSD only.
+enum class Layout { bhsd, bshd, strided };
+
 // How the inputs are drawn (DESIGN.md, "Input regimes matter more than tolerances").
 enum class Regime {
   diffuse,     // scores with unit variance
@@ -77,6 +83,7 @@ struct Problem {
   std::optional<double> scale;  // unset: 1/sqrt(d_k)
   Regime regime = Regime::diffuse;
   std::uint64_t seed = 0;
+  Layout layout = Layout::bhsd;  // only a plugin sees anything but BHSD
 
   bool operator==(const Problem&) const = default;
 
@@ -109,6 +116,9 @@ Problem parse_problem(std::string_view repro);  // throws InputError naming the 
 std::string_view to_string(Causal causal);
 std::string_view to_string(Regime regime);
 std::string_view to_string(Broadcast broadcast);
+std::string_view to_string(Layout layout);
+Layout parse_layout(std::string_view text);
+const std::vector<Layout>& all_layouts();  // bhsd first: the order layouts are handed out in
 Regime parse_regime(std::string_view text);
 const std::vector<Regime>& all_regimes();
 

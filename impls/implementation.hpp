@@ -15,10 +15,33 @@
 
 namespace attn {
 
+// The masks an implementation implements; every declared kind composes with every other.
+struct MaskSupport {
+  bool causal_top_left = true, causal_bottom_right = true;
+  bool padding_per_batch = true, padding_per_query = true;
+  bool bool_mask = true, bias = true;
+  bool any() const { return causal_top_left || causal_bottom_right || padding_per_batch || padding_per_query || bool_mask || bias; }
+};
+
+// What an implementation declares it computes: the space that verify projects named cases onto
+// and that the property suite draws from (impls/capability_space.hpp). The defaults declare
+// everything, which the built-ins do; a plugin declares what its C description says, and
+// `supports` may still refuse a problem inside the space (then a projection is tried).
 struct Capabilities {
   std::string summary;                 // one line: the algorithm and its precision
   std::string device = "cpu";          // "cpu" or "cuda"
   std::vector<DType> dtypes;           // input/output types it accepts
+  std::vector<Layout> layouts{Layout::bhsd};  // in all_layouts() order
+  MaskSupport masks;
+  bool gqa = true;                     // h_kv < h_q (GQA, MQA)
+  bool different_dk_dv = true;
+  // Head dimensions (d_k and d_v): the listed ones when non-empty, else [min_head_dim, max_head_dim].
+  std::int64_t min_head_dim = 1, max_head_dim = std::int64_t{1} << 31;
+  std::vector<std::int64_t> head_dims;
+  // Masked keys are kept out entirely: NaN or Inf in a masked K or V row never reaches an output
+  // (most kernels compute 0 * V for them, and 0 * NaN is NaN). Declared, the check of it is a
+  // failure; undeclared, a finding.
+  bool masked_nonfinite_safe = false;
   bool returns_lse = false;
   bool returns_weights = false;
   bool deterministic = true;           // bitwise-identical results on repeated runs

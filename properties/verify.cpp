@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "impls/capability_space.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 
 namespace attn {
@@ -69,73 +71,174 @@ int VerifyRun::passed() const { return int(std::count_if(records.begin(), record
 int VerifyRun::failed() const { return int(std::count_if(records.begin(), records.end(), [](auto& r) { return r.status == Status::fail; })); }
 int VerifyRun::skipped() const { return int(std::count_if(records.begin(), records.end(), [](auto& r) { return r.status == Status::skip; })); }
 
+int VerifyRun::ran(const std::string& implementation) const {
+  return int(std::count_if(records.begin(), records.end(),
+                           [&](auto& r) { return r.implementation == implementation && r.status != Status::skip; }));
+}
+
+Coverage coverage_of(const VerifyRun& run, const std::string& implementation) {
+  Coverage c;
+  for (const Record& r : run.records) {
+    if (r.implementation != implementation) continue;
+    if (r.status == Status::skip) {
+      ++c.skipped;
+      continue;
+    }
+    ++c.ran;
+    if (!r.projected_from.empty()) ++c.projected;
+    for (const std::string& f : features_of(r.context->problem)) ++c.exercised[f];
+  }
+  if (auto declared = run.declared_features.find(implementation); declared != run.declared_features.end())
+    for (const std::string& f : declared->second)
+      if (!c.exercised.count(f)) c.missing.push_back(f);
+  return c;
+}
+
+namespace {
+
+// What an implementation runs for a case. An implementation that declares several layouts gets
+// them in turn, case by case (every layout within any set of three or more cases); a case that
+// names a layout keeps it. Then the problem is resolved against what it declares and supports.
+Resolution plan_for(const Implementation& impl, const Capabilities& caps, const Problem& p, std::size_t case_number, bool project) {
+  Problem wanted = p;
+  if (p.layout == Layout::bhsd && caps.layouts.size() > 1) wanted.layout = caps.layouts[case_number % caps.layouts.size()];
+  if (!project) {
+    Resolution r;
+    const Support s = covers(caps, wanted).ok ? impl.supports(wanted) : covers(caps, wanted);
+    if (s.ok)
+      r.problem = wanted;
+    else
+      r.skip_reason = s.reason;
+    return r;
+  }
+  Resolution r = resolve(impl, wanted);
+  if (r.problem && !(*r.problem == p) && !r.projected) {
+    r.projected = true;
+    r.changes = fmt::format("layout bhsd -> {}", to_string(r.problem->layout));
+  } else if (r.projected && wanted.layout != p.layout) {
+    r.changes = fmt::format("layout bhsd -> {}, {}", to_string(wanted.layout), r.changes);
+  }
+  return r;
+}
+
+// A problem ready to run implementations on: its inputs and reference live while the case does.
+struct Prepared {
+  const CaseContext* context = nullptr;
+  std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
+  ReferenceResult reference;
+  const CaseInputs& inputs() const { return *inputs_storage; }
+  Expected expected() const { return expected_of(reference); }
+};
+
+// The reference, the yardstick and their facts for one problem.
+std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, const VerifyOptions& options, Prepared& prepared) {
+  const CaseInputs& in = prepared.inputs_storage.emplace(generate_inputs(p));
+  auto ctx = std::make_unique<CaseContext>();
+  ctx->index = number;
+  ctx->problem = p;
+  ctx->rows_total = p.rows();
+  ctx->reference_computed = true;
+  const auto ref_start = std::chrono::steady_clock::now();
+  prepared.reference = compute_reference(p, in, options.reference);
+  const ReferenceResult& ref = prepared.reference;
+  ctx->reference_seconds = seconds_since(ref_start);
+  ctx->rows_checked = std::int64_t(ref.rows.size());
+  ctx->sampled = ref.sampled;
+  ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
+  ctx->score_rounding = ref.score_rounding;
+  // The yardstick: the naive algorithm in the same precision.
+  Output naive{make_output(p), make_lse(p)};
+  std::vector<std::byte> naive_workspace(naive_workspace_bytes(p));
+  naive_attention(RunArgs{p, in, naive.out, &naive.lse, nullptr, naive_workspace});
+  ctx->baseline = measure(p, in.mask, prepared.expected(), naive.out, &naive.lse, FullyMaskedPolicy::zeros);
+  check_baseline(*ctx, ref, naive.out);
+  return ctx;
+}
+
+void run_record(Record& record, const Implementation& impl, const Capabilities& caps, const Prepared& prepared, const VerifyOptions& options) {
+  const CaseContext& context = *prepared.context;
+  const CaseInputs& in = prepared.inputs();
+  const Problem& p = context.problem;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Output o = run_once(impl, p, in, caps.returns_lse);
+    record.seconds = seconds_since(start);
+    record.metrics = measure(p, in.mask, prepared.expected(), o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
+    const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
+    record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding, scale);
+    if (!record.verdict.pass && options.diagnosis.enabled) {
+      const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
+                                                               [](const std::string& r) { return r.find("LSE") != std::string::npos; });
+      record.diagnosis = diagnose(p, in, o.out,
+                                  DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale, caps.fully_masked,
+                                                   record.metrics, lse_agrees},
+                                  options.diagnosis);
+    }
+  } catch (const std::exception& e) {
+    record.seconds = seconds_since(start);
+    record.verdict.pass = false;
+    record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
+  }
+  if (!context.baseline_problem.empty()) {
+    record.verdict.pass = false;
+    record.verdict.reasons.push_back(context.baseline_problem);
+  }
+  record.status = record.verdict.pass ? Status::pass : Status::fail;
+}
+
+}  // namespace
+
 VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
                  const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record) {
   VerifyRun run;
+  run.named_cases = cases.size();
+  std::vector<Capabilities> caps;
+  for (const Implementation* impl : implementations) {
+    caps.push_back(impl->describe());
+    run.declared_features[impl->name()] = declared_features(caps.back());
+  }
   for (std::size_t index = 0; index < cases.size(); ++index) {
     const Problem& p = cases[index];
     p.validate();
-    auto ctx = std::make_unique<CaseContext>();
-    ctx->index = options.case_numbers.empty() ? index : options.case_numbers.at(index);
-    ctx->problem = p;
-    ctx->rows_total = p.rows();
-
-    const CaseInputs in = generate_inputs(p);
-    const auto ref_start = std::chrono::steady_clock::now();
-    const ReferenceResult ref = compute_reference(p, in, options.reference);
-    ctx->reference_seconds = seconds_since(ref_start);
-    ctx->rows_checked = std::int64_t(ref.rows.size());
-    ctx->sampled = ref.sampled;
-    ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
-    ctx->score_rounding = ref.score_rounding;
-    const Expected expected = expected_of(ref);
-
-    // The yardstick: the naive algorithm in the same precision.
-    Output naive{make_output(p), make_lse(p)};
-    std::vector<std::byte> naive_workspace(naive_workspace_bytes(p));
-    naive_attention(RunArgs{p, in, naive.out, &naive.lse, nullptr, naive_workspace});
-    ctx->baseline = measure(p, in.mask, expected, naive.out, &naive.lse, FullyMaskedPolicy::zeros);
-    check_baseline(*ctx, ref, naive.out);
-    run.cases.push_back(std::move(ctx));
-    const CaseContext& context = *run.cases.back();
-
-    for (const Implementation* impl : implementations) {
+    const std::size_t number = options.case_numbers.empty() ? index : options.case_numbers.at(index);
+    // What each implementation runs, decided before any input or reference is built: a case no
+    // implementation supports costs a few calls to supports().
+    std::vector<Resolution> plans;
+    for (std::size_t n = 0; n < implementations.size(); ++n) plans.push_back(plan_for(*implementations[n], caps[n], p, number, options.project));
+    // One context per distinct problem, built when the first implementation needs it.
+    std::vector<std::unique_ptr<Prepared>> prepared;
+    const CaseContext* skipped_context = nullptr;
+    for (std::size_t n = 0; n < implementations.size(); ++n) {
+      const Resolution& plan = plans[n];
       Record record;
-      record.implementation = impl->name();
-      record.context = &context;
-      const Capabilities caps = impl->describe();
-      const Support support = std::find(caps.dtypes.begin(), caps.dtypes.end(), p.dtype) == caps.dtypes.end()
-                                  ? Support::no(fmt::format("dtype {} not supported", to_string(p.dtype)))
-                                  : impl->supports(p);
-      if (!support.ok) {
+      record.implementation = implementations[n]->name();
+      if (!plan.problem) {
+        if (!skipped_context) {
+          auto ctx = std::make_unique<CaseContext>();
+          ctx->index = number;
+          ctx->problem = p;
+          ctx->rows_total = p.rows();
+          run.cases.push_back(std::move(ctx));
+          skipped_context = run.cases.back().get();
+        }
+        record.context = skipped_context;
         record.status = Status::skip;
-        record.skip_reason = support.reason;
+        record.skip_reason = plan.skip_reason;
       } else {
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          Output o = run_once(*impl, p, in, caps.returns_lse);
-          record.seconds = seconds_since(start);
-          record.metrics = measure(p, in.mask, expected, o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
-          const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
-          record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding, scale);
-          if (!record.verdict.pass && options.diagnosis.enabled) {
-            const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
-                                                                     [](const std::string& r) { return r.find("LSE") != std::string::npos; });
-            record.diagnosis = diagnose(p, in, o.out,
-                                        DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale,
-                                                         caps.fully_masked, record.metrics, lse_agrees},
-                                        options.diagnosis);
-          }
-        } catch (const std::exception& e) {
-          record.seconds = seconds_since(start);
-          record.verdict.pass = false;
-          record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
+        auto found = std::find_if(prepared.begin(), prepared.end(), [&](auto& c) { return c->context->problem == *plan.problem; });
+        if (found == prepared.end()) {
+          auto ready = std::make_unique<Prepared>();
+          run.cases.push_back(prepare_case(*plan.problem, number, options, *ready));
+          ready->context = run.cases.back().get();
+          prepared.push_back(std::move(ready));
+          found = prepared.end() - 1;
         }
-        if (!context.baseline_problem.empty()) {
-          record.verdict.pass = false;
-          record.verdict.reasons.push_back(context.baseline_problem);
+        record.context = (*found)->context;
+        if (plan.projected) {
+          record.projected_from = p.repro();
+          record.projection = plan.changes;
         }
-        record.status = record.verdict.pass ? Status::pass : Status::fail;
+        run_record(record, *implementations[n], caps[n], **found, options);
       }
       run.records.push_back(std::move(record));
       if (on_record) on_record(run, run.records.back());

@@ -4,6 +4,7 @@
 // precision (cpu_naive's code), whose own error is first checked against the a-priori bound
 // the reference derives for it, so a broken yardstick cannot hide a broken kernel.
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,12 +25,17 @@ struct VerifyOptions {
   std::vector<std::size_t> case_numbers;
   // What a failing output is diagnosed with (properties/diagnosis.hpp); enabled by default.
   DiagnosisOptions diagnosis;
+  // A case an implementation does not support runs as its projection onto what the
+  // implementation declares (impls/capability_space.hpp); false: it is skipped.
+  bool project = true;
 };
 
 // The reference and baseline facts of one case, shared by every implementation run on it.
+// A projected case has a context of its own (its problem is the projection).
 struct CaseContext {
   std::size_t index = 0;
   Problem problem;
+  bool reference_computed = false;       // false: every implementation skipped the case
   std::int64_t rows_total = 0;
   std::int64_t rows_checked = 0;
   bool sampled = false;
@@ -46,6 +52,9 @@ struct Record {
   const CaseContext* context = nullptr;  // owned by the VerifyRun
   Status status = Status::skip;
   std::string skip_reason;
+  // The named case when what ran is its projection (context->problem); empty otherwise.
+  std::string projected_from;
+  std::string projection;  // what the projection changed, e.g. 'dtype f16 -> f32, h_kv 2 -> 8'
   ErrorMetrics metrics;
   Verdict verdict;
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
@@ -54,12 +63,26 @@ struct Record {
 };
 
 struct VerifyRun {
-  std::vector<std::unique_ptr<CaseContext>> cases;
+  std::vector<std::unique_ptr<CaseContext>> cases;  // one per problem run (a case and its projections)
+  std::size_t named_cases = 0;                      // cases asked for
   std::vector<Record> records;
+  // Per implementation, the features its declaration says it should be tested on.
+  std::map<std::string, std::vector<std::string>> declared_features;
   int passed() const;
   int failed() const;
   int skipped() const;
+  // Cases that ran (passed or failed) for one implementation.
+  int ran(const std::string& implementation) const;
 };
+
+// What one implementation's run covered: cases that ran, and the features of the problems that
+// ran against those it declares.
+struct Coverage {
+  int ran = 0, projected = 0, skipped = 0;
+  std::map<std::string, int> exercised;  // feature -> cases
+  std::vector<std::string> missing;      // declared, never exercised
+};
+Coverage coverage_of(const VerifyRun& run, const std::string& implementation);
 
 // Runs implementations × cases in case order. on_record is called as each record is made,
 // so a caller can print and save progressively.

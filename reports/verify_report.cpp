@@ -79,6 +79,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                        {"error_over_a_priori_bound", number(c.baseline_bound_ratio)},
                        {"score_rounding", number(c.score_rounding.out)},
                        {"lse_score_rounding", number(c.score_rounding.lse)}}}};
+    if (!r.projected_from.empty()) j["projected_from"] = {{"repro", r.projected_from}, {"changes", r.projection}};
     if (r.status == Status::skip) {
       j["skip_reason"] = r.skip_reason;
     } else {
@@ -91,11 +92,18 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
     }
     records.push_back(std::move(j));
   }
+  nlohmann::json coverage = nlohmann::json::object();
+  for (const auto& [implementation, declared] : run.declared_features) {
+    const Coverage c = coverage_of(run, implementation);
+    coverage[implementation] = {{"cases_run", c.ran},     {"cases_projected", c.projected}, {"cases_skipped", c.skipped},
+                                {"exercised", c.exercised}, {"not_exercised", c.missing}};
+  }
   return {{"schema", "attnbench.verify"},
           {"schema_version", verify_schema_version},
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
-          {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.cases.size()}}},
+          {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.named_cases}}},
+          {"coverage", coverage},
           {"records", records}};
 }
 
@@ -124,6 +132,7 @@ void print_verify_row(std::ostream& os, const Record& r) {
   const CaseContext& c = *r.context;
   std::string label = c.problem.label();
   if (c.sampled) label += fmt::format(" [{}/{} rows]", c.rows_checked, c.rows_total);
+  if (!r.projected_from.empty()) label += " (projected)";
   if (r.status == Status::skip) {
     fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  skip: {}\n", r.implementation, c.index, label, "-", "-", "-", r.skip_reason);
     return;
@@ -135,10 +144,21 @@ void print_verify_row(std::ostream& os, const Record& r) {
 }
 
 void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::function<std::string(const Record&)>& rerun_command) {
-  fmt::print(os, "\n{} passed, {} failed, {} skipped over {} cases\n", run.passed(), run.failed(), run.skipped(), run.cases.size());
+  fmt::print(os, "\n{} passed, {} failed, {} skipped over {} cases\n", run.passed(), run.failed(), run.skipped(), run.named_cases);
+  for (const auto& [implementation, declared] : run.declared_features) {
+    const Coverage c = coverage_of(run, implementation);
+    fmt::print(os, "coverage of {}: {} of {} cases ran ({} as projections onto what it declares), {} skipped\n", implementation, c.ran,
+               run.named_cases, c.projected, c.skipped);
+    if (c.ran == 0) continue;
+    std::vector<std::string> exercised;
+    for (const auto& [feature, count] : c.exercised) exercised.push_back(fmt::format("{} ({})", feature, count));
+    fmt::print(os, "  exercised: {}\n", fmt::join(exercised, ", "));
+    if (!c.missing.empty()) fmt::print(os, "  declared but not exercised: {}\n", fmt::join(c.missing, ", "));
+  }
   for (const Record& r : run.records) {
     if (r.status != Status::fail) continue;
     fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());
+    if (!r.projected_from.empty()) fmt::print(os, "  projected from '{}' ({})\n", r.projected_from, r.projection);
     for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
     if (r.diagnosis.ran) {
       if (r.diagnosis.matches.empty()) fmt::print(os, "  diagnosis: {}\n", r.diagnosis.summary());

@@ -78,10 +78,11 @@ TEST(PluginAbi, LayoutStridesInElements) {
   EXPECT_EQ(layout_strides(s, Layout::bhsd), (Strides{105, 35, 7, 1}));
   EXPECT_EQ(layout_strides(s, Layout::bshd), (Strides{105, 7, 21, 1}));
   EXPECT_EQ(storage_elements(s, layout_strides(s, Layout::bshd)), 210);
-  EXPECT_EQ(choose_layout(ATTNBENCH_LAYOUT_BSHD), Layout::bshd);
-  EXPECT_EQ(choose_layout(ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_BHSD), Layout::bhsd);
-  EXPECT_EQ(choose_layout(ATTNBENCH_LAYOUT_STRIDED), Layout::bhsd);
-  EXPECT_THROW(choose_layout(0), std::invalid_argument);
+  EXPECT_EQ(layout_strides(s, Layout::strided), (Strides{3 * 55 + 7, 55, 10, 1}));
+  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_BSHD), std::vector<Layout>{Layout::bshd});
+  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_BHSD), (std::vector<Layout>{Layout::bhsd, Layout::bshd}));
+  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_STRIDED), std::vector<Layout>{Layout::strided});
+  EXPECT_TRUE(declared_layouts(0).empty());
 }
 
 TEST(PluginAbi, BroadcastDimensionsGetStrideZero) {

@@ -7,20 +7,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "impls/capability_space.hpp"
+
 namespace attn::plugin {
 namespace {
 
 bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
 bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
-
-bool head_dim_ok(const PluginInfo& info, std::int64_t d) {
-  if (!info.head_dims.empty()) {
-    for (auto h : info.head_dims)
-      if (h == d) return true;
-    return false;
-  }
-  return d >= info.min_head_dim && d <= info.max_head_dim;
-}
 
 std::string head_dims_text(const PluginInfo& info) {
   if (!info.head_dims.empty()) return fmt::format("{}", fmt::join(info.head_dims, ", "));
@@ -114,6 +107,15 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.device = info.cuda ? "cuda" : "cpu";
   for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
     if (info.dtypes & ATTNBENCH_DTYPE_BIT(to_abi(d))) caps.dtypes.push_back(d);
+  caps.layouts = declared_layouts(info.layouts);
+  caps.masks = {(info.masks & ATTNBENCH_MASK_CAUSAL_TOP_LEFT) != 0,   (info.masks & ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT) != 0,
+                (info.masks & ATTNBENCH_MASK_PADDING_PER_BATCH) != 0, (info.masks & ATTNBENCH_MASK_PADDING_PER_QUERY) != 0,
+                (info.masks & ATTNBENCH_MASK_BOOL) != 0,              (info.masks & ATTNBENCH_MASK_BIAS) != 0};
+  caps.gqa = info.gqa;
+  caps.different_dk_dv = info.different_dk_dv;
+  caps.min_head_dim = info.min_head_dim;
+  caps.max_head_dim = info.max_head_dim;
+  caps.head_dims.assign(info.head_dims.begin(), info.head_dims.end());
   caps.returns_lse = info.returns_lse;
   caps.deterministic = info.deterministic;
   caps.fully_masked = info.fully_masked;
@@ -142,23 +144,8 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 }
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
-  if (!(info.dtypes & ATTNBENCH_DTYPE_BIT(to_abi(p.dtype)))) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
-  if (!head_dim_ok(info, p.d_k)) return Support::no(fmt::format("head dim d_k={} not declared (declared: {})", p.d_k, head_dims_text(info)));
-  if (!head_dim_ok(info, p.d_v)) return Support::no(fmt::format("head dim d_v={} not declared (declared: {})", p.d_v, head_dims_text(info)));
-  if (p.d_k != p.d_v && !info.different_dk_dv) return Support::no("d_k != d_v not declared");
-  if (p.h_kv != p.h_q && !info.gqa) return Support::no("GQA/MQA (h_kv < h_q) not declared");
-  auto need = [&](std::uint32_t bit, const char* what) -> Support {
-    return (info.masks & bit) ? Support::yes() : Support::no(fmt::format("{} not declared", what));
-  };
-  Support s;
-  if (p.causal == Causal::top_left && !(s = need(ATTNBENCH_MASK_CAUSAL_TOP_LEFT, "causal top-left mask")).ok) return s;
-  if (p.causal == Causal::bottom_right && !(s = need(ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT, "causal bottom-right mask")).ok) return s;
-  if (p.padding.kind == KeyPadding::Kind::per_batch && !(s = need(ATTNBENCH_MASK_PADDING_PER_BATCH, "key padding per batch")).ok) return s;
-  if (p.padding.kind == KeyPadding::Kind::per_query && !(s = need(ATTNBENCH_MASK_PADDING_PER_QUERY, "key padding per query")).ok) return s;
-  if (p.bool_mask.enabled && !(s = need(ATTNBENCH_MASK_BOOL, "boolean mask")).ok) return s;
-  if (p.bias.enabled && !(s = need(ATTNBENCH_MASK_BIAS, "additive bias")).ok) return s;
-  if (!(info.layouts & (ATTNBENCH_LAYOUT_BHSD | ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_STRIDED))) return Support::no("no layout declared");
-  return Support::yes();
+  if (info.layouts == 0) return Support::no("no layout declared");
+  return covers(to_capabilities(info), p);
 }
 
 int32_t to_abi(DType dtype) {
@@ -181,17 +168,25 @@ DType dtype_from_abi(int32_t code) {
   }
 }
 
-Layout choose_layout(std::uint32_t layouts) {
-  if (layouts & (ATTNBENCH_LAYOUT_BHSD | ATTNBENCH_LAYOUT_STRIDED)) return Layout::bhsd;
-  if (layouts & ATTNBENCH_LAYOUT_BSHD) return Layout::bshd;
-  throw std::invalid_argument("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
+std::vector<Layout> declared_layouts(std::uint32_t layouts) {
+  std::vector<Layout> declared;
+  if (layouts & ATTNBENCH_LAYOUT_BHSD) declared.push_back(Layout::bhsd);
+  if (layouts & ATTNBENCH_LAYOUT_BSHD) declared.push_back(Layout::bshd);
+  if (layouts & ATTNBENCH_LAYOUT_STRIDED) declared.push_back(Layout::strided);
+  return declared;
 }
 
-std::string_view to_string(Layout layout) { return layout == Layout::bhsd ? "BHSD" : "BSHD"; }
-
 Strides layout_strides(const Tensor::Shape& s, Layout layout) {
-  if (layout == Layout::bhsd) return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
-  return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1};  // [b, s, h, d] in memory
+  switch (layout) {
+    case Layout::bhsd: return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+    case Layout::bshd: return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1};  // [b, s, h, d] in memory
+    case Layout::strided: {
+      // Gaps of 3, 5 and 7 elements: odd, so no dense stride is ever right by accident.
+      const std::int64_t row = s[3] + 3, head = s[2] * row + 5, batch = s[1] * head + 7;
+      return {batch, head, row, 1};
+    }
+  }
+  throw std::invalid_argument("unknown layout");
 }
 
 Strides broadcast_strides(const Problem& p, Broadcast broadcast) {

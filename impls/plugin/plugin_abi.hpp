@@ -47,12 +47,12 @@ Support check_capabilities(const PluginInfo& info, const Problem& problem);
 int32_t to_abi(DType dtype);
 DType dtype_from_abi(int32_t code);  // throws std::invalid_argument on an unknown code
 
-// The memory layout attnbench hands a plugin: its own BHSD when accepted, else BSHD.
-enum class Layout { bhsd, bshd };
-Layout choose_layout(std::uint32_t layouts);  // throws std::invalid_argument when neither fits
-std::string_view to_string(Layout layout);
+// The layouts a plugin's ATTNBENCH_LAYOUT_* bits declare, in all_layouts() order (BHSD first).
+std::vector<Layout> declared_layouts(std::uint32_t layouts);
 using Strides = std::array<std::int64_t, 4>;
-// Strides in elements of a dense logical [b, h, s, d] tensor stored in the layout.
+// Strides in elements of a logical [b, h, s, d] tensor stored in the layout: dense BHSD, dense
+// BSHD, or (strided) BHSD order with gaps after every row, head and batch, so a kernel that
+// assumes dense strides instead of reading them reads the wrong elements.
 Strides layout_strides(const Tensor::Shape& shape, Layout layout);
 // Strides of a [b, h_q, n_q, n_k] mask or bias stored as core/mask.hpp stores it, [bb, hh, n_q,
 // n_k] with bb, hh 1 where it broadcasts: stride 0 there.

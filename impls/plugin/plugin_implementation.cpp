@@ -363,7 +363,11 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
   }
   if (!unavailable_.empty()) throw std::runtime_error(unavailable_);
   const Problem& p = a.problem;
-  const Layout layout = choose_layout(info_.layouts);
+  // The problem's layout where declared (verify hands each declared layout out in turn); a
+  // problem made elsewhere (the benchmarks' list) gets the first one declared.
+  const std::vector<Layout> declared = declared_layouts(info_.layouts);
+  if (declared.empty()) throw std::runtime_error("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
+  const Layout layout = std::find(declared.begin(), declared.end(), p.layout) != declared.end() ? p.layout : declared.front();
   auto bytes_of = [](const Tensor& t) { return reinterpret_cast<const std::byte*>(t.data()); };
   auto io = [&](const char* name, const Tensor& t, std::byte* back, Layout l) {
     const auto elem = std::size_t(bytes_per_element(t.dtype()));

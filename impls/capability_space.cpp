@@ -1,0 +1,284 @@
+#include "impls/capability_space.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/mask.hpp"
+
+namespace attn {
+namespace {
+
+template <class T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+bool head_dim_declared(const Capabilities& caps, std::int64_t d) {
+  if (!caps.head_dims.empty()) return contains(caps.head_dims, d);
+  return d >= caps.min_head_dim && d <= caps.max_head_dim;
+}
+
+// The declared head dimension nearest to d (the larger on a tie: a tail past a tile is the edge
+// worth keeping).
+std::int64_t nearest_head_dim(const Capabilities& caps, std::int64_t d) {
+  if (caps.head_dims.empty()) return std::clamp(d, caps.min_head_dim, std::max(caps.min_head_dim, caps.max_head_dim));
+  std::int64_t best = caps.head_dims.front();
+  for (std::int64_t h : caps.head_dims)
+    if (std::llabs(h - d) < std::llabs(best - d) || (std::llabs(h - d) == std::llabs(best - d) && h > best)) best = h;
+  return best;
+}
+
+// f32 first: the dtype nearly every kernel declares, and the one whose yardstick is tightest
+// after f64. Otherwise the nearest in width.
+DType nearest_dtype(const Capabilities& caps, DType from) {
+  if (contains(caps.dtypes, DType::f32)) return DType::f32;
+  const std::vector<DType> order = from == DType::f64 ? std::vector<DType>{DType::f16, DType::bf16}
+                                   : from == DType::f16 ? std::vector<DType>{DType::bf16, DType::f64}
+                                                        : std::vector<DType>{DType::f16, DType::f64};
+  for (DType d : order)
+    if (contains(caps.dtypes, d)) return d;
+  return caps.dtypes.front();
+}
+
+std::int64_t causal_limit(const Problem& p, std::int64_t i) {
+  const std::int64_t delta = p.causal == Causal::bottom_right ? p.n_k - p.n_q : 0;
+  return std::clamp<std::int64_t>(i + delta + 1, 0, p.n_k);
+}
+
+// Causality and per-batch padding written as per-query valid lengths: the same visible keys.
+void fold_into_query_padding(Problem& p) {
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.n_q; ++i) {
+      std::int64_t len = p.n_k;
+      if (p.padding.kind == KeyPadding::Kind::per_batch) len = p.padding.valid_len[std::size_t(b)];
+      if (p.padding.kind == KeyPadding::Kind::per_query) len = p.padding.valid_len[std::size_t(b * p.n_q + i)];
+      if (p.causal != Causal::none) len = std::min(len, causal_limit(p, i));
+      lengths.push_back(len);
+    }
+  p.causal = Causal::none;
+  p.padding = {KeyPadding::Kind::per_query, std::move(lengths)};
+}
+
+// Per-query lengths as one length per batch: batch b keeps the length of its row b mod n_q (row
+// n_q / 2 when there is one batch), so a case whose first rows are fully masked keeps a fully
+// masked batch beside a short one rather than becoming all masked.
+void per_query_to_per_batch(Problem& p) {
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t row = p.batch == 1 ? p.n_q / 2 : b % p.n_q;
+    lengths.push_back(p.padding.valid_len[std::size_t(b * p.n_q + row)]);
+  }
+  p.padding = {KeyPadding::Kind::per_batch, std::move(lengths)};
+}
+
+void drop_padding(Problem& p) { p.padding = {}; }
+
+// Sequence lengths changed: per-query lengths follow their rows (the last row repeats), every
+// length is clamped to the new n_k.
+void refit_padding(Problem& p, std::int64_t old_n_q) {
+  if (p.padding.kind == KeyPadding::Kind::per_query && old_n_q != p.n_q) {
+    std::vector<std::int64_t> lengths;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t i = 0; i < p.n_q; ++i) lengths.push_back(p.padding.valid_len[std::size_t(b * old_n_q + std::min(i, old_n_q - 1))]);
+    p.padding.valid_len = std::move(lengths);
+  }
+  for (auto& len : p.padding.valid_len) len = std::min(len, p.n_k);
+}
+
+void project_masks(const Capabilities& caps, Problem& p) {
+  const MaskSupport& m = caps.masks;
+  if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) {
+    if (m.padding_per_batch)
+      per_query_to_per_batch(p);
+    else
+      drop_padding(p);
+  }
+  if (p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) {
+    if (m.padding_per_query)
+      fold_into_query_padding(p);
+    else
+      drop_padding(p);
+  }
+  const bool tl = p.causal == Causal::top_left, br = p.causal == Causal::bottom_right;
+  if ((tl && !m.causal_top_left) || (br && !m.causal_bottom_right)) {
+    const bool other = tl ? m.causal_bottom_right : m.causal_top_left;
+    const Causal swapped = tl ? Causal::bottom_right : Causal::top_left;
+    if (other && p.n_q == p.n_k)
+      p.causal = swapped;  // the same visible keys
+    else if (m.padding_per_query)
+      fold_into_query_padding(p);  // the same visible keys
+    else if (other)
+      p.causal = swapped;  // still causal, the diagonal moved
+    else
+      p.causal = Causal::none;
+  }
+  if (p.bool_mask.enabled && !m.bool_mask) p.bool_mask = {};
+  if (p.bias.enabled && !m.bias) p.bias = {};
+}
+
+// What changed between a case and its projection, for the console and the JSON.
+std::string describe_changes(const Problem& from, const Problem& to) {
+  std::vector<std::string> parts;
+  if (from.dtype != to.dtype) parts.push_back(fmt::format("dtype {} -> {}", to_string(from.dtype), to_string(to.dtype)));
+  if (from.layout != to.layout) parts.push_back(fmt::format("layout {} -> {}", to_string(from.layout), to_string(to.layout)));
+  if (from.n_q != to.n_q || from.n_k != to.n_k) parts.push_back(fmt::format("n {}x{} -> {}x{}", from.n_q, from.n_k, to.n_q, to.n_k));
+  if (from.h_kv != to.h_kv) parts.push_back(fmt::format("h_kv {} -> {}", from.h_kv, to.h_kv));
+  if (from.d_k != to.d_k || from.d_v != to.d_v) parts.push_back(fmt::format("d {}/{} -> {}/{}", from.d_k, from.d_v, to.d_k, to.d_v));
+  if (from.causal != to.causal) parts.push_back(fmt::format("causal {} -> {}", to_string(from.causal), to_string(to.causal)));
+  if (!(from.padding == to.padding)) {
+    auto kind = [](const KeyPadding& k) {
+      return k.kind == KeyPadding::Kind::none ? "none" : k.kind == KeyPadding::Kind::per_batch ? "per batch" : "per query";
+    };
+    parts.push_back(fmt::format("padding {} -> {}", kind(from.padding), kind(to.padding)));
+  }
+  if (from.bool_mask.enabled && !to.bool_mask.enabled) parts.push_back("boolean mask dropped");
+  if (from.bias.enabled && !to.bias.enabled) parts.push_back("bias dropped");
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+bool accepted(const Implementation& impl, const Capabilities& caps, const Problem& p) {
+  try {
+    p.validate();
+  } catch (const std::exception&) {
+    return false;
+  }
+  return covers(caps, p).ok && impl.supports(p).ok;
+}
+
+}  // namespace
+
+Support covers(const Capabilities& caps, const Problem& p) {
+  if (!contains(caps.dtypes, p.dtype)) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
+  if (!contains(caps.layouts, p.layout)) return Support::no(fmt::format("layout {} not declared", to_string(p.layout)));
+  if (!head_dim_declared(caps, p.d_k)) return Support::no(fmt::format("head dim d_k={} not declared", p.d_k));
+  if (!head_dim_declared(caps, p.d_v)) return Support::no(fmt::format("head dim d_v={} not declared", p.d_v));
+  if (p.d_k != p.d_v && !caps.different_dk_dv) return Support::no("d_k != d_v not declared");
+  if (p.h_kv != p.h_q && !caps.gqa) return Support::no("GQA/MQA (h_kv < h_q) not declared");
+  const MaskSupport& m = caps.masks;
+  if (p.causal == Causal::top_left && !m.causal_top_left) return Support::no("causal top-left mask not declared");
+  if (p.causal == Causal::bottom_right && !m.causal_bottom_right) return Support::no("causal bottom-right mask not declared");
+  if (p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) return Support::no("key padding per batch not declared");
+  if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) return Support::no("key padding per query not declared");
+  if (p.bool_mask.enabled && !m.bool_mask) return Support::no("boolean mask not declared");
+  if (p.bias.enabled && !m.bias) return Support::no("additive bias not declared");
+  return Support::yes();
+}
+
+std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem) {
+  if (caps.dtypes.empty() || caps.layouts.empty()) return std::nullopt;
+  Problem p = problem;
+  if (!contains(caps.dtypes, p.dtype)) p.dtype = nearest_dtype(caps, p.dtype);
+  if (!contains(caps.layouts, p.layout)) p.layout = caps.layouts.front();
+  if (!caps.gqa) p.h_kv = p.h_q;
+  if (!head_dim_declared(caps, p.d_k)) p.d_k = nearest_head_dim(caps, p.d_k);
+  if (!head_dim_declared(caps, p.d_v)) p.d_v = nearest_head_dim(caps, p.d_v);
+  if (!caps.different_dk_dv) p.d_v = p.d_k;
+  project_masks(caps, p);
+  return p;
+}
+
+Resolution resolve(const Implementation& impl, const Problem& problem) {
+  const Capabilities caps = impl.describe();
+  Resolution r;
+  const Support own = covers(caps, problem);
+  if (own.ok) {
+    const Support s = impl.supports(problem);
+    if (s.ok) {
+      r.problem = problem;
+      return r;
+    }
+    r.skip_reason = s.reason;
+  } else {
+    r.skip_reason = own.reason;
+  }
+  const std::optional<Problem> base = project_onto(caps, problem);
+  if (!base) {
+    r.skip_reason += " (it declares no dtype or no layout)";
+    return r;
+  }
+  // Cumulative: each step keeps the ones before it.
+  std::vector<Problem> candidates{*base};
+  auto then = [&](auto change) {
+    Problem next = candidates.back();
+    change(next);
+    if (!(next == candidates.back())) candidates.push_back(std::move(next));
+  };
+  then([](Problem& p) {
+    const std::int64_t old_n_q = p.n_q;
+    p.n_q = p.n_k = std::max(p.n_q, p.n_k);
+    refit_padding(p, old_n_q);
+  });
+  then([](Problem& p) { p.h_kv = p.h_q; });
+  then([](Problem& p) { p.d_v = p.d_k; });
+  then([&](Problem& p) {
+    if (contains(caps.dtypes, DType::f32)) p.dtype = DType::f32;
+  });
+  then([](Problem& p) { p.bias = {}; });
+  then([](Problem& p) { p.bool_mask = {}; });
+  then([](Problem& p) { p.padding = {}; });
+  then([](Problem& p) { p.causal = Causal::none; });
+  for (const Problem& candidate : candidates)
+    if (accepted(impl, caps, candidate)) {
+      r.problem = candidate;
+      r.projected = true;
+      r.changes = describe_changes(problem, candidate);
+      return r;
+    }
+  return r;
+}
+
+std::vector<std::string> features_of(const Problem& p) {
+  std::vector<std::string> f{fmt::format("dtype:{}", to_string(p.dtype)), fmt::format("layout:{}", to_string(p.layout)),
+                             fmt::format("regime:{}", to_string(p.regime))};
+  if (p.causal == Causal::top_left) f.emplace_back("causal_top_left");
+  if (p.causal == Causal::bottom_right) f.emplace_back("causal_bottom_right");
+  if (p.padding.kind == KeyPadding::Kind::per_batch) f.emplace_back(p.batch > 1 ? "padding_per_batch_b>1" : "padding_per_batch_b=1");
+  if (p.padding.kind == KeyPadding::Kind::per_query) f.emplace_back("padding_per_query");
+  if (p.bool_mask.enabled) f.emplace_back("bool_mask");
+  if (p.bias.enabled) f.emplace_back("bias");
+  if (p.h_kv == 1 && p.h_q > 1) f.emplace_back("mqa");
+  if (p.h_kv > 1 && p.h_kv < p.h_q) f.emplace_back("gqa");
+  if (p.d_k != p.d_v) f.emplace_back("dk_ne_dv");
+  if (p.scale) f.emplace_back("custom_scale");
+  if (p.n_q != p.n_k) f.emplace_back("nq_ne_nk");
+  if (p.n_k == 1) f.emplace_back("nk_1");
+  if (p.n_k > 128) f.emplace_back("long_rows");
+  // Counting fully masked rows walks every row; bounded so a huge case stays cheap.
+  if (p.has_mask() && double(p.batch) * double(p.h_q) * double(p.n_q) <= 1e5) {
+    const Mask mask(p);
+    bool found = false;
+    for (std::int64_t b = 0; b < p.batch && !found; ++b)
+      for (std::int64_t h = 0; h < p.h_q && !found; ++h)
+        for (std::int64_t i = 0; i < p.n_q && !found; ++i) found = mask.row_fully_masked(b, h, i);
+    if (found) f.emplace_back("fully_masked_rows");
+  }
+  return f;
+}
+
+std::vector<std::string> declared_features(const Capabilities& caps) {
+  std::vector<std::string> f;
+  for (DType d : caps.dtypes) f.push_back(fmt::format("dtype:{}", to_string(d)));
+  for (Layout l : caps.layouts) f.push_back(fmt::format("layout:{}", to_string(l)));
+  for (Regime r : all_regimes()) f.push_back(fmt::format("regime:{}", to_string(r)));
+  const MaskSupport& m = caps.masks;
+  if (m.causal_top_left) f.emplace_back("causal_top_left");
+  if (m.causal_bottom_right) f.emplace_back("causal_bottom_right");
+  if (m.padding_per_batch) f.emplace_back("padding_per_batch_b>1");
+  if (m.padding_per_query) f.emplace_back("padding_per_query");
+  if (m.bool_mask) f.emplace_back("bool_mask");
+  if (m.bias) f.emplace_back("bias");
+  if (caps.gqa) f.emplace_back("mqa"), f.emplace_back("gqa");
+  if (caps.different_dk_dv) f.emplace_back("dk_ne_dv");
+  f.emplace_back("custom_scale");
+  f.emplace_back("nq_ne_nk");
+  f.emplace_back("nk_1");
+  f.emplace_back("long_rows");
+  if (m.causal_bottom_right || m.padding_per_batch || m.padding_per_query || m.bool_mask) f.emplace_back("fully_masked_rows");
+  return f;
+}
+
+}  // namespace attn
