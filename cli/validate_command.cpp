@@ -33,10 +33,14 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
                                 "cases, the property suite and optionally benchmarks, each call isolated in a worker process");
   command_->add_option("--plugin", plugin_path_, "The plugin's shared library (PATH.so)")->required();
   auto* cases = command_->add_option("--cases", cases_, "Case set: default, quick, or a file of repro strings")->capture_default_str();
-  command_->add_option("--case", single_case_, "Verify exactly one case, given as its repro string")->excludes(cases);
-  command_->add_option("--properties", properties_, "Property numbers to check, comma-separated (default: all)")->delimiter(',');
+  command_->add_option("--case", single_case_,
+                       "Exactly one case, given as its repro string: verified alone, or with --property checked by those properties "
+                       "(how a printed failure replays)")
+      ->excludes(cases);
+  command_->add_option("--properties,--property", properties_, "Property numbers to check, comma-separated (default: all)")->delimiter(',');
   command_->add_option("--property-cases", property_cases_, "Successful cases per property (0: skip the property suite)")->capture_default_str();
-  command_->add_option("--seed", seed_, "RapidCheck seed for the property suite (default: a fresh one, printed)");
+  command_->add_option("--seed", seed_, "RapidCheck seed for the property suite (default: a fresh one, printed); with --property, "
+                                        "replays that property's draws");
   command_->add_flag("--no-shrink", no_shrink_, "Report a property's first counterexample without shrinking it (each shrink step is a call)");
   command_->add_flag("--bench", bench_, "Also benchmark the plugin (times measured inside the worker: the plugin's calls alone)");
   command_->add_option("--bench-dtype", bench_dtypes_, "Benchmark dtypes, comma-separated (default: f32)")->delimiter(',');
@@ -44,11 +48,28 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
   command_->add_option("--timeout", timeout_seconds_, "Seconds a single plugin call may take before it is killed and fails its case")
       ->capture_default_str();
   command_->add_option("--out", out_dir_, "Directory for verify.json, properties.json, bench.json and report.{md,html}")->capture_default_str();
+  command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case and no property ran (default: that fails)");
+  command_->add_flag("--masked-nonfinite-safe", masked_nonfinite_safe_,
+                     "Declare that the kernel keeps masked K/V rows out entirely (NaN/Inf there never reach an output): the check "
+                     "of it becomes a failure instead of a finding (ABI version 1 has no field for it)");
+  command_->add_option("--matmul-unit-roundoff", matmul_unit_roundoff_,
+                       "Declare the unit roundoff of the kernel's matrix products when coarser than the dtype's (TF32: 0.00048828125 "
+                       "= 2^-11, bf16: 2^-8): the pass rule and the properties' tolerances scale by it (ABI version 1 has no field "
+                       "for it)");
+}
+
+std::string ValidateCommand::rerun_prefix() const {
+  std::string command = fmt::format("attnbench validate --plugin {}", plugin_path_);
+  if (masked_nonfinite_safe_) command += " --masked-nonfinite-safe";
+  if (matmul_unit_roundoff_ > 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
+  if (timeout_seconds_ != 60) command += fmt::format(" --timeout {}", timeout_seconds_);
+  return command;
 }
 
 int ValidateCommand::run() const {
   if (!(timeout_seconds_ > 0)) throw InputError("--timeout must be positive");
   if (property_cases_ < 0) throw InputError("--property-cases must not be negative");
+  if (!(matmul_unit_roundoff_ >= 0 && matmul_unit_roundoff_ < 0.5)) throw InputError("--matmul-unit-roundoff must lie in [0, 0.5)");
   const auto& suite = property_suite();
   for (int number : properties_)
     if (number < 1 || number > int(suite.size())) throw InputError(fmt::format("--properties {}: there are properties 1 to {}", number, suite.size()));
@@ -57,6 +78,8 @@ int ValidateCommand::run() const {
 
   plugin::PluginOptions options;
   options.timeout_seconds = timeout_seconds_;
+  options.masked_nonfinite_safe = masked_nonfinite_safe_;
+  options.matmul_unit_roundoff = matmul_unit_roundoff_;
   const auto plugin = plugin::PluginImplementation::load(plugin_path_, options);
   const plugin::PluginInfo& info = plugin->info();
   fmt::print("attnbench validate: plugin {} {} (ABI version {}) from {}\n  {}\n", info.name, info.version, info.abi_version, info.path,
@@ -71,10 +94,12 @@ int ValidateCommand::run() const {
   const auto context = run_context(default_thread_count());
   std::vector<std::string> written;
   bool all_held = true;
-  bool nothing_ran = false;  // every verify case skipped (unsupported, or no device)
+  int ran = 0;  // verify cases and property draws that ran: none is not a pass
+  // --case with --property replays a property's counterexample: that problem, those properties.
+  const bool replay_property = !single_case_.empty() && !properties_.empty();
 
   // Verify: saved after every case, so a run that dies keeps what it measured.
-  {
+  if (!replay_property) {
     const std::string path = join_path(out_dir_, "verify.json");
     VerifyOptions verify_options;
     fmt::print("verify: {} case(s)\n", cases.size());
@@ -89,45 +114,50 @@ int ValidateCommand::run() const {
     });
     progress.finish();
     write_json_file(path, verify_to_json(run, verify_options, context));
-    print_verify_summary(std::cout, run, [&](const Record& r) {
-      return fmt::format("attnbench validate --plugin {} --case '{}'", plugin_path_, r.context->problem.repro());
-    });
+    print_verify_summary(std::cout, run, [&](const Record& r) { return fmt::format("{} --case '{}'", rerun_prefix(), r.context->problem.repro()); });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;
-    nothing_ran = run.passed() + run.failed() == 0;
+    ran += run.passed() + run.failed();
   }
 
   // A plugin that cannot run here (a CUDA plugin without a device) has every case skipped; the
   // property suite and the benchmarks would only report that again.
   const bool runnable = plugin->unavailable_reason().empty();
-  if (!runnable && (property_cases_ > 0 || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", plugin->unavailable_reason());
+  const bool run_properties = replay_property || (single_case_.empty() && property_cases_ > 0);
+  if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", plugin->unavailable_reason());
 
   // The property suite, each of its many calls isolated like verify's.
-  if (runnable && property_cases_ > 0) {
+  if (runnable && run_properties) {
     const std::string path = join_path(out_dir_, "properties.json");
     PropertyOptions property_options;
     property_options.cases = property_cases_;
     property_options.seed = seed_;
     property_options.shrink = !no_shrink_;
     PropertiesJson results(property_options, context);
-    int failed = 0;
-    fmt::print("\nproperties: {} case(s) each\n", property_cases_);
+    int failed = 0, gave_up = 0;
+    if (replay_property)
+      fmt::print("\nproperties on the one case '{}'\n", cases.front().repro());
+    else
+      fmt::print("\nproperties: {} case(s) each\n", property_cases_);
     for (const Property& property : suite) {
       if (!properties_.empty() && std::find(properties_.begin(), properties_.end(), property.number) == properties_.end()) continue;
-      const PropertyVerdict v = check_property(property, *plugin, property_options);
+      const PropertyVerdict v =
+          replay_property ? check_property_on(property, *plugin, cases.front()) : check_property(property, *plugin, property_options);
       using Kind = PropertyVerdict::Kind;
+      ran += v.cases;
       switch (v.kind) {
         case Kind::held: fmt::print("  {:>2} held on {} cases: {}\n", property.number, v.cases, property.name); break;
         case Kind::not_applicable: fmt::print("  {:>2} n/a ({}): {}\n", property.number, v.message, property.name); break;
         case Kind::gave_up:
-          ++failed;
-          fmt::print("  {:>2} GAVE UP after {} cases: {} ({})\n", property.number, v.cases, property.name, v.message);
+          // Not a failure and not a pass: too few of the problems drawn could run.
+          ++gave_up;
+          fmt::print("  {:>2} gave up after {} cases: {} ({})\n", property.number, v.cases, property.name, v.message);
           break;
         case Kind::failed:
           ++failed;
-          fmt::print("  {:>2} FAILED: {}\n{}", property.number, property.name, describe_failure(v));
-          // The lines above name the registry's commands; a plugin is rerun through validate.
-          if (!v.repro.empty()) fmt::print("  for this plugin: attnbench validate --plugin {} --case '{}'\n", plugin_path_, v.repro);
+          fmt::print("  {:>2} FAILED: {}\n  {}\n  counterexample: {}\n", property.number, property.name, v.message, v.repro);
+          if (!v.repro.empty()) fmt::print("  rerun: {} --case '{}' --property {}\n", rerun_prefix(), v.repro, property.number);
+          if (!replay_property) fmt::print("  the same draws: {} --property {} --seed {}\n", rerun_prefix(), property.number, v.seed);
           break;
       }
       std::fflush(stdout);
@@ -136,7 +166,7 @@ int ValidateCommand::run() const {
     }
     results.complete = true;
     write_json_file(path, results.to_json());
-    fmt::print("properties: {} failed or gave up\n", failed);
+    fmt::print("properties: {} failed, {} gave up\n", failed, gave_up);
     written.push_back(path);
     all_held = all_held && failed == 0;
   }
@@ -162,8 +192,17 @@ int ValidateCommand::run() const {
   const auto [markdown, html] = write_report(render_report(merge_results(files)), out_dir_);
   fmt::print("\nresults: {}\nreport: {}, {}\nworker processes started: {} (one more after each crash or hang)\n", fmt::join(written, ", "),
              markdown, html, plugin->workers_started());
-  fmt::print("attnbench validate: {}\n", !all_held ? "FAILED" : nothing_ran ? "nothing failed, nothing ran (every case skipped)" : "PASSED");
-  return all_held ? 0 : 1;
+  if (!all_held) {
+    fmt::print("attnbench validate: FAILED\n");
+    return 1;
+  }
+  if (ran == 0) {
+    fmt::print("attnbench validate: {}: no case and no property ran (every case skipped{})\n", allow_empty_ ? "nothing failed" : "FAILED",
+               runnable ? "" : ": " + plugin->unavailable_reason());
+    return allow_empty_ ? 0 : 1;
+  }
+  fmt::print("attnbench validate: PASSED\n");
+  return 0;
 }
 
 }  // namespace attn::cli

@@ -27,7 +27,7 @@ class ValidateCommand {
   std::string cases_ = "default";
   std::string single_case_;
   std::vector<int> properties_;
-  int property_cases_ = 20;
+  int property_cases_ = 100;
   std::uint64_t seed_ = 0;
   bool no_shrink_ = false;
   bool bench_ = false;
@@ -35,6 +35,12 @@ class ValidateCommand {
   std::int64_t bench_max_n_ = 512;
   double timeout_seconds_ = 60;
   std::string out_dir_ = "results/validate";
+  bool allow_empty_ = false;
+  bool masked_nonfinite_safe_ = false;
+  double matmul_unit_roundoff_ = 0;
+  // `attnbench validate --plugin P` with every option that changes a verdict: the printed rerun
+  // commands start with it.
+  std::string rerun_prefix() const;
 };
 
 }  // namespace attn::cli

@@ -324,6 +324,13 @@ Worker& PluginImplementation::worker() const {
   return *worker_;
 }
 
+Capabilities PluginImplementation::describe() const {
+  Capabilities caps = to_capabilities(info_);
+  caps.masked_nonfinite_safe = options_.masked_nonfinite_safe;
+  caps.matmul_unit_roundoff = options_.matmul_unit_roundoff;
+  return caps;
+}
+
 Support PluginImplementation::supports(const Problem& problem) const {
   if (!unavailable_.empty()) return Support::no(unavailable_);
   if (Support s = check_capabilities(info_, problem); !s.ok) return s;

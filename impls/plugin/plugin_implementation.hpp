@@ -20,6 +20,11 @@ namespace attn::plugin {
 struct PluginOptions {
   double timeout_seconds = 60;  // per call; the load (dlopen and the description) gets the same
   std::string host_path;        // the worker executable; empty: find_plugin_host()
+  // Declarations ABI version 1 has no field for, given on validate's command line until a later
+  // ABI carries them (see Capabilities): masked K/V rows kept out entirely, and the unit roundoff
+  // of reduced-precision matrix products (0: the dtype's own).
+  bool masked_nonfinite_safe = false;
+  double matmul_unit_roundoff = 0;
 };
 
 // ATTNBENCH_PLUGIN_HOST if set, else attnbench-plugin-host next to this executable, else where
@@ -43,7 +48,7 @@ class PluginImplementation : public Implementation {
   int workers_started() const { return workers_started_; }
 
   std::string name() const override { return info_.name; }
-  Capabilities describe() const override { return to_capabilities(info_); }
+  Capabilities describe() const override;
   Support supports(const Problem& problem) const override;
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // the plugin manages its own scratch
   void run(const RunArgs& args) const override;
