@@ -153,9 +153,10 @@ bool accepted(const Implementation& impl, const Capabilities& caps, const Proble
 
 Support covers(const Capabilities& caps, const Problem& p) {
   if (!contains(caps.dtypes, p.dtype)) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
-  if (!contains(caps.layouts, p.layout)) return Support::no(fmt::format("layout {} not declared", to_string(p.layout)));
-  if (!head_dim_declared(caps, p.d_k)) return Support::no(fmt::format("head dim d_k={} not declared", p.d_k));
-  if (!head_dim_declared(caps, p.d_v)) return Support::no(fmt::format("head dim d_v={} not declared", p.d_v));
+  const std::string dims = caps.head_dims.empty() ? fmt::format("{} to {}", caps.min_head_dim, caps.max_head_dim)
+                                                  : fmt::format("{}", fmt::join(caps.head_dims, ", "));
+  if (!head_dim_declared(caps, p.d_k)) return Support::no(fmt::format("head dim d_k={} not declared (declared: {})", p.d_k, dims));
+  if (!head_dim_declared(caps, p.d_v)) return Support::no(fmt::format("head dim d_v={} not declared (declared: {})", p.d_v, dims));
   if (p.d_k != p.d_v && !caps.different_dk_dv) return Support::no("d_k != d_v not declared");
   if (p.h_kv != p.h_q && !caps.gqa) return Support::no("GQA/MQA (h_kv < h_q) not declared");
   const MaskSupport& m = caps.masks;
@@ -165,6 +166,7 @@ Support covers(const Capabilities& caps, const Problem& p) {
   if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) return Support::no("key padding per query not declared");
   if (p.bool_mask.enabled && !m.bool_mask) return Support::no("boolean mask not declared");
   if (p.bias.enabled && !m.bias) return Support::no("additive bias not declared");
+  if (!contains(caps.layouts, p.layout)) return Support::no(fmt::format("layout {} not declared", to_string(p.layout)));
   return Support::yes();
 }
 

@@ -55,13 +55,13 @@ expect_in out "dtypes: f64, f32, f16, bf16"
 # --- verify on the quick cases, with JSON -----------------------------------------------------
 run quick verify --cases quick --json "$tmp/q.json"
 expect_rc 0
-expect_in out "24 case(s)"
+expect_in out "32 case(s)"
 expect_in out "results: $tmp/q.json"
 checks=$((checks + 1))
 if [ ! -s "$tmp/q.json" ]; then
   fail "verify --cases quick did not write $tmp/q.json"
 else
-  # Every one of the 24 quick cases has a record with its repro string and metrics; the first
+  # Every one of the 32 quick cases has a record with its repro string and metrics; the first
   # record's repro string goes to the next check.
   if ! python3 - "$tmp/q.json" >"$tmp/repro.txt" 2>"$tmp/json.err" <<'EOF'
 import json, sys
@@ -69,10 +69,10 @@ with open(sys.argv[1]) as f:
     doc = json.load(f)
 assert doc["schema"] == "attnbench.verify", doc.get("schema")
 records = doc["records"]
-assert doc["summary"]["cases"] == 24, doc["summary"]
+assert doc["summary"]["cases"] == 32, doc["summary"]
 assert doc["summary"]["failed"] == 0, doc["summary"]
 indices = sorted({r["case_index"] for r in records})
-assert indices == list(range(24)), indices
+assert indices == list(range(32)), indices
 for r in records:
     assert isinstance(r.get("repro"), str) and r["repro"], r
     assert r["status"] in ("pass", "skip"), (r["status"], r["repro"])
@@ -80,7 +80,7 @@ for r in records:
         assert isinstance(r.get("metrics"), dict), r["repro"]
         assert "max_abs" in r["metrics"] and "max_ulps" in r["metrics"], r["repro"]
 naive = [r for r in records if r["implementation"] == "cpu_naive"]
-assert len(naive) == 24, len(naive)
+assert len(naive) == 32, len(naive)
 print(naive[7]["repro"])
 EOF
   then

@@ -144,8 +144,13 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 }
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
-  if (info.layouts == 0) return Support::no("no layout declared");
-  return covers(to_capabilities(info), p);
+  const Capabilities caps = to_capabilities(info);
+  if (caps.layouts.empty()) return Support::no("no layout declared");
+  // A problem in the harness's default BHSD is handed over in a declared layout (the run
+  // relayouts); one that names a layout must name a declared one.
+  Problem in_declared_layout = p;
+  if (p.layout == Layout::bhsd) in_declared_layout.layout = caps.layouts.front();
+  return covers(caps, in_declared_layout);
 }
 
 int32_t to_abi(DType dtype) {
