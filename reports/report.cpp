@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "impls/capability_space.hpp"
 #include "reports/scale_study.hpp"
 #include "reports/svg_chart.hpp"
 
@@ -379,6 +380,48 @@ Section verdict_section(const MergedResults& m) {
   return s;
 }
 
+// What the verify records exercised, per implementation: cases run and projected, rows compared
+// by sampling, and the features of the problems that ran (impls/capability_space.hpp).
+Section coverage_section(const MergedResults& m) {
+  Section s{"coverage", "Coverage per implementation", {}};
+  struct Count {
+    int ran = 0, projected = 0, skipped = 0, sampled = 0;
+    std::map<std::string, int> features;
+  };
+  std::map<std::string, Count> counts;
+  std::set<std::string> every_feature;
+  for (const auto& r : m.verify_records) {
+    Count& c = counts[text(r, "implementation")];
+    if (text(r, "status") == "skip") {
+      ++c.skipped;
+      continue;
+    }
+    ++c.ran;
+    if (r.contains("projected_from")) ++c.projected;
+    if (r.contains("reference") && r["reference"].value("sampled", false)) ++c.sampled;
+    try {
+      for (const std::string& f : features_of(parse_problem(text(r, "repro")))) ++c.features[f], every_feature.insert(f);
+    } catch (const std::exception&) {
+      // An older file's repro string this build cannot read: its features are not counted.
+    }
+  }
+  s.blocks.emplace_back(Paragraph{
+      "A case an implementation does not support runs as its projection onto what it declares (impls/README.md). Sampled: cases whose "
+      "rows were compared on a sample only (an explicit option for huge problems). Not exercised: features some other implementation's "
+      "cases exercised in these results."});
+  Table t{{"implementation", "ran", "projected", "skipped", "sampled", "exercised (cases)", "not exercised"}, {}, {}, {1, 2, 3, 4}};
+  for (const auto& [impl, c] : counts) {
+    std::vector<std::string> exercised, missing;
+    for (const auto& [f, n] : c.features) exercised.push_back(fmt::format("{} ({})", f, n));
+    for (const auto& f : every_feature)
+      if (!c.features.count(f)) missing.push_back(f);
+    t.rows.push_back({impl, std::to_string(c.ran), std::to_string(c.projected), std::to_string(c.skipped), std::to_string(c.sampled),
+                      fmt::format("{}", fmt::join(exercised, ", ")), fmt::format("{}", fmt::join(missing, ", "))});
+  }
+  s.blocks.emplace_back(std::move(t));
+  return s;
+}
+
 Section worst_section(const MergedResults& m, std::size_t limit) {
   Section s{"worst", "Worst errors (with repro strings)", {}};
   std::vector<const json*> measured;
@@ -677,6 +720,7 @@ Report render_report(const MergedResults& m) {
   std::vector<Section> sections;
   sections.push_back(context_section(m));
   sections.push_back(verdict_section(m));
+  if (m.has("verify")) sections.push_back(coverage_section(m));
   if (m.has("verify")) sections.push_back(worst_section(m, 10));
   if (m.has("properties")) sections.push_back(property_section(m));
   sections.push_back(bench_section(m, families, bench_errors));
