@@ -35,9 +35,16 @@ nlohmann::json metrics_json(const Problem& p, const ErrorMetrics& m) {
                    {"nan", m.nan},
                    {"pos_inf", m.pos_inf},
                    {"neg_inf", m.neg_inf},
+                   {"fully_masked_nan", m.fully_masked_nan},
+                   {"fully_masked_inf", m.fully_masked_inf},
                    {"unwritten", m.unwritten},
                    {"fully_masked_rows", m.fully_masked_rows},
-                   {"fully_masked_violations", m.fully_masked_violations}};
+                   {"fully_masked_violations", m.fully_masked_violations},
+                   {"fully_masked_holding",
+                    {{"nan", m.fully_masked_nan_rows},
+                     {"inf", m.fully_masked_inf_rows},
+                     {"zeros", m.fully_masked_zero_rows},
+                     {"finite_nonzero", m.fully_masked_finite_rows}}}};
   if (m.has_lse) j["lse"] = {{"max_abs", number(m.lse_max_abs)}, {"violations", m.lse_violations}};
   return j;
 }
