@@ -338,6 +338,11 @@ TEST(Diagnosis, NondeterminismIsNamedAsNondeterminism) {
     EXPECT_EQ(r.diagnosis.summary().rfind(r.diagnosis.nondeterminism, 0), 0u);
     EXPECT_TRUE(r.diagnosis.matches.empty());  // a match must hold for both runs
   }
+  std::ostringstream summary;
+  print_verify_summary(summary, run);
+  EXPECT_NE(summary.str().find("  diagnosis: nondeterministic: two runs on the same inputs differ at"), std::string::npos) << summary.str();
+  const nlohmann::json j = verify_to_json(run, VerifyOptions{}, nlohmann::json::object());
+  EXPECT_EQ(j.at("records").at(0).at("diagnosis").at("nondeterminism"), run.records.at(0).diagnosis.nondeterminism);
 }
 
 // Verify's steps on inputs of the test's making (verify draws its own): the reference, the naive
