@@ -84,13 +84,13 @@ bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const R
   return true;
 }
 
-// How far the weights of a row rounded to `to` may be from the prediction's, per output column:
-// a weight that the working precision computes within its own error of a rounding boundary may
-// round to either neighbour (each kernel's order of operations decides), which moves the output
-// by one ulp of `to` at that weight times |v|. The error of a weight in the working precision is
-// bounded by (d_k |q||k| scale + n_k + 4) units of its roundoff, doubled for other orders. Where
-// that bound exceeds half of bf16's own rounding (scores near the overflow), the working
-// precision cannot tell which weights were rounded: nothing is returned, and the row says nothing.
+// How far an output row whose weights were rounded (rule.weights_rounded_to) may be from the
+// prediction, per column: a weight that the working precision computes within its own error of a
+// rounding boundary may round to either neighbour (each kernel's order of operations decides),
+// which moves the output by one ulp of the rounded weight times |v|. The error of a weight in the
+// working precision is bounded by (d_k |q||k| scale + n_k + 4) units of its roundoff, doubled for
+// other orders. Where that bound exceeds 2^-10 (a quarter of bf16's unit roundoff: scores near
+// the overflow), the rounding cannot be told: nothing is returned, and the row is not compared.
 std::optional<std::vector<long double>> rounding_ambiguity(const Problem& p, const CaseInputs& in, std::int64_t row, const RowRule& rule) {
   const auto [b, h, i] = split(p, row);
   const std::int64_t g = p.kv_head(h);
