@@ -3,7 +3,9 @@
 // passes (nothing to diagnose); a wrong output of no known kind gets "no known mistake matches".
 // Mistakes without a mutant (K transposed, another scale constant, rows reversed or written in
 // BSHD order, batches swapped) are made here by running the naive algorithm on the changed
-// problem or inputs, and must be named too. The console lines and the JSON carry the diagnosis.
+// problem or inputs, and must be named too. A nondeterministic kernel is named from verify's
+// rerun; NaN leaking from masked V is caught on inputs with NaN there (verify's are finite); a
+// fully masked row's failure says what was written. The console lines and the JSON carry it all.
 #include <algorithm>
 #include <cmath>
 #include <functional>
