@@ -10,6 +10,22 @@ std::string_view to_string(FullyMaskedPolicy policy) {
   return policy == FullyMaskedPolicy::zeros ? "zeros" : "nan";
 }
 
+std::string fully_masked_contents(const ErrorMetrics& m) {
+  const FullyMaskedPolicy policy = m.policy;
+  if (m.fully_masked_violations == 0) return "";
+  // Under the nan policy a row of NaN may still break it (NaN in some elements only); the
+  // classes are what the rows hold, so list every class the policy does not make right.
+  std::string text;
+  auto add = [&](std::int64_t rows, std::string_view what) {
+    if (rows > 0) text += fmt::format("{}{} {}", text.empty() ? "" : ", ", rows, what);
+  };
+  if (policy == FullyMaskedPolicy::zeros) add(m.fully_masked_nan_rows, "hold NaN");
+  add(m.fully_masked_inf_rows, "hold Inf");
+  if (policy == FullyMaskedPolicy::nan) add(m.fully_masked_zero_rows, "hold zeros");
+  add(m.fully_masked_finite_rows, "hold finite non-zero values");
+  return text;
+}
+
 std::string output_coordinates(const Problem& p, std::int64_t flat) {
   if (flat < 0) return "-";
   const std::int64_t c = flat % p.d_v, i = (flat / p.d_v) % p.n_q, h = (flat / (p.d_v * p.n_q)) % p.h_q,
@@ -20,6 +36,7 @@ std::string output_coordinates(const Problem& p, std::int64_t flat) {
 ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expected, const Tensor& out, const Tensor* lse,
                      FullyMaskedPolicy policy) {
   ErrorMetrics m;
+  m.policy = policy;
   const std::int64_t d_v = p.d_v;
 
   // Census over every row.
@@ -27,7 +44,7 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
     const std::int64_t i = row % p.n_q, h = (row / p.n_q) % p.h_q, b = row / (p.n_q * p.h_q);
     const bool fully_masked = mask.row_fully_masked(b, h, i);
     m.fully_masked_rows += fully_masked;
-    bool violates = false;
+    bool violates = false, any_nan = false, any_inf = false, all_zero = true;
     for (std::int64_t c = 0; c < d_v; ++c) {
       const std::int64_t e = row * d_v + c;
       if (out.is_poisoned(e)) {
@@ -35,13 +52,23 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
         continue;
       }
       const double x = out.get(e);
-      if (fully_masked) {
-        violates |= policy == FullyMaskedPolicy::zeros ? x != 0.0 : !std::isnan(x);
-      } else if (std::isnan(x)) {
-        ++m.nan;
+      if (std::isnan(x)) {
+        ++m.nan, m.fully_masked_nan += fully_masked, any_nan = true;
       } else if (std::isinf(x)) {
-        ++(x > 0 ? m.pos_inf : m.neg_inf);
+        ++(x > 0 ? m.pos_inf : m.neg_inf), m.fully_masked_inf += fully_masked, any_inf = true;
       }
+      all_zero &= x == 0.0;
+      if (fully_masked) violates |= policy == FullyMaskedPolicy::zeros ? x != 0.0 : !std::isnan(x);
+    }
+    if (fully_masked) {
+      if (any_nan)
+        ++m.fully_masked_nan_rows;
+      else if (any_inf)
+        ++m.fully_masked_inf_rows;
+      else if (all_zero)
+        ++m.fully_masked_zero_rows;
+      else
+        ++m.fully_masked_finite_rows;
     }
     m.fully_masked_violations += violates;
   }

@@ -37,11 +37,20 @@ struct ErrorMetrics {
   double rms = 0;
   std::uint64_t max_ulps = 0;
   std::int64_t max_ulps_index = -1;
-  // Over every element of O, sampled or not.
-  std::int64_t nan = 0, pos_inf = 0, neg_inf = 0;  // outside fully masked rows
+  // Over every element of O, sampled or not. nan, pos_inf and neg_inf count every row, fully
+  // masked ones included; the fully_masked_ counts say how many of them lie in those rows (where
+  // the declared policy, not the reference, says what is right).
+  std::int64_t nan = 0, pos_inf = 0, neg_inf = 0;
+  std::int64_t fully_masked_nan = 0, fully_masked_inf = 0;
   std::int64_t unwritten = 0;                      // still holding the poison
   std::int64_t fully_masked_rows = 0;
+  FullyMaskedPolicy policy = FullyMaskedPolicy::zeros;  // the one measure() was given
   std::int64_t fully_masked_violations = 0;        // rows not following the declared policy
+  // What each fully masked row holds, whatever the policy: some NaN; else some Inf; else every
+  // element zero; else finite values not all zero.
+  std::int64_t fully_masked_nan_rows = 0, fully_masked_inf_rows = 0, fully_masked_zero_rows = 0, fully_masked_finite_rows = 0;
+  std::int64_t nan_outside_fully_masked() const { return nan - fully_masked_nan; }
+  std::int64_t inf_outside_fully_masked() const { return pos_inf + neg_inf - fully_masked_inf; }
   // Row LSE, when the implementation returns it.
   bool has_lse = false;
   double lse_max_abs = 0;
@@ -51,6 +60,10 @@ struct ErrorMetrics {
 
 ErrorMetrics measure(const Problem& problem, const Mask& mask, const Expected& expected, const Tensor& out,
                      const Tensor* lse, FullyMaskedPolicy policy);
+
+// What the fully masked rows that break m.policy hold: "2 hold NaN, 1 finite non-zero values";
+// "" when none breaks it.
+std::string fully_masked_contents(const ErrorMetrics& m);
 
 // "b=0 h=3 i=17 c=5" for a flat index into O.
 std::string output_coordinates(const Problem& problem, std::int64_t flat_index);

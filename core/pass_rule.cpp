@@ -29,10 +29,14 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   if (m.unwritten > 0) fail(fmt::format("{} output elements never written", m.unwritten));
-  if (m.nan > 0) fail(fmt::format("{} NaN where the reference is finite", m.nan));
-  if (m.pos_inf + m.neg_inf > 0) fail(fmt::format("{} Inf where the reference is finite", m.pos_inf + m.neg_inf));
-  if (m.fully_masked_violations > 0)
-    fail(fmt::format("{} of {} fully masked rows break the declared policy", m.fully_masked_violations, m.fully_masked_rows));
+  // Fully masked rows are judged by the declared policy alone (below), whatever they hold.
+  if (m.nan_outside_fully_masked() > 0) fail(fmt::format("{} NaN where the reference is finite", m.nan_outside_fully_masked()));
+  if (m.inf_outside_fully_masked() > 0) fail(fmt::format("{} Inf where the reference is finite", m.inf_outside_fully_masked()));
+  if (m.fully_masked_violations > 0) {
+    const std::string held = fully_masked_contents(m);
+    fail(fmt::format("{} of {} fully masked rows break the declared policy ({}){}", m.fully_masked_violations, m.fully_masked_rows,
+                     to_string(m.policy), held.empty() ? "" : ": " + held));
+  }
   if (!(m.max_abs <= v.tolerance))
     fail(by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps{})",
                                  m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)

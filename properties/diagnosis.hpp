@@ -35,6 +35,9 @@ struct DiagnosisJudging {
   FullyMaskedPolicy policy = FullyMaskedPolicy::zeros;  // the implementation's declared policy
   ErrorMetrics observed;        // the failing output's metrics (where its worst element is)
   bool lse_agrees = false;      // the implementation returned an LSE and it passed
+  // A second run's output on the same inputs, or null. When its bits differ from the first run's
+  // the failure is named nondeterministic, and a hypothesis is named only if both runs match it.
+  const Tensor* rerun = nullptr;
 };
 
 struct DiagnosisMatch {
@@ -50,7 +53,13 @@ struct Diagnosis {
   std::vector<std::string> tested;      // the hypotheses that applied to the problem, in the order tried
   std::int64_t rows = 0;                // output rows compared per hypothesis
   std::string note;                     // with no match: what the evidence still says, or ""
-  // The best match's explanation, or "no known mistake matches" (with the note); "" when !ran.
+  // "nondeterministic: two runs on the same inputs differ at b=0 h=1 i=3 c=0 (...)", or "".
+  std::string nondeterminism;
+  // What the fully masked rows that break the declared policy hold ("2 hold NaN, 1 holds the mean
+  // of V over all keys, instead of zeros"), or "".
+  std::string fully_masked_rows;
+  // The nondeterminism, else the best match's explanation, else "no known mistake matches" (with
+  // the note); then "; fully masked rows: ..." when they break the policy. "" when !ran.
   std::string summary() const;
 };
 

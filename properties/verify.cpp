@@ -169,9 +169,15 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     if (!record.verdict.pass && options.diagnosis.enabled) {
       const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
                                                                [](const std::string& r) { return r.find("LSE") != std::string::npos; });
+      // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
+      std::optional<Output> rerun;
+      try {
+        rerun = run_once(impl, p, in, caps.returns_lse);
+      } catch (const std::exception&) {  // the first run's failure is what is diagnosed
+      }
       record.diagnosis = diagnose(p, in, o.out,
                                   DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale, caps.fully_masked,
-                                                   record.metrics, lse_agrees},
+                                                   record.metrics, lse_agrees, rerun ? &rerun->out : nullptr},
                                   options.diagnosis);
     }
   } catch (const std::exception& e) {

@@ -35,9 +35,16 @@ nlohmann::json metrics_json(const Problem& p, const ErrorMetrics& m) {
                    {"nan", m.nan},
                    {"pos_inf", m.pos_inf},
                    {"neg_inf", m.neg_inf},
+                   {"fully_masked_nan", m.fully_masked_nan},
+                   {"fully_masked_inf", m.fully_masked_inf},
                    {"unwritten", m.unwritten},
                    {"fully_masked_rows", m.fully_masked_rows},
-                   {"fully_masked_violations", m.fully_masked_violations}};
+                   {"fully_masked_violations", m.fully_masked_violations},
+                   {"fully_masked_holding",
+                    {{"nan", m.fully_masked_nan_rows},
+                     {"inf", m.fully_masked_inf_rows},
+                     {"zeros", m.fully_masked_zero_rows},
+                     {"finite_nonzero", m.fully_masked_finite_rows}}}};
   if (m.has_lse) j["lse"] = {{"max_abs", number(m.lse_max_abs)}, {"violations", m.lse_violations}};
   return j;
 }
@@ -46,7 +53,9 @@ nlohmann::json diagnosis_json(const Diagnosis& d) {
   nlohmann::json matches = nlohmann::json::array();
   for (const DiagnosisMatch& m : d.matches)
     matches.push_back({{"hypothesis", m.hypothesis}, {"explanation", m.explanation}, {"max_abs", number(m.max_abs)}, {"tolerance", number(m.tolerance)}});
-  return {{"summary", d.summary()}, {"matches", matches}, {"tested", d.tested}, {"rows", d.rows}, {"note", d.note}};
+  return {{"summary", d.summary()}, {"matches", matches},     {"tested", d.tested},
+          {"rows", d.rows},         {"note", d.note},         {"nondeterminism", d.nondeterminism},
+          {"fully_masked_rows", d.fully_masked_rows}};
 }
 
 std::string format_error(double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : fmt::format("{}", x); }
@@ -161,8 +170,12 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::fun
     if (!r.projected_from.empty()) fmt::print(os, "  projected from '{}' ({})\n", r.projected_from, r.projection);
     for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
     if (r.diagnosis.ran) {
-      if (r.diagnosis.matches.empty()) fmt::print(os, "  diagnosis: {}\n", r.diagnosis.summary());
-      for (const DiagnosisMatch& m : r.diagnosis.matches) fmt::print(os, "  diagnosis: {}\n", m.explanation);
+      const Diagnosis& d = r.diagnosis;
+      if (!d.nondeterminism.empty()) fmt::print(os, "  diagnosis: {}\n", d.nondeterminism);
+      if (d.matches.empty() && d.nondeterminism.empty())
+        fmt::print(os, "  diagnosis: {}\n", d.note.empty() ? "no known mistake matches" : "no known mistake matches (" + d.note + ")");
+      for (const DiagnosisMatch& m : d.matches) fmt::print(os, "  diagnosis: {}{}\n", d.nondeterminism.empty() ? "" : "both runs match: ", m.explanation);
+      if (!d.fully_masked_rows.empty()) fmt::print(os, "  fully masked rows: {}\n", d.fully_masked_rows);
     }
     if (r.metrics.max_abs_index >= 0)
       fmt::print(os, "  worst element: {}\n", output_coordinates(r.context->problem, r.metrics.max_abs_index));

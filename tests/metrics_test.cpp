@@ -183,7 +183,7 @@ TEST(Measure, OutputCoordinatesNameBatchHeadRowAndColumn) {
 // measure(): the census of NaN, Inf, unwritten elements and fully masked rows
 // ---------------------------------------------------------------------------------------------
 
-TEST(Measure, NanAndInfAreCountedOnlyOutsideFullyMaskedRows) {
+TEST(Measure, NanAndInfAreCountedInEveryRowAndFullyMaskedRowsSeparately) {
   // Rows: 0 sees 2 keys, 1 sees none (fully masked), 2 sees 2 keys, 3 sees 1.
   const Problem p = tiny(4, 2, DType::f32, {2, 0, 2, 1});
   const Mask mask(p);
@@ -192,12 +192,18 @@ TEST(Measure, NanAndInfAreCountedOnlyOutsideFullyMaskedRows) {
   Oracle o{{2}, {1.0, 1.0}, {0.0}, {0}};
   const Tensor out = filled(p, {nan_value, inf, nan_value, inf, -inf, 1.0, nan_value, -inf});
   const ErrorMetrics m = measure(p, mask, o.expected(), out, nullptr, FullyMaskedPolicy::zeros);
-  EXPECT_EQ(m.nan, 2);      // rows 0 and 3, not row 1
-  EXPECT_EQ(m.pos_inf, 1);  // row 0, not row 1
+  EXPECT_EQ(m.nan, 3);      // rows 0, 1 and 3
+  EXPECT_EQ(m.pos_inf, 2);  // rows 0 and 1
   EXPECT_EQ(m.neg_inf, 2);  // rows 2 and 3
+  EXPECT_EQ(m.fully_masked_nan, 1);  // row 1's NaN and Inf: the policy judges them, not the census
+  EXPECT_EQ(m.fully_masked_inf, 1);
+  EXPECT_EQ(m.nan_outside_fully_masked(), 2);
+  EXPECT_EQ(m.inf_outside_fully_masked(), 3);
   EXPECT_EQ(m.unwritten, 0);
   EXPECT_EQ(m.fully_masked_rows, 1);
   EXPECT_EQ(m.fully_masked_violations, 1);  // row 1 holds NaN and Inf, not zeros
+  EXPECT_EQ(m.fully_masked_nan_rows, 1);
+  EXPECT_EQ(fully_masked_contents(m), "1 hold NaN");
   // The expected row holds -Inf: its error is infinite.
   EXPECT_EQ(m.compared, 2);
   EXPECT_EQ(m.max_abs, inf);
@@ -282,7 +288,9 @@ TEST(Measure, ZerosPolicyRequiresExactZeros) {
     const ErrorMetrics m = measure(p, Mask(p), o.expected(), out, nullptr, FullyMaskedPolicy::zeros);
     EXPECT_EQ(m.fully_masked_rows, 2);
     EXPECT_EQ(m.fully_masked_violations, c.violations) << c.row0[0] << " " << c.row0[1] << " " << c.row2[0] << " " << c.row2[1];
-    EXPECT_EQ(m.nan + m.pos_inf + m.neg_inf, 0);  // what fully masked rows hold is not census material
+    // NaN and Inf in fully masked rows are counted, as such, and judged by the policy alone.
+    EXPECT_EQ(m.nan_outside_fully_masked() + m.inf_outside_fully_masked(), 0);
+    EXPECT_EQ(m.fully_masked_nan_rows + m.fully_masked_inf_rows + m.fully_masked_zero_rows + m.fully_masked_finite_rows, 2);
     EXPECT_EQ(m.max_abs, 0.0);
   }
 }
@@ -304,7 +312,8 @@ TEST(Measure, NanPolicyRequiresNan) {
     const Tensor out = filled(p, {c.row0[0], c.row0[1], 1.0, 1.0});
     const ErrorMetrics m = measure(p, Mask(p), o.expected(), out, nullptr, FullyMaskedPolicy::nan);
     EXPECT_EQ(m.fully_masked_violations, c.violations) << c.row0[0] << " " << c.row0[1];
-    EXPECT_EQ(m.nan, 0);
+    EXPECT_EQ(m.nan, std::int64_t(std::isnan(c.row0[0])) + std::int64_t(std::isnan(c.row0[1])));
+    EXPECT_EQ(m.nan_outside_fully_masked(), 0);
   }
 }
 
@@ -593,6 +602,24 @@ TEST(MeasureAndJudge, EndToEndOnAHandFilledOutput) {
                                baseline);
   EXPECT_FALSE(masked.pass);
   EXPECT_TRUE(contains(masked.reasons, "fully masked")) << joined(masked.reasons);
+}
+
+// What a fully masked row holds is said, so a failure tells NaN from zeros from the mean of V.
+TEST(Measure, FullyMaskedRowsAreClassifiedByWhatTheyHold) {
+  const Problem p = tiny(5, 2, DType::f32, {0, 0, 0, 0, 2});
+  Oracle o{{4}, {1.0, 1.0}, {0.0}, {0}};
+  const Tensor out = filled(p, {nan_value, 1.0, inf, 0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 1.0});
+  const ErrorMetrics zeros = measure(p, Mask(p), o.expected(), out, nullptr, FullyMaskedPolicy::zeros);
+  EXPECT_EQ(zeros.fully_masked_rows, 4);
+  EXPECT_EQ(zeros.fully_masked_violations, 3);
+  EXPECT_EQ(fully_masked_contents(zeros), "1 hold NaN, 1 hold Inf, 1 hold finite non-zero values");
+  const Verdict v = judge(PassRule{}, DType::f32, zeros, with_error(1e-6, 1.0));
+  EXPECT_TRUE(contains(v.reasons, "3 of 4 fully masked rows break the declared policy (zeros): 1 hold NaN, 1 hold Inf, 1 hold finite non-zero values"))
+      << joined(v.reasons);
+  EXPECT_FALSE(contains(v.reasons, "where the reference is finite")) << joined(v.reasons);
+  const ErrorMetrics nan = measure(p, Mask(p), o.expected(), out, nullptr, FullyMaskedPolicy::nan);
+  EXPECT_EQ(nan.fully_masked_violations, 4);  // a row partly NaN breaks the nan policy too
+  EXPECT_EQ(fully_masked_contents(nan), "1 hold Inf, 1 hold zeros, 1 hold finite non-zero values");
 }
 
 }  // namespace

@@ -64,6 +64,18 @@ bool inert(Mistake mistake, const Problem& p) {
       return true;
     case Mistake::weights_not_normalised: return p.n_k == 1;
     case Mistake::query_rows_swapped_between_heads: return p.h_q == 1;
+    case Mistake::softmax_over_queries: return p.n_q == 1 && p.n_k == 1;  // a column of one query is its row
+    case Mistake::causal_strict:
+    case Mistake::padding_one_key_leaks:
+    case Mistake::last_visible_key_dropped: return same_visibility(mistake, p, Mask(p));
+    case Mistake::weights_rounded_to_bf16: return false;
+    case Mistake::kv_head_as_query_head: return p.h_q == p.h_kv;
+    case Mistake::row_max_init_finite: return false;  // it shows only where every score of a row lies below -1e4
+    // 0 * v adds a signed zero, which changes no sum: with finite V (every input verify draws)
+    // the mistake cannot show. tests/diagnosis_test.cpp puts NaN in masked V rows to catch it.
+    case Mistake::masked_value_nan_leaks: return true;
+    case Mistake::output_left_zeros: return false;
+    case Mistake::nondeterministic_rows: return p.rows() < 2;
   }
   return false;
 }
@@ -104,16 +116,16 @@ std::string describe(const Record& r) {
 
 std::string implementation_name(Mistake m) { return "mutant_" + std::string(to_string(m)); }
 
-TEST(Mutants, ElevenDistinctNamedMutantsAndAControlThatPromiseEverything) {
+TEST(Mutants, TwentyOneDistinctNamedMutantsAndAControlThatPromiseEverything) {
   const auto all = make_all();
-  ASSERT_EQ(all.size(), 11u);
-  ASSERT_EQ(all_mistakes().size(), 11u);
+  ASSERT_EQ(all.size(), 21u);
+  ASSERT_EQ(all_mistakes().size(), 21u);
   std::set<std::string> names;
   for (std::size_t n = 0; n < all.size(); ++n) {
     EXPECT_EQ(all[n]->name(), implementation_name(all_mistakes()[n]));
     names.insert(all[n]->name());
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 21u);
   const auto control = make_correct_control();
   EXPECT_EQ(control->name(), "mutant_control");
   EXPECT_EQ(names.count(control->name()), 0u);
@@ -191,7 +203,9 @@ TEST(Mutants, EachMutantFailsVerifySomewhereAndOnlyWhereItsMistakeCanShow) {
         EXPECT_EQ(r.metrics.lse_max_abs, control.metrics.lse_max_abs) << describe(r);
       }
     }
-    EXPECT_GT(kills, 0) << name << " passes every case";
+    if (m != Mistake::masked_value_nan_leaks) {  // inert on finite inputs (see inert())
+      EXPECT_GT(kills, 0) << name << " passes every case";
+    }
     std::cout << "[          ] " << name << " fails " << kills << " of " << s.cases.size() << " cases (" << inert_cases
               << " inert), cases" << killed << "\n";
   }
@@ -233,6 +247,21 @@ TEST(Mutants, EachMistakeIsCaughtByTheCaseMadeForIt) {
   caught(M::gqa_head_mapping_ignored, "GQA 8:2", [](const Problem& p) { return p.h_q == 8 && p.h_kv == 2; });
   caught(M::weights_not_normalised, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_k > 1; });
   caught(M::query_rows_swapped_between_heads, "h_q = 4", [](const Problem& p) { return p.h_q == 4; });
+  caught(M::softmax_over_queries, "diffuse, n_q > 1", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_q > 1; });
+  caught(M::causal_strict, "top-left causal", [](const Problem& p) { return p.causal == Causal::top_left; });
+  caught(M::causal_strict, "bottom-right causal", [](const Problem& p) { return p.causal == Causal::bottom_right; });
+  caught(M::weights_rounded_to_bf16, "f32", [](const Problem& p) { return p.dtype == DType::f32 && p.n_k > 1; });
+  caught(M::weights_rounded_to_bf16, "f64", [](const Problem& p) { return p.dtype == DType::f64 && p.n_k > 1; });
+  caught(M::padding_one_key_leaks, "per-batch padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_batch; });
+  caught(M::padding_one_key_leaks, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
+  caught(M::kv_head_as_query_head, "GQA 8:2", [](const Problem& p) { return p.h_q == 8 && p.h_kv == 2; });
+  caught(M::kv_head_as_query_head, "MQA", [](const Problem& p) { return p.h_kv == 1 && p.h_q > 1; });
+  caught(M::row_max_init_finite, "large, causal", [](const Problem& p) { return p.regime == Regime::large && p.causal != Causal::none; });
+  caught(M::row_max_init_finite, "fully masked rows", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
+  caught(M::last_visible_key_dropped, "no mask", [](const Problem& p) { return !p.has_mask(); });
+  caught(M::last_visible_key_dropped, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
+  caught(M::output_left_zeros, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse; });
+  caught(M::nondeterministic_rows, "more than one row", [](const Problem& p) { return p.rows() > 1; });
 }
 
 struct Outputs {

@@ -1,10 +1,13 @@
 #include "tests/mutants/mutants.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "core/dtype.hpp"
 
 namespace attn::mutants {
 namespace {
@@ -24,14 +27,17 @@ std::int64_t key_limit_as_written(Mistake mistake, const Problem& p, std::int64_
       causal = Causal::top_left;
   }
   std::int64_t limit = p.n_k;
-  if (causal == Causal::top_left) limit = std::min(limit, i + 1);
-  if (causal == Causal::bottom_right) limit = std::min(limit, i + 1 + (p.n_k - p.n_q));
+  const std::int64_t diagonal_past = mistake == M::causal_strict ? 0 : 1;  // strict: key i + delta itself masked
+  if (causal == Causal::top_left) limit = std::min(limit, i + diagonal_past);
+  if (causal == Causal::bottom_right) limit = std::min(limit, i + diagonal_past + (p.n_k - p.n_q));
   if (mistake != M::padding_ignored) {
+    const std::int64_t leak = mistake == M::padding_one_key_leaks ? 1 : 0;  // j <= valid_len
     if (p.padding.kind == KeyPadding::Kind::per_batch)
-      limit = std::min(limit, p.padding.valid_len[static_cast<std::size_t>(b)]);
+      limit = std::min({limit, p.padding.valid_len[static_cast<std::size_t>(b)] + leak, p.n_k});
     if (p.padding.kind == KeyPadding::Kind::per_query)
-      limit = std::min(limit, p.padding.valid_len[static_cast<std::size_t>(b * p.n_q + i)]);
+      limit = std::min({limit, p.padding.valid_len[static_cast<std::size_t>(b * p.n_q + i)] + leak, p.n_k});
   }
+  if (mistake == M::last_visible_key_dropped) limit -= 1;  // for (j = 0; j < limit - 1; ++j)
   return std::max<std::int64_t>(limit, 0);
 }
 
@@ -60,6 +66,16 @@ std::int64_t kv_head_as_written(Mistake mistake, const Problem& p, std::int64_t 
   return mistake == M::gqa_head_mapping_ignored ? h % p.h_kv : p.kv_head(h);
 }
 
+// Where (b, h)'s K and V are read from as flat [n_k, d] blocks of the dense BHSD tensors: block
+// b * h_kv + kv_head(h); kv_head_as_query_head takes block b * h_q + h (another batch's or
+// head's data), and -1 past the end of the tensor, which it reads as zeros (what a bounds-checked
+// load such as a TMA copy returns out of bounds).
+std::int64_t kv_block_as_written(Mistake mistake, const Problem& p, std::int64_t b, std::int64_t h) {
+  if (mistake != M::kv_head_as_query_head) return b * p.h_kv + kv_head_as_written(mistake, p, h);
+  const std::int64_t block = b * p.h_q + h;
+  return block < p.batch * p.h_kv ? block : -1;
+}
+
 // The query head whose output row receives head h's result.
 std::int64_t output_head_as_written(Mistake mistake, const Problem& p, std::int64_t h) {
   return mistake == M::query_rows_swapped_between_heads ? (h + 1) % p.h_q : h;
@@ -72,8 +88,74 @@ double masked_fill_value(const Problem& p) { return p.dtype == DType::f16 ? -1e4
 
 // Scores in Acc (double for f64 problems, float otherwise), in the same order as cpu_naive:
 // dot over d_k, times scale, plus bias; row max; exp(s - m); sum; divide; P V over keys in order.
+// softmax_over_queries: every score of one (b, h) first, then each key's column normalised over
+// the queries that see it; O = P V. The LSE written is the row's own (the kernel's statistics
+// are per column, so a row LSE is what a caller would read in vain).
 template <class Acc>
-void run_in(Mistake mistake, const RunArgs& a) {
+void run_softmax_over_queries(const RunArgs& a) {
+  const Problem& p = a.problem;
+  const CaseInputs& in = a.inputs;
+  const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
+  const Acc scale = static_cast<Acc>(p.effective_scale());
+  constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();
+  std::vector<Acc> s(nq * nk);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h) {
+      const std::int64_t g = p.kv_head(h);
+      for (std::size_t i = 0; i < nq; ++i)
+        for (std::size_t j = 0; j < nk; ++j) {
+          if (!in.mask.visible(b, h, std::int64_t(i), std::int64_t(j))) {
+            s[i * nk + j] = excluded;
+            continue;
+          }
+          Acc dot = 0;
+          for (std::int64_t t = 0; t < p.d_k; ++t)
+            dot += static_cast<Acc>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<Acc>(in.k.get(in.k.offset(b, g, std::int64_t(j), t)));
+          s[i * nk + j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
+        }
+      for (std::size_t i = 0; i < nq; ++i) {  // the row LSE, from the raw scores
+        Acc m = excluded, sum = 0;
+        for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[i * nk + j]);
+        if (m != excluded)
+          for (std::size_t j = 0; j < nk; ++j) sum += std::exp(s[i * nk + j] - m);
+        if (a.lse) a.lse->set((b * p.h_q + h) * p.n_q + std::int64_t(i), m == excluded ? -std::numeric_limits<double>::infinity() : double(m + std::log(sum)));
+      }
+      for (std::size_t j = 0; j < nk; ++j) {  // the mistake: normalise each column
+        Acc m = excluded, sum = 0;
+        for (std::size_t i = 0; i < nq; ++i) m = std::max(m, s[i * nk + j]);
+        for (std::size_t i = 0; i < nq; ++i) {
+          auto& w = s[i * nk + j];
+          w = m == excluded ? Acc(0) : std::exp(w - m);
+          sum += w;
+        }
+        if (sum > 0)
+          for (std::size_t i = 0; i < nq; ++i) s[i * nk + j] /= sum;
+      }
+      for (std::size_t i = 0; i < nq; ++i) {
+        const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
+        for (std::int64_t c = 0; c < p.d_v; ++c) {
+          Acc o = 0;
+          for (std::size_t j = 0; j < nk; ++j)
+            if (s[i * nk + j] != Acc(0)) o += s[i * nk + j] * static_cast<Acc>(in.v.get(in.v.offset(b, g, std::int64_t(j), c)));
+          a.out.set(row * p.d_v + c, static_cast<double>(o));
+        }
+        if (a.weights)
+          for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[i * nk + j]));
+      }
+    }
+}
+
+template <class Acc>
+void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
+  if (mistake == M::softmax_over_queries) return run_softmax_over_queries<Acc>(a);
+  if (mistake == M::output_left_zeros) {  // the kernel never ran; the caller's buffers were zeroed
+    for (std::int64_t e = 0; e < a.out.numel(); ++e) a.out.set(e, 0.0);
+    if (a.lse)
+      for (std::int64_t e = 0; e < a.lse->numel(); ++e) a.lse->set(e, 0.0);
+    if (a.weights)
+      for (std::int64_t e = 0; e < a.weights->numel(); ++e) a.weights->set(e, 0.0);
+    return;
+  }
   const Problem& p = a.problem;
   const CaseInputs& in = a.inputs;
   const auto nk = static_cast<std::size_t>(p.n_k);
@@ -85,9 +167,11 @@ void run_in(Mistake mistake, const RunArgs& a) {
   std::vector<Acc> q(dk), k(nk * dk), v(nk * dv), s(nk), o(dv);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.h_q; ++h) {
-      const std::int64_t g = kv_head_as_written(mistake, p, h);
-      for (std::size_t e = 0; e < nk * dk; ++e) k[e] = static_cast<Acc>(in.k.get(in.k.offset(b, g, 0, 0) + std::int64_t(e)));
-      for (std::size_t e = 0; e < nk * dv; ++e) v[e] = static_cast<Acc>(in.v.get(in.v.offset(b, g, 0, 0) + std::int64_t(e)));
+      const std::int64_t block = kv_block_as_written(mistake, p, b, h);
+      for (std::size_t e = 0; e < nk * dk; ++e)
+        k[e] = block < 0 ? Acc(0) : static_cast<Acc>(in.k.get(block * p.n_k * p.d_k + std::int64_t(e)));
+      for (std::size_t e = 0; e < nk * dv; ++e)
+        v[e] = block < 0 ? Acc(0) : static_cast<Acc>(in.v.get(block * p.n_k * p.d_v + std::int64_t(e)));
 
       for (std::int64_t i = 0; i < p.n_q; ++i) {
         for (std::size_t t = 0; t < dk; ++t) q[t] = static_cast<Acc>(in.q.get(in.q.offset(b, h, i, std::int64_t(t))));
@@ -101,7 +185,7 @@ void run_in(Mistake mistake, const RunArgs& a) {
           for (std::size_t t = 0; t < dk; ++t) dot += q[t] * k[j * dk + t];
           s[j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, i, std::int64_t(j)));
         }
-        Acc m = excluded;
+        Acc m = mistake == M::row_max_init_finite ? static_cast<Acc>(finite_row_max_init) : excluded;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
 
         const std::int64_t row = (b * p.h_q + h) * p.n_q + i;  // LSE and weights: the right row
@@ -121,18 +205,30 @@ void run_in(Mistake mistake, const RunArgs& a) {
           sum += s[j];
         }
         if (mistake != M::weights_not_normalised)
-          for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;
+          for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;  // row_max_init_finite: 0 / 0 where every exp underflowed
+        if (mistake == M::weights_rounded_to_bf16)
+          for (std::size_t j = 0; j < nk; ++j) s[j] = static_cast<Acc>(round_to(DType::bf16, static_cast<double>(s[j])));
         // Weighted sum of V. Keys of weight 0 (every excluded key) are skipped, so a masked key's
-        // V (NaN or infinite included) changes nothing.
+        // V (NaN or infinite included) changes nothing; masked_value_nan_leaks multiplies them too.
         std::fill(o.begin(), o.end(), Acc(0));
         for (std::size_t j = 0; j < nk; ++j)
-          if (s[j] != Acc(0))
+          if (s[j] != Acc(0) || mistake == M::masked_value_nan_leaks)
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
         for (std::size_t c = 0; c < dv; ++c) a.out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
         if (a.lse) a.lse->set(row, static_cast<double>(subtract_max ? m + std::log(sum) : std::log(sum)));
         if (a.weights)
           for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
       }
+    }
+  }
+  // A race between the blocks writing neighbouring rows: on even-numbered runs the pair of rows
+  // r, r + 1 (r moving with the run number) lands swapped; odd-numbered runs are right.
+  if (mistake == M::nondeterministic_rows && p.rows() >= 2 && run_number % 2 == 0) {
+    const std::int64_t r = std::int64_t((run_number / 2) % std::uint64_t(p.rows() - 1));
+    for (std::int64_t c = 0; c < p.d_v; ++c) {
+      const auto first = a.out.bits(r * p.d_v + c);
+      a.out.set_bits(r * p.d_v + c, a.out.bits((r + 1) * p.d_v + c));
+      a.out.set_bits((r + 1) * p.d_v + c, first);
     }
   }
 }
@@ -151,6 +247,16 @@ std::string_view description(Mistake mistake) {
     case M::gqa_head_mapping_ignored: return "kv head h % h_kv instead of h / (h_q / h_kv)";
     case M::weights_not_normalised: return "softmax numerators never divided by the row sum (LSE right)";
     case M::query_rows_swapped_between_heads: return "output row of head h written at head (h + 1) % h_q";
+    case M::softmax_over_queries: return "softmax normalised over the queries (down each key's column), not along the row";
+    case M::causal_strict: return "strict causal mask: j < i + delta instead of j <= i + delta";
+    case M::weights_rounded_to_bf16: return "softmax weights rounded to bf16 before P V";
+    case M::padding_one_key_leaks: return "key padding off by one: key valid_len visible too";
+    case M::kv_head_as_query_head: return "K/V read at query head h's offset (as if h_kv == h_q), zeros past the end";
+    case M::row_max_init_finite: return "row max initialised to -1e4 instead of -inf";
+    case M::masked_value_nan_leaks: return "P V over masked keys too: 0 * NaN in a masked V row leaks into the output";
+    case M::last_visible_key_dropped: return "the last key of the row's causal/padding range never processed";
+    case M::output_left_zeros: return "never runs: the output is left as zeros";
+    case M::nondeterministic_rows: return "every other run writes two neighbouring output rows swapped";
   }
   return "?";
 }
@@ -173,14 +279,16 @@ class MutantAttention final : public Implementation {
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // allocates its own
   void run(const RunArgs& args) const override {
+    const std::uint64_t run_number = runs_.fetch_add(1);
     if (args.problem.dtype == DType::f64)
-      run_in<double>(mistake_, args);
+      run_in<double>(mistake_, args, run_number);
     else
-      run_in<float>(mistake_, args);
+      run_in<float>(mistake_, args, run_number);
   }
 
  private:
   Mistake mistake_;
+  mutable std::atomic<std::uint64_t> runs_{0};  // nondeterministic_rows's race depends on it
 };
 
 }  // namespace
@@ -199,6 +307,16 @@ std::string_view to_string(Mistake mistake) {
     case M::gqa_head_mapping_ignored: return "gqa_head_mapping_ignored";
     case M::weights_not_normalised: return "weights_not_normalised";
     case M::query_rows_swapped_between_heads: return "query_rows_swapped_between_heads";
+    case M::softmax_over_queries: return "softmax_over_queries";
+    case M::causal_strict: return "causal_strict";
+    case M::weights_rounded_to_bf16: return "weights_rounded_to_bf16";
+    case M::padding_one_key_leaks: return "padding_one_key_leaks";
+    case M::kv_head_as_query_head: return "kv_head_as_query_head";
+    case M::row_max_init_finite: return "row_max_init_finite";
+    case M::masked_value_nan_leaks: return "masked_value_nan_leaks";
+    case M::last_visible_key_dropped: return "last_visible_key_dropped";
+    case M::output_left_zeros: return "output_left_zeros";
+    case M::nondeterministic_rows: return "nondeterministic_rows";
   }
   return "?";
 }
@@ -207,7 +325,10 @@ const std::vector<Mistake>& all_mistakes() {
   static const std::vector<Mistake> mistakes{
       M::no_scaling,         M::scale_one_over_dk,     M::masked_fill_minus_one,    M::causal_ignored,
       M::causal_alignment_swapped, M::padding_ignored, M::no_max_subtraction,       M::last_key_tile_dropped,
-      M::gqa_head_mapping_ignored, M::weights_not_normalised, M::query_rows_swapped_between_heads};
+      M::gqa_head_mapping_ignored, M::weights_not_normalised, M::query_rows_swapped_between_heads,
+      M::softmax_over_queries,     M::causal_strict,          M::weights_rounded_to_bf16,  M::padding_one_key_leaks,
+      M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_value_nan_leaks,   M::last_visible_key_dropped,
+      M::output_left_zeros,        M::nondeterministic_rows};
   return mistakes;
 }
 
@@ -217,6 +338,9 @@ bool sees(Mistake mistake, const Problem& p, const Mask& mask, std::int64_t b, s
     case M::causal_ignored:
     case M::causal_alignment_swapped:
     case M::padding_ignored:
+    case M::causal_strict:
+    case M::padding_one_key_leaks:
+    case M::last_visible_key_dropped:
       return j < key_limit_as_written(mistake, p, b, i) && bool_flag(p, mask, b, h, i, j);
     case M::last_key_tile_dropped: {
       // Loops over full tiles, then forgets the remainder tile (only once a full tile exists).

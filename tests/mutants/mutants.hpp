@@ -31,23 +31,36 @@ enum class Mistake {
   gqa_head_mapping_ignored,          // kv head h % h_kv instead of h / (h_q / h_kv)
   weights_not_normalised,            // exp(s - m) never divided by the row sum (the LSE is right)
   query_rows_swapped_between_heads,  // head h's output row written at head (h + 1) % h_q
+  softmax_over_queries,              // each key's scores normalised down the column (over queries), not along the row
+  causal_strict,                     // causal j < i + delta instead of j <= i + delta (the diagonal masked)
+  weights_rounded_to_bf16,           // the softmax weights P rounded to bf16 before P V (a bf16 tensor core's input)
+  padding_one_key_leaks,             // key padding j <= valid_len instead of j < valid_len: one padded key seen
+  kv_head_as_query_head,             // K/V read at query head h's offset, as if they had h_q heads (zeros past the end)
+  row_max_init_finite,               // the row max starts at -1e4, not -inf: rows whose scores all lie below underflow to 0/0
+  masked_value_nan_leaks,            // P V over every key, masked ones with weight 0: 0 * NaN in a masked V row leaks
+  last_visible_key_dropped,          // keys j < limit - 1: the last key of the row's causal/padding range never processed
+  output_left_zeros,                 // never runs: O (and LSE, weights) left as zero-initialised memory
+  nondeterministic_rows,             // every other run writes two neighbouring output rows swapped (a race)
 };
 
 // "no_scaling", ...; "control" for Mistake::none. The implementation is named "mutant_" + this.
 std::string_view to_string(Mistake mistake);
-// The 11 mistakes, in the order above (Mistake::none excluded).
+// The 21 mistakes, in the order above (Mistake::none excluded).
 const std::vector<Mistake>& all_mistakes();
 
 // The tile width of last_key_tile_dropped.
 inline constexpr std::int64_t key_tile = 16;
+// row_max_init_finite's initial row maximum.
+inline constexpr double finite_row_max_init = -1e4;
 
 std::unique_ptr<Implementation> make_mutant(Mistake mistake);  // Mistake::none: the control
-std::vector<std::unique_ptr<Implementation>> make_all();       // the 11 mutants, in all_mistakes() order
+std::vector<std::unique_ptr<Implementation>> make_all();       // the 21 mutants, in all_mistakes() order
 std::unique_ptr<Implementation> make_correct_control();        // "mutant_control"
 
 // Whether the implementation with `mistake` treats key j as visible to query i of (b, h): the
 // Mask's answer, except for the mask mistakes (causal_ignored, causal_alignment_swapped,
-// padding_ignored, last_key_tile_dropped), which evaluate visibility with the mistake applied.
+// padding_ignored, last_key_tile_dropped, causal_strict, padding_one_key_leaks, last_visible_key_dropped),
+// which evaluate visibility with the mistake applied.
 // masked_fill_minus_one sees what the Mask sees; its mistake is what it does with the rest.
 bool sees(Mistake mistake, const Problem& problem, const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
           std::int64_t j);
