@@ -87,6 +87,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
     ctx->rows_checked = std::int64_t(ref.rows.size());
     ctx->sampled = ref.sampled;
     ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
+    ctx->reference_rows_float128 = ref.rows_fallback;
     ctx->score_rounding = ref.score_rounding;
     const Expected expected = expected_of(ref);
 
