@@ -54,16 +54,30 @@ std::uint64_t bits_of_double(double x) {
   return b;
 }
 
-// The value of dtype that every real within margin of x rounds to, if there is one (and it is
-// finite): then the exact output, within bound of x, and the float128 reference's unrounded
-// output, within its own (smaller) bound of the exact one, both round to it. margin = 2 bound.
-std::optional<double> settled_in_dtype(DType dtype, double x, double bound) {
-  if (!std::isfinite(x) || !(bound >= 0) || !std::isfinite(bound)) return std::nullopt;
-  if (bound == 0) return round_to(dtype, x);  // x is exact (every visible value is 0)
+// The double word hi + lo (hi = RN(hi + lo)) rounded once to a narrower dtype. Rounding hi is
+// right unless hi is itself a tie of dtype (a midpoint is a double, so hi + lo cannot lie across
+// one from hi); then lo's sign breaks it, as round_once does with the exact value.
+double round_double_word(DType dtype, double hi, double lo) {
+  const double r = round_to(dtype, hi);
+  if (lo == 0 || !std::isfinite(hi)) return r;
+  const double q = ulp_at(dtype, hi);
+  if (hi - std::floor(hi / q) * q != q / 2) return r;  // not a tie (either sign)
+  return round_to(dtype, lo > 0 ? hi + q / 4 : hi - q / 4);
+}
+
+// The value of dtype (f32, f16, bf16) that every real within 2 bound of the double word hi + lo
+// rounds to, if there is one (and it is finite): then the exact output, within bound of hi + lo,
+// and the float128 reference's unrounded output, within its own smaller bound of the exact one
+// (reference.hpp), both round to it.
+std::optional<double> settled_in_dtype(DType dtype, double hi, double lo, double bound) {
+  if (!std::isfinite(hi) || !std::isfinite(lo) || !(bound >= 0) || !std::isfinite(bound)) return std::nullopt;
+  if (bound == 0) return round_double_word(dtype, hi, lo);  // exact (every visible value is 0)
   constexpr double inf = std::numeric_limits<double>::infinity();
-  // One step outwards covers the rounding of x -+ 2 bound itself.
-  const double low = std::nextafter(x - 2 * bound, -inf), high = std::nextafter(x + 2 * bound, inf);
-  const double a = round_to(dtype, low), b = round_to(dtype, high);
+  // The ends hi + (lo -+ 2 bound), the inner sum moved one step outwards to cover its own
+  // rounding, and then held exactly as double words.
+  const detail::DoubleWord low = detail::two_sum(hi, std::nextafter(lo - 2 * bound, -inf));
+  const detail::DoubleWord high = detail::two_sum(hi, std::nextafter(lo + 2 * bound, inf));
+  const double a = round_double_word(dtype, low.hi, low.lo), b = round_double_word(dtype, high.hi, high.lo);
   if (bits_of_double(a) != bits_of_double(b) || !std::isfinite(a)) return std::nullopt;
   return a;
 }
@@ -131,9 +145,8 @@ std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInp
     const detail::DoubleWordRow row = detail::reference_row_double_word(p, wide, flat_row);
     if (!finite_statistics(row)) return std::nullopt;
     for (std::size_t c = 0; c < d_v; ++c) {
-      // f32/f16/bf16: the double word lies within |lo| of hi.
       const auto value = p.dtype == DType::f64 ? settled_in_double(row.out[c], row.out_low[c], row.bound[c])
-                                               : settled_in_dtype(p.dtype, row.out[c], row.bound[c] + std::fabs(row.out_low[c]));
+                                               : settled_in_dtype(p.dtype, row.out[c], row.out_low[c], row.bound[c]);
       if (!value) return std::nullopt;
       rounded[c] = *value;
     }
@@ -147,7 +160,7 @@ std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInp
   const detail::ReferenceRow<double> row = detail::reference_row<double>(p, wide, flat_row, detail::double_arithmetic, false);
   if (!finite_statistics(row)) return try_double_word();
   for (std::size_t c = 0; c < d_v; ++c) {
-    const auto value = settled_in_dtype(p.dtype, row.out[c], row.bound[c]);
+    const auto value = settled_in_dtype(p.dtype, row.out[c], 0.0, row.bound[c]);
     if (!value) return try_double_word();
     rounded[c] = *value;
   }
