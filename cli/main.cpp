@@ -45,6 +45,7 @@ struct VerifyArgs {
   int threads = 0;
   std::string shard;  // --shard I/N
   bool no_diagnosis = false;
+  std::optional<double> sample_rows_above;  // multiply-adds; unset: every row of every case
 };
 
 std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
@@ -70,6 +71,10 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   attn::VerifyOptions options;
   options.rule = {args.k, args.floor_ulps};
   options.reference.threads = args.threads;
+  if (args.sample_rows_above) {
+    if (!(*args.sample_rows_above >= 0)) throw attn::InputError("--sample-rows-above must be a non-negative number of multiply-adds");
+    options.reference.max_work = *args.sample_rows_above;
+  }
   options.diagnosis.threads = args.threads;
   options.diagnosis.enabled = !args.no_diagnosis;
   std::optional<attn::Shard> shard;
@@ -231,6 +236,11 @@ int main(int argc, char** argv) {
   verify->add_option("--floor-ulps", verify_args.floor_ulps, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   verify->add_option("--threads", verify_args.threads, "Threads for the reference (default: all cores)");
   verify->add_flag("--no-diagnosis", verify_args.no_diagnosis, "Do not test known mistakes against failing outputs");
+  verify->add_option("--sample-rows-above", verify_args.sample_rows_above,
+                     "On a case whose reference would take more than twice WORK multiply-adds (n_k (d_k + d_v) per row), compare "
+                     "a seeded sample of about WORK's worth of rows (at least 48; the first and last always); the report marks "
+                     "such cases [checked/total rows]. Default: every row of every case")
+      ->type_name("WORK");
   verify->add_option("--shard", verify_args.shard, "Run part I of N of the cases (I/N: case index modulo N), e.g. for a CI matrix; "
                                                   "`attnbench report` merges the shards");
   verify->get_option("--case")->excludes(verify->get_option("--cases"));
