@@ -63,12 +63,12 @@ inline RowArithmetic multiprecision_arithmetic(double u) { return {u, 2 * u, 0.0
 inline constexpr RowArithmetic double_arithmetic{0x1p-53, 4 * 0x1p-53, 0x1p-1074};
 
 // Bound on |computed weighted sum of V - exact| for one row, given each weight's exponent
-// perturbation eta_j (see reference.hpp). ln_w: log weights; v(j, c): values. underflow: absolute
+// perturbation eta_j (see reference.hpp). ln_w: log weights; v_row(j): key j's d_v values. underflow: absolute
 // error of each weight; product_underflow: absolute error of each product w_j v_jc (none where
 // every v_jc of the column is 0: those products are exactly 0).
-template <class VAt>
+template <class VRow>
 void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<double>& eta, const std::vector<std::int64_t>& keys,
-                        std::int64_t d_v, double u, double underflow, VAt v_at, std::vector<double>& bound,
+                        std::int64_t d_v, double u, double underflow, VRow v_row, std::vector<double>& bound,
                         std::vector<double>* magnitude = nullptr, double product_underflow = 0.0) {
   const std::size_t n = keys.size();
   std::size_t j0 = 0;
@@ -98,19 +98,25 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
     err[j] = std::min(std::isnan(linear) ? nonlinear : linear, nonlinear);
   }
   const double g = gamma_n(2.0 * double(n) + 4.0, u);
-  for (std::int64_t c = 0; c < d_v; ++c) {
-    double weighted = 0, perturbation = 0, vmax = 0, plain = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const double av = std::fabs(v_at(keys[j], c));
-      plain += w[j] * av;
-      weighted += (w[j] + err[j]) * av;
-      perturbation += err[j] * av;
-      vmax = std::max(vmax, av);
+  // Keys outer, columns inner (contiguous, vectorisable); each column still sums its keys in order.
+  const auto columns = static_cast<std::size_t>(d_v);
+  std::vector<double> weighted(columns, 0.0), perturbation(columns, 0.0), vmax(columns, 0.0), plain(columns, 0.0);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double* v = v_row(keys[j]);
+    const double with_err = w[j] + err[j];
+    for (std::size_t c = 0; c < columns; ++c) {
+      const double av = std::fabs(v[c]);
+      plain[c] += w[j] * av;
+      weighted[c] += with_err * av;
+      perturbation[c] += err[j] * av;
+      vmax[c] = std::max(vmax[c], av);
     }
+  }
+  for (std::size_t c = 0; c < columns; ++c) {
     // 1.01: headroom for the double arithmetic of this bound itself.
-    bound[static_cast<std::size_t>(c)] = 1.01 * (perturbation + g * weighted + double(n) * underflow * vmax);
-    if (product_underflow > 0 && vmax > 0) bound[static_cast<std::size_t>(c)] += 1.01 * double(n) * product_underflow;
-    if (magnitude) (*magnitude)[static_cast<std::size_t>(c)] = plain;
+    bound[c] = 1.01 * (perturbation[c] + g * weighted[c] + double(n) * underflow * vmax[c]);
+    if (product_underflow > 0 && vmax[c] > 0) bound[c] += 1.01 * double(n) * product_underflow;
+    if (magnitude) (*magnitude)[c] = plain[c];
   }
 }
 
@@ -209,7 +215,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     eta_naive[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * magnitude[jj] +
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
   }
-  auto v_at = [&](std::int64_t j, std::int64_t c) { return wide.v[static_cast<std::size_t>(in.v.offset(b, g, j, c))]; };
+  auto v_row = [&](std::int64_t j) { return wide.v.data() + in.v.offset(b, g, j, 0); };
   Real lse_squares = 0;
   std::vector<Real> weighted_sigma(n);  // w_j sigma_j
   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -217,18 +223,20 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     lse_squares += weighted_sigma[jj] * weighted_sigma[jj];
   }
   result.lse_score_rounding = u_naive * static_cast<double>(sqrt(lse_squares));
-  for (std::int64_t c = 0; c < p.d_v; ++c) {
-    Real squares = 0;
-    for (std::size_t jj = 0; jj < n; ++jj) {
-      const Real term = weighted_sigma[jj] * (Real(v_at(keys[jj], c)) - result.out[static_cast<std::size_t>(c)]);
-      squares += term * term;
+  // Keys outer, columns inner; each column sums its keys in order.
+  std::vector<Real> squares(static_cast<std::size_t>(p.d_v), Real(0));
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    const double* v = v_row(keys[jj]);
+    for (std::size_t c = 0; c < squares.size(); ++c) {
+      const Real term = weighted_sigma[jj] * (Real(v[c]) - result.out[c]);
+      squares[c] += term * term;
     }
-    result.score_rounding[static_cast<std::size_t>(c)] = u_naive * static_cast<double>(sqrt(squares));
   }
+  for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] = u_naive * static_cast<double>(sqrt(squares[c]));
   // Near the underflow threshold each weight may lose 2 underflows (exp, then the division) and
   // each product w_j v_jc one more, whatever |v_jc| is.
-  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * arithmetic.underflow, v_at, result.bound, &result.magnitude, arithmetic.underflow);
-  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
+  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * arithmetic.underflow, v_row, result.bound, &result.magnitude, arithmetic.underflow);
+  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_row, result.naive_bound);
   // LSE = m + log(sum): perturbing every score by at most eta_j moves it by at most max_j eta_j;
   // the sum's own rounding (gamma(n)) and log's error on log(sum) <= log(n) add to that, and
   // m + log(sum) rounds once more.

@@ -76,6 +76,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     return result;
   }
   const std::size_t n = keys.size();
+  auto v_row = [&](std::int64_t j) { return wide.v.data() + in.v.offset(b, g, j, 0); };
 
   // Scores, and per key A_j = scale sum_t |q_t k_jt| + |bias_j| (in double, inflated so that it
   // bounds the exact one; it overflows to inf rather than lie) and the partial sums' squares
@@ -129,7 +130,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     weight[jj] = e[jj] / sum;
     const double w_hi = static_cast<double>(weight[jj]);
     const DoubleWord w{w_hi, static_cast<double>(weight[jj] - Quad(w_hi))};
-    const double* v = wide.v.data() + in.v.offset(b, g, keys[jj], 0);
+    const double* v = v_row(keys[jj]);
     for (std::size_t c = 0; c < d_v; ++c) {
       const DoubleWord sum_c = add({out_hi[c], out_lo[c]}, mul(w, v[c]));
       out_hi[c] = sum_c.hi, out_lo[c] = sum_c.lo;
@@ -149,12 +150,11 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u + score_underflow;
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * 1.01 * spread + 2 * u_naive;
   }
-  auto v_at = [&](std::int64_t j, std::int64_t c) { return wide.v[static_cast<std::size_t>(in.v.offset(b, g, j, c))]; };
   // The weight's conversion to a double word and its product with v may each lose a product
   // underflow: per key, absolute, whatever |v| is (the first also scales with |v|: in the
   // weights' underflow term).
-  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * product_underflow, v_at, result.bound, &result.magnitude, 2 * product_underflow);
-  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
+  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * product_underflow, v_row, result.bound, &result.magnitude, 2 * product_underflow);
+  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_row, result.naive_bound);
   const double eta_max = *std::max_element(eta.begin(), eta.end());
   result.lse_bound = 1.01 * (eta_max + gamma_n(double(n), u) + 2 * u * (1 + std::log(double(n))) + u * std::fabs(result.lse));
 
@@ -170,7 +170,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   result.lse_score_rounding = u_naive * static_cast<double>(sqrt(lse_squares));
   double v_max = 0;
   for (std::size_t jj = 0; jj < n; ++jj)
-    for (std::size_t c = 0; c < d_v; ++c) v_max = std::max(v_max, std::fabs(v_at(keys[jj], std::int64_t(c))));
+    for (std::size_t c = 0; c < d_v; ++c) v_max = std::max(v_max, std::fabs(v_row(keys[jj])[c]));
   if (largest > 0 && v_max > 0 && std::isfinite(v_max)) {
     int sigma_exponent = 0;
     static_cast<void>(frexp(largest, &sigma_exponent));
