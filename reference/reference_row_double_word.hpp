@@ -113,23 +113,26 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     magnitude[jj] = (scale * abs_dot + std::fabs(bias)) * inflate;
   }
 
+  // float128 for what must be precise and is O(n): s_j - m, exp, the sum, log, the weights.
   const Quad m = *std::max_element(s.begin(), s.end());
   std::vector<Quad> e(n);
+  std::vector<double> shifted(n);  // s_j - m in double, for the bounds
   Quad sum = 0;
   for (std::size_t jj = 0; jj < n; ++jj) {
-    e[jj] = exp(s[jj] - m);
+    const Quad difference = s[jj] - m;
+    shifted[jj] = static_cast<double>(difference);
+    e[jj] = exp(difference);
     sum += e[jj];
   }
-  const Quad lse = m + log(sum);
-  result.lse = static_cast<double>(lse);
+  const Quad log_sum = log(sum);
+  result.lse = static_cast<double>(m + log_sum);
 
   // The weighted sum of V, lanes across the output columns.
-  std::vector<double> out_hi(d_v, 0.0), out_lo(d_v, 0.0);
-  std::vector<Quad> weight(n);
+  std::vector<double> out_hi(d_v, 0.0), out_lo(d_v, 0.0), weight_hi(n);
   for (std::size_t jj = 0; jj < n; ++jj) {
-    weight[jj] = e[jj] / sum;
-    const double w_hi = static_cast<double>(weight[jj]);
-    const DoubleWord w{w_hi, static_cast<double>(weight[jj] - Quad(w_hi))};
+    const Quad weight = e[jj] / sum;
+    weight_hi[jj] = static_cast<double>(weight);
+    const DoubleWord w{weight_hi[jj], static_cast<double>(weight - Quad(weight_hi[jj]))};
     const double* v = v_row(keys[jj]);
     for (std::size_t c = 0; c < d_v; ++c) {
       const DoubleWord sum_c = add({out_hi[c], out_lo[c]}, mul(w, v[c]));
@@ -139,14 +142,17 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   result.out = out_hi;
   result.out_low = out_lo;
 
-  // Bounds, as reference_row.hpp derives them, with this pass's u.
+  // Bounds, as reference_row.hpp derives them, with this pass's u. They are computed in double
+  // (as float128's are); ln w_j = (s_j - m) - log(sum) adds two non-positive numbers, so its
+  // double rounding is a relative few u, inside the bound's 1% headroom.
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
   const double u_naive = accumulation_unit_roundoff(p.dtype);
   const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
   const double score_underflow = double(p.d_k + 2) * 2 * product_underflow * std::max(1.0, scale);
+  const double log_sum_double = static_cast<double>(log_sum);
   for (std::size_t jj = 0; jj < n; ++jj) {
-    ln_w[jj] = static_cast<double>(s[jj] - lse);
-    const double spread = static_cast<double>(abs(s[jj] - m));
+    ln_w[jj] = shifted[jj] - log_sum_double;
+    const double spread = std::fabs(shifted[jj]);
     eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u + score_underflow;
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * 1.01 * spread + 2 * u_naive;
   }
@@ -158,38 +164,44 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   const double eta_max = *std::max_element(eta.begin(), eta.end());
   result.lse_bound = 1.01 * (eta_max + gamma_n(double(n), u) + 2 * u * (1 + std::log(double(n))) + u * std::fabs(result.lse));
 
-  // score_rounding (reference_row.hpp) in scaled doubles: w_j sigma_j and |v| may both be near
-  // double's overflow, and their squares beyond it.
-  Quad lse_squares = 0, largest = 0;
-  std::vector<Quad> weighted_sigma(n);
+  // score_rounding (reference_row.hpp), an estimate, in doubles scaled to the binades of the
+  // largest w_j sigma_j and |v|: both may be near double's overflow, and their squares beyond it.
+  std::vector<double> weighted_sigma(n);
+  double largest = 0;
   for (std::size_t jj = 0; jj < n; ++jj) {
-    weighted_sigma[jj] = weight[jj] * Quad(score_sigma[jj]);
-    lse_squares += weighted_sigma[jj] * weighted_sigma[jj];
+    weighted_sigma[jj] = weight_hi[jj] * score_sigma[jj];
     largest = std::max(largest, weighted_sigma[jj]);
   }
-  result.lse_score_rounding = u_naive * static_cast<double>(sqrt(lse_squares));
   double v_max = 0;
   for (std::size_t jj = 0; jj < n; ++jj)
     for (std::size_t c = 0; c < d_v; ++c) v_max = std::max(v_max, std::fabs(v_row(keys[jj])[c]));
-  if (largest > 0 && v_max > 0 && std::isfinite(v_max)) {
-    int sigma_exponent = 0;
-    static_cast<void>(frexp(largest, &sigma_exponent));
-    const int v_exponent = std::clamp(std::ilogb(v_max) + 1, -1000, 1000);
-    const double v_factor = std::ldexp(1.0, -v_exponent);
-    std::vector<double> sigma_scaled(n);
-    for (std::size_t jj = 0; jj < n; ++jj) sigma_scaled[jj] = static_cast<double>(ldexp(weighted_sigma[jj], -sigma_exponent));
-    std::vector<double> squares(d_v, 0.0), out_scaled(d_v);
-    for (std::size_t c = 0; c < d_v; ++c) out_scaled[c] = out_hi[c] * v_factor;
-    for (std::size_t jj = 0; jj < n; ++jj) {
-      const double* v = wide.v.data() + in.v.offset(b, g, keys[jj], 0);
-      for (std::size_t c = 0; c < d_v; ++c) {
-        const double term = sigma_scaled[jj] * (v[c] * v_factor - out_scaled[c]);
-        squares[c] += term * term;
-      }
+  if (largest > 0 && std::isfinite(largest)) {
+    const int sigma_exponent = std::clamp(std::ilogb(largest) + 1, -1000, 1000);
+    const double sigma_factor = std::ldexp(1.0, -sigma_exponent);
+    double lse_squares = 0;
+    for (double& ws : weighted_sigma) {
+      ws *= sigma_factor;
+      lse_squares += ws * ws;
     }
-    for (std::size_t c = 0; c < d_v; ++c)
-      result.score_rounding[c] = u_naive * std::ldexp(std::sqrt(squares[c]), sigma_exponent + v_exponent);
+    result.lse_score_rounding = u_naive * std::ldexp(std::sqrt(lse_squares), sigma_exponent);
+    if (v_max > 0 && std::isfinite(v_max)) {
+      const int v_exponent = std::clamp(std::ilogb(v_max) + 1, -1000, 1000);
+      const double v_factor = std::ldexp(1.0, -v_exponent);
+      std::vector<double> squares(d_v, 0.0), out_scaled(d_v);
+      for (std::size_t c = 0; c < d_v; ++c) out_scaled[c] = out_hi[c] * v_factor;
+      for (std::size_t jj = 0; jj < n; ++jj) {
+        const double* v = v_row(keys[jj]);
+        for (std::size_t c = 0; c < d_v; ++c) {
+          const double term = weighted_sigma[jj] * (v[c] * v_factor - out_scaled[c]);
+          squares[c] += term * term;
+        }
+      }
+      for (std::size_t c = 0; c < d_v; ++c)
+        result.score_rounding[c] = u_naive * std::ldexp(std::sqrt(squares[c]), sigma_exponent + v_exponent);
+    }
   }
+  if (!std::all_of(weighted_sigma.begin(), weighted_sigma.end(), [](double ws) { return std::isfinite(ws); }))
+    result.lse_score_rounding = std::numeric_limits<double>::quiet_NaN();  // not finite: float128 takes the row
   return result;
 }
 
