@@ -47,6 +47,7 @@ struct VerifyArgs {
   bool no_diagnosis = false;
   bool no_projection = false;
   bool allow_empty = false;
+  std::optional<double> sample_rows_above;  // multiply-adds; unset: every row of every case
 };
 
 std::vector<const attn::Implementation*> select(const attn::Registry& registry, const std::vector<std::string>& names) {
@@ -72,6 +73,10 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   attn::VerifyOptions options;
   options.rule = {args.k, args.floor_ulps};
   options.reference.threads = args.threads;
+  if (args.sample_rows_above) {
+    if (!(*args.sample_rows_above >= 0)) throw attn::InputError("--sample-rows-above must be a non-negative number of multiply-adds");
+    options.reference.max_work = *args.sample_rows_above;
+  }
   options.diagnosis.threads = args.threads;
   options.diagnosis.enabled = !args.no_diagnosis;
   options.project = !args.no_projection;
@@ -252,6 +257,11 @@ int main(int argc, char** argv) {
                    "Skip a case an implementation does not support (default: run its projection onto what it declares)");
   verify->add_flag("--allow-empty", verify_args.allow_empty,
                    "Exit 0 even when an implementation asked for by name ran no case (default: that fails)");
+  verify->add_option("--sample-rows-above", verify_args.sample_rows_above,
+                     "On a case whose reference would take more than twice WORK multiply-adds (n_k (d_k + d_v) per row), compare "
+                     "a seeded sample of about WORK's worth of rows (at least 48; the first and last always); the report marks "
+                     "such cases [checked/total rows]. Default: every row of every case")
+      ->type_name("WORK");
   verify->add_option("--shard", verify_args.shard, "Run part I of N of the cases (I/N: case index modulo N), e.g. for a CI matrix; "
                                                   "`attnbench report` merges the shards");
   verify->get_option("--case")->excludes(verify->get_option("--cases"));

@@ -145,6 +145,7 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   ctx->rows_checked = std::int64_t(ref.rows.size());
   ctx->sampled = ref.sampled;
   ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
+  ctx->reference_rows_float128 = ref.rows_fallback;
   ctx->score_rounding = ref.score_rounding;
   // The yardstick: the naive algorithm in the same precision.
   Output naive{make_output(p), make_lse(p)};

@@ -40,6 +40,7 @@ struct CaseContext {
   std::int64_t rows_checked = 0;
   bool sampled = false;
   double reference_self_bound_ulps = 0;  // the reference's stated error, in output ulps
+  std::int64_t reference_rows_float128 = 0;  // rows the reference's bounded pass left to float128
   ScoreRounding score_rounding;          // the pass rule's floor on the yardsticks (ReferenceResult::score_rounding)
   ErrorMetrics baseline;                 // the naive algorithm's error
   double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)

@@ -17,10 +17,22 @@
 // result unless that lies within 1e-24 ulps of a tie) and below 1e-13 ulps of f64 (float128's own
 // rounding is 2^-60 f64 ulps). tests/reference_test.cpp checks it against the same computation at 256 bits.
 //
+// Every row is first computed by a bounded pass with the same analysis in a cheaper arithmetic
+// (reference/README.md gives the argument): double for f32, f16 and bf16 problems (products of
+// their inputs are exact in double; u = 2^-53, exp and log within 2 ulps, underflow bounded
+// absolutely), double-word dot products and weighted sums with float128 exp/log for f64 problems
+// (u = 2^-100). An output element is settled when every real within twice that bound of the
+// computed value rounds to one value of the dtype: the exact output, and float128's unrounded
+// output (within its own smaller bound of the exact one), round to it too, so the element is
+// what the float128 reference gives. A row with any element unsettled, or anything not finite,
+// is computed in float128 (rows_fallback counts them). For rows the bounded pass kept, the
+// stated self-bound is that pass's (larger) bound; the LSE is within self_bound_lse_max_abs.
+//
 // The same analysis with the unit roundoff of the naive algorithm in the case's working
 // precision (f32 for f32/f16/bf16, f64 for f64) gives an a-priori bound on the naive baseline's
 // error, which the pass rule uses to check that the baseline itself is sound.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/inputs.hpp"
@@ -30,12 +42,16 @@
 namespace attn {
 
 struct ReferenceOptions {
-  // Multiply-adds in 113-bit arithmetic a case may take before the reference verifies a seeded
-  // sample of rows instead of all of them (about 80 ns each on one core).
-  double max_work = 6.0e6;
+  // Sampling, for problems too large to compute whole, is opt-in: multiply-adds (n_k (d_k + d_v)
+  // per row) a case may take before the reference computes a seeded sample of rows instead of all
+  // of them. Infinite by default: every row. (The bounded pass costs about 1 to 3 ns per
+  // multiply-add and core for f32/f16/bf16 problems, 5 to 10 ns for f64; float128 about 80.)
+  double max_work = std::numeric_limits<double>::infinity();
   std::int64_t min_sampled_rows = 48;
-  bool weights = false;  // also return the softmax weights of every computed row
+  bool weights = false;  // also return the softmax weights of every computed row (float128's: no bounded pass)
   int threads = 0;       // 0: every core
+  // The bounded first pass (see below); false computes every row in float128 (tests compare the two).
+  bool bounded_pass = true;
 };
 
 struct ReferenceResult {
@@ -54,6 +70,8 @@ struct ReferenceResult {
   double self_bound_max_abs = 0;   // max over elements of the bound on the reference's own error
   double self_bound_max_ulps = 0;  // the same in ulps of the output dtype, at each element's scale
                                    // (max of |out| and sum_j w_j |v_jc|)
+  double self_bound_lse_max_abs = 0;  // max over rows of the bound on |lse - exact LSE| (as a double)
+  std::int64_t rows_fallback = 0;     // rows the bounded pass did not settle, computed in float128
 };
 
 ReferenceResult compute_reference(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});

@@ -1,6 +1,7 @@
 #pragma once
-// One output row of the reference in any Boost.Multiprecision real type. Shared by
-// reference.cpp (float128) and the test that checks the stated error bound (256 bits).
+// One output row of the reference in any real type with the usual operators (Boost.Multiprecision
+// types, double). Shared by reference.cpp (float128, and double for the bounded first pass over
+// f32/f16/bf16 problems) and the test that checks the stated error bound (256 bits).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
+#include "core/tensor.hpp"
 
 namespace attn::detail {
 
@@ -27,16 +29,47 @@ struct ReferenceRow {
   std::vector<double> score_rounding;
   // The same for the LSE: u_naive * sqrt(sum_j (w_j sigma_j)^2), since d LSE / d s_j = w_j.
   double lse_score_rounding = 0;
+  double lse_bound = 0;  // bound on |lse - exact LSE| (before any conversion to double)
 };
 
 inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
 
+// Q, K and V widened exactly to double once per case: Tensor::get's out-of-line call and dtype
+// switch per element would cost more than the whole arithmetic of the double pass.
+struct WidenedInputs {
+  const CaseInputs& in;
+  std::vector<double> q, k, v;
+  explicit WidenedInputs(const CaseInputs& inputs) : in(inputs), q(widen(inputs.q)), k(widen(inputs.k)), v(widen(inputs.v)) {}
+
+ private:
+  static std::vector<double> widen(const Tensor& t) {
+    std::vector<double> values(static_cast<std::size_t>(t.numel()));
+    copy_as<double>(t, 0, t.numel(), values.data());
+    return values;
+  }
+};
+
+// The arithmetic a row is computed in, as its error bound sees it.
+struct RowArithmetic {
+  double u;                // unit roundoff of +, -, *, / (and of converting a product's operands)
+  double exp_error;        // relative error of exp and of log
+  double underflow = 0.0;  // absolute error one product, quotient or exp may add near the underflow
+                           // threshold (0 where the exponent range cannot be reached, as in float128)
+};
+// Boost.Multiprecision's types: exp and log within 2u (the bound's original assumption).
+inline RowArithmetic multiprecision_arithmetic(double u) { return {u, 2 * u, 0.0}; }
+// IEEE double with the C library's exp and log: glibc documents them within 1 ulp (and its
+// exp/log since 2.28 within about 0.52 ulp); 2 ulps, i.e. a relative 4u, leaves room for other libms.
+inline constexpr RowArithmetic double_arithmetic{0x1p-53, 4 * 0x1p-53, 0x1p-1074};
+
 // Bound on |computed weighted sum of V - exact| for one row, given each weight's exponent
-// perturbation eta_j (see reference.hpp). ln_w: log weights; v(j, c): values.
-template <class VAt>
+// perturbation eta_j (see reference.hpp). ln_w: log weights; v_row(j): key j's d_v values. underflow: absolute
+// error of each weight; product_underflow: absolute error of each product w_j v_jc (none where
+// every v_jc of the column is 0: those products are exactly 0).
+template <class VRow>
 void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<double>& eta, const std::vector<std::int64_t>& keys,
-                        std::int64_t d_v, double u, double underflow, VAt v_at, std::vector<double>& bound,
-                        std::vector<double>* magnitude = nullptr) {
+                        std::int64_t d_v, double u, double underflow, VRow v_row, std::vector<double>& bound,
+                        std::vector<double>* magnitude = nullptr, double product_underflow = 0.0) {
   const std::size_t n = keys.size();
   std::size_t j0 = 0;
   double eta_max = 0;
@@ -56,32 +89,52 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
       if (k != j0) rest += std::exp(ln_w[k] + eta[k] - top);
   const double lse_rest = std::isfinite(top) ? top + std::log(rest) : top;
 
-  std::vector<double> err(n);
+  std::vector<double> err(n), w(n);
+  for (std::size_t j = 0; j < n; ++j) w[j] = std::exp(ln_w[j]);
   for (std::size_t j = 0; j < n; ++j) {
-    const double w = std::exp(ln_w[j]);
-    const double linear = w * r;
+    const double linear = w[j] * r;
     const double nonlinear = j == j0 ? std::exp(eta[j0] + lse_rest)
                                      : std::exp(ln_w[j] + std::max(0.0, eta[j] + eta[j0] - ln_w[j0]));
     err[j] = std::min(std::isnan(linear) ? nonlinear : linear, nonlinear);
   }
   const double g = gamma_n(2.0 * double(n) + 4.0, u);
-  for (std::int64_t c = 0; c < d_v; ++c) {
-    double weighted = 0, perturbation = 0, vmax = 0, plain = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const double av = std::fabs(v_at(keys[j], c));
-      plain += std::exp(ln_w[j]) * av;
-      weighted += (std::exp(ln_w[j]) + err[j]) * av;
-      perturbation += err[j] * av;
-      vmax = std::max(vmax, av);
+  // Keys outer, columns inner (contiguous, vectorisable); each column still sums its keys in order.
+  const auto columns = static_cast<std::size_t>(d_v);
+  std::vector<double> weighted(columns, 0.0), perturbation(columns, 0.0), vmax(columns, 0.0), plain(columns, 0.0);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double* v = v_row(keys[j]);
+    const double with_err = w[j] + err[j];
+    for (std::size_t c = 0; c < columns; ++c) {
+      const double av = std::fabs(v[c]);
+      plain[c] += w[j] * av;
+      weighted[c] += with_err * av;
+      perturbation[c] += err[j] * av;
+      vmax[c] = std::max(vmax[c], av);
     }
+  }
+  for (std::size_t c = 0; c < columns; ++c) {
     // 1.01: headroom for the double arithmetic of this bound itself.
-    bound[static_cast<std::size_t>(c)] = 1.01 * (perturbation + g * weighted + double(n) * underflow * vmax);
-    if (magnitude) (*magnitude)[static_cast<std::size_t>(c)] = plain;
+    bound[c] = 1.01 * (perturbation[c] + g * weighted[c] + double(n) * underflow * vmax[c]);
+    if (product_underflow > 0 && vmax[c] > 0) bound[c] += 1.01 * double(n) * product_underflow;
+    if (magnitude) (*magnitude)[c] = plain[c];
   }
 }
 
+// The visible keys of a row, ascending.
+inline std::vector<std::int64_t> visible_keys(const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i) {
+  std::vector<std::int64_t> keys;
+  const std::int64_t limit = mask.key_limit(b, i);
+  keys.reserve(static_cast<std::size_t>(limit));
+  for (std::int64_t j = 0; j < limit; ++j)
+    if (mask.visible(b, h, i, j)) keys.push_back(j);
+  return keys;
+}
+
 template <class Real>
-ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::int64_t row, double u, bool want_weights) {
+ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, std::int64_t row, const RowArithmetic& arithmetic,
+                                 bool want_weights) {
+  const CaseInputs& in = wide.in;
+  const double u = arithmetic.u;
   using std::abs;
   using std::exp;
   using std::log;
@@ -99,9 +152,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
   result.score_rounding.assign(static_cast<std::size_t>(p.d_v), 0.0);
   if (want_weights) result.weights.assign(static_cast<std::size_t>(p.n_k), Real(0));
 
-  std::vector<std::int64_t> keys;
-  for (std::int64_t j = 0; j < in.mask.key_limit(b, i); ++j)
-    if (in.mask.visible(b, h, i, j)) keys.push_back(j);
+  const std::vector<std::int64_t> keys = visible_keys(in.mask, b, h, i);
   if (keys.empty()) {
     result.fully_masked = true;
     result.lse = -std::numeric_limits<Real>::infinity();
@@ -118,7 +169,9 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
     const std::int64_t k0 = in.k.offset(b, g, keys[jj], 0);
     Real dot = 0, abs_dot = 0, partial_squares = 0;
     for (std::int64_t t = 0; t < p.d_k; ++t) {
-      const Real product = Real(in.q.get(q0 + t)) * Real(in.k.get(k0 + t));  // exact at >= 106 bits
+      // Exact at >= 106 bits, and in double for f32, f16 and bf16 inputs (24-bit significands,
+      // exponents far inside double's range).
+      const Real product = Real(wide.q[static_cast<std::size_t>(q0 + t)]) * Real(wide.k[static_cast<std::size_t>(k0 + t)]);
       dot += product;
       abs_dot += abs(product);
       partial_squares += dot * dot;
@@ -128,7 +181,9 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
     // Typical error of this score in the working precision: each addition of a sequential dot
     // rounds relative to its partial sum, then the scale and the bias round once more.
     score_sigma[jj] = Real(scale) * sqrt(partial_squares) + abs(s[jj]);
-    magnitude[jj] = (Real(scale) * abs_dot + Real(std::fabs(bias))) * Real(1 + 0x1p-50);
+    // Inflated so that the computed sum of |products| (rounded d_k + 2 times) still bounds the
+    // exact one: by 2^-50 at least (far more than float128 needs), by 2 gamma(d_k + 3) in double.
+    magnitude[jj] = (Real(scale) * abs_dot + Real(std::fabs(bias))) * Real(1 + std::max(0x1p-50, 2 * gamma_n(double(p.d_k) + 3, u)));
   }
   Real m = *std::max_element(s.begin(), s.end());
   std::vector<Real> e(n);
@@ -142,7 +197,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
     const Real w = e[jj] / sum;
     if (want_weights) result.weights[static_cast<std::size_t>(keys[jj])] = w;
     const std::int64_t v0 = in.v.offset(b, g, keys[jj], 0);
-    for (std::int64_t c = 0; c < p.d_v; ++c) result.out[static_cast<std::size_t>(c)] += w * Real(in.v.get(v0 + c));
+    for (std::int64_t c = 0; c < p.d_v; ++c) result.out[static_cast<std::size_t>(c)] += w * Real(wide.v[static_cast<std::size_t>(v0 + c)]);
   }
 
   // Error bounds: for this computation (unit roundoff u) and for the naive algorithm in the
@@ -154,28 +209,47 @@ ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::in
     ln_w[jj] = static_cast<double>(s[jj] - result.lse);
     // In Real until scaled by a unit roundoff: magnitude and spread may exceed the double range.
     const Real spread = abs(s[jj] - m);
-    eta[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * magnitude[jj] + Real(u) * spread) + 2 * u;
+    // exp's own error, and in double an exp or a scale * dot that underflows (absolute).
+    eta[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * magnitude[jj] + Real(u) * spread) + arithmetic.exp_error +
+              2 * arithmetic.underflow;
     eta_naive[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * magnitude[jj] +
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
   }
-  auto v_at = [&](std::int64_t j, std::int64_t c) { return in.v.get(in.v.offset(b, g, j, c)); };
+  auto v_row = [&](std::int64_t j) { return wide.v.data() + in.v.offset(b, g, j, 0); };
   Real lse_squares = 0;
+  std::vector<Real> weighted_sigma(n);  // w_j sigma_j
   for (std::size_t jj = 0; jj < n; ++jj) {
-    const Real term = e[jj] / sum * score_sigma[jj];
-    lse_squares += term * term;
+    weighted_sigma[jj] = e[jj] / sum * score_sigma[jj];
+    lse_squares += weighted_sigma[jj] * weighted_sigma[jj];
   }
   result.lse_score_rounding = u_naive * static_cast<double>(sqrt(lse_squares));
-  for (std::int64_t c = 0; c < p.d_v; ++c) {
-    Real squares = 0;
-    for (std::size_t jj = 0; jj < n; ++jj) {
-      const Real term = e[jj] / sum * score_sigma[jj] * (Real(v_at(keys[jj], c)) - result.out[static_cast<std::size_t>(c)]);
-      squares += term * term;
+  // Keys outer, columns inner; each column sums its keys in order.
+  std::vector<Real> squares(static_cast<std::size_t>(p.d_v), Real(0));
+  for (std::size_t jj = 0; jj < n; ++jj) {
+    const double* v = v_row(keys[jj]);
+    for (std::size_t c = 0; c < squares.size(); ++c) {
+      const Real term = weighted_sigma[jj] * (Real(v[c]) - result.out[c]);
+      squares[c] += term * term;
     }
-    result.score_rounding[static_cast<std::size_t>(c)] = u_naive * static_cast<double>(sqrt(squares));
   }
-  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 0.0, v_at, result.bound, &result.magnitude);
-  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_at, result.naive_bound);
+  for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] = u_naive * static_cast<double>(sqrt(squares[c]));
+  // Near the underflow threshold each weight may lose 2 underflows (exp, then the division) and
+  // each product w_j v_jc one more, whatever |v_jc| is.
+  weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * arithmetic.underflow, v_row, result.bound, &result.magnitude, arithmetic.underflow);
+  weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_row, result.naive_bound);
+  // LSE = m + log(sum): perturbing every score by at most eta_j moves it by at most max_j eta_j;
+  // the sum's own rounding (gamma(n)) and log's error on log(sum) <= log(n) add to that, and
+  // m + log(sum) rounds once more.
+  const double eta_max = *std::max_element(eta.begin(), eta.end());
+  result.lse_bound = 1.01 * (eta_max + gamma_n(double(n), u) + arithmetic.exp_error * (1 + std::log(double(n))) +
+                             u * std::fabs(static_cast<double>(result.lse)));
   return result;
+}
+
+// One row from the case's inputs as they are (widens them for this one row: for tests).
+template <class Real>
+ReferenceRow<Real> reference_row(const Problem& p, const CaseInputs& in, std::int64_t row, double u, bool want_weights) {
+  return reference_row<Real>(p, WidenedInputs(in), row, multiprecision_arithmetic(u), want_weights);
 }
 
 // Rounds x once to dtype (the double conversion can only mislead at an exact tie of the

@@ -80,6 +80,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                       {{"rows_total", c.rows_total},
                        {"rows_checked", c.rows_checked},
                        {"sampled", c.sampled},
+                       {"rows_float128", c.reference_rows_float128},
                        {"self_error_bound_ulps", number(c.reference_self_bound_ulps)},
                        {"seconds", c.reference_seconds}}},
                      {"baseline",

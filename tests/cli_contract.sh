@@ -79,6 +79,10 @@ for r in records:
     if r["status"] == "pass":
         assert isinstance(r.get("metrics"), dict), r["repro"]
         assert "max_abs" in r["metrics"] and "max_ulps" in r["metrics"], r["repro"]
+    # Every row compared (sampling is opt-in).
+    ref = r["reference"]
+    assert ref["rows_checked"] == ref["rows_total"] and not ref["sampled"], (ref, r["repro"])
+    assert 0 <= ref["rows_float128"] <= ref["rows_total"], (ref, r["repro"])
 naive = [r for r in records if r["implementation"] == "cpu_naive"]
 assert len(naive) == 32, len(naive)
 print(naive[7]["repro"])
@@ -109,6 +113,18 @@ else
   fi
 fi
 
+# --- row sampling, asked for: the row says how many rows it compared ---------------------------
+sampled=(verify --impl cpu_naive --case 'b=1 hq=2 hkv=2 nq=300 nk=16 dk=16 dv=16 dtype=f32' --json '')
+run sampled "${sampled[@]}" --sample-rows-above 1000
+expect_rc 0
+expect_in out "[48/600 rows]"
+run unsampled "${sampled[@]}"
+expect_rc 0
+checks=$((checks + 1))
+if grep -q "rows\]" "$tmp/unsampled.out"; then
+  fail "unsampled: rows were sampled without --sample-rows-above"
+fi
+
 # --- a failing case is diagnosed (a pass rule with no slack fails the correct naive algorithm:
 # no known mistake may be named for it); --no-diagnosis leaves it out --------------------------
 strict=(verify --impl cpu_naive --case 'b=1 hq=2 hkv=2 nq=16 nk=16 dk=16 dv=16 dtype=f32' --k 0 --floor-ulps 0 --json '')
@@ -124,6 +140,7 @@ fi
 
 # --- bad input: exit 2 with a message that names the problem -----------------------------------
 bad_input zero_batch "b must be positive" verify --case 'b=0' --json ''
+bad_input negative_sampling "--sample-rows-above must be a non-negative" verify --case 'b=1' --sample-rows-above -5 --json ''
 bad_input heads "hq = 3 is not a multiple of hkv = 2" verify --case 'hq=3 hkv=2' --json ''
 bad_input garbage "'garbage'" verify --case 'garbage' --json ''
 bad_input unknown_key "unknown repro key 'frobnicate'" verify --case 'b=1 frobnicate=2' --json ''

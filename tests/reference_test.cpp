@@ -17,6 +17,7 @@
 #include "core/problem.hpp"
 #include "reference/reference.hpp"
 #include "reference/reference_row.hpp"
+#include "reference/reference_row_double_word.hpp"
 
 namespace attn {
 namespace {
@@ -435,13 +436,22 @@ TEST(ReferenceBound, StatedSelfErrorIsFarBelowAnUlpOfTheOutput) {
   for (DType d : all_dtypes)
     for (Regime regime : all_regimes()) {
       const Problem p = small(d, regime, 6, 11, 90);
-      const ReferenceResult ref = compute_reference(p, generate_inputs(p));
+      ReferenceOptions float128_only;
+      float128_only.bounded_pass = false;
+      const ReferenceResult ref = compute_reference(p, generate_inputs(p), float128_only);
       EXPECT_GT(ref.self_bound_max_abs, 0.0) << p.repro();
       // At most 2^20 ulps of float128 (the scores' absolute error grows with their magnitude:
       // f16 large reaches about 2^17), expressed in ulps of the output dtype: below 1e-24 for
       // f32/f16/bf16 and 1e-12 for f64. The rounded reference is the correctly rounded exact value
       // unless the exact value lies that close to a tie of the output dtype.
       EXPECT_LT(ref.self_bound_max_ulps, std::ldexp(1.0, 20 - (113 - significand_bits(d)))) << p.repro();
+      // The bounded pass states its own, larger bound for the rows it keeps: 2^20 ulps of double
+      // (f32/f16/bf16) or of u = 2^-100 (f64) at most. Its rounded outputs are settled, not merely close.
+      const ReferenceResult bounded = compute_reference(p, generate_inputs(p));
+      const int bits = d == DType::f64 ? 100 : 53;
+      EXPECT_LT(bounded.self_bound_max_ulps, std::ldexp(1.0, 20 - (bits - significand_bits(d)))) << p.repro();
+      EXPECT_GE(bounded.self_bound_max_ulps, ref.self_bound_max_ulps) << p.repro();
+      EXPECT_TRUE(std::isfinite(bounded.self_bound_lse_max_abs) && bounded.self_bound_lse_max_abs > 0) << p.repro();
       // The naive baseline's bound is finite wherever the reference is.
       for (std::size_t e = 0; e < ref.naive_bound.size(); ++e) ASSERT_TRUE(std::isfinite(ref.naive_bound[e]));
     }
@@ -524,6 +534,215 @@ TEST(ReferenceRounding, AReferenceJustAboveATieRoundsUpEndToEnd) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The bounded pass (double, double-word) and its fallback to float128
+// ---------------------------------------------------------------------------------------------
+
+ReferenceOptions float128_only() {
+  ReferenceOptions options;
+  options.bounded_pass = false;
+  return options;
+}
+
+// Every masking feature, regime and dtype, GQA, d_k != d_v, a custom scale.
+std::vector<Problem> spread_of_problems() {
+  std::vector<Problem> problems;
+  std::uint64_t seed = 300;
+  for (DType d : all_dtypes)
+    for (Regime regime : all_regimes())
+      for (int variant = 0; variant < 6; ++variant) {
+        Problem p = small(d, regime, 9, 13, ++seed);
+        p.d_k = 24;
+        switch (variant) {
+          case 0: break;
+          case 1: p.causal = Causal::top_left; break;
+          case 2: p.causal = Causal::bottom_right, p.padding = {KeyPadding::Kind::per_batch, {7, 13}}; break;
+          case 3:
+            p.padding.kind = KeyPadding::Kind::per_query;
+            for (std::int64_t r = 0; r < p.batch * p.n_q; ++r) p.padding.valid_len.push_back((r * 5) % 14);
+            break;
+          case 4: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}, p.bias = {true, 2.0, Broadcast::per_head}; break;
+          case 5: p.scale = 0.7, p.h_kv = 1, p.d_v = 17; break;
+        }
+        p.validate();
+        problems.push_back(p);
+      }
+  return problems;
+}
+
+TEST(ReferenceBoundedPass, EqualsFloat128OnEveryRegimeDtypeAndMask) {
+  std::int64_t rows = 0, fallback = 0;
+  for (const Problem& p : spread_of_problems()) {
+    SCOPED_TRACE(p.repro());
+    const CaseInputs in = generate_inputs(p);
+    const ReferenceResult bounded = compute_reference(p, in), exact = compute_reference(p, in, float128_only());
+    ASSERT_EQ(bounded.rows, exact.rows);
+    ASSERT_EQ(exact.rows_fallback, 0);
+    ASSERT_EQ(bounded.fully_masked, exact.fully_masked);
+    for (std::size_t e = 0; e < exact.out.size(); ++e) ASSERT_EQ(bits(bounded.out[e]), bits(exact.out[e])) << "element " << e;
+    for (std::size_t r = 0; r < exact.lse.size(); ++r) {
+      if (exact.fully_masked[r]) {
+        EXPECT_EQ(bounded.lse[r], -inf);
+        continue;
+      }
+      // Each LSE within its stated bound of the exact one.
+      EXPECT_LE(std::fabs(bounded.lse[r] - exact.lse[r]), bounded.self_bound_lse_max_abs + exact.self_bound_lse_max_abs) << "row " << r;
+    }
+    // The verdict's other inputs agree to far better than the 1% headroom their bounds carry.
+    for (std::size_t e = 0; e < exact.naive_bound.size(); ++e)
+      EXPECT_NEAR(bounded.naive_bound[e], exact.naive_bound[e], 1e-6 * exact.naive_bound[e]) << "element " << e;
+    // score_rounding sums (w_j sigma_j (v_jc - o_c))^2: where o_c cancels against the dominant
+    // key's value (saturated rows) it is as precise as the pass's o_c, a relative 1e-12 or so of
+    // the LSE's score rounding (|v| is of order 1 here). An estimate either way: the pass rule's floor.
+    EXPECT_NEAR(bounded.score_rounding.out, exact.score_rounding.out, 1e-6 * exact.score_rounding.out + 1e-9 * exact.score_rounding.lse);
+    EXPECT_NEAR(bounded.score_rounding.lse, exact.score_rounding.lse, 1e-6 * exact.score_rounding.lse);
+    rows += std::int64_t(bounded.rows.size());
+    fallback += bounded.rows_fallback;
+  }
+  // Not vacuous: the bounded pass kept almost every row.
+  EXPECT_LT(fallback * 20, rows) << fallback << " of " << rows << " rows fell back to float128";
+  RecordProperty("rows", std::to_string(rows));
+  RecordProperty("rows_fallback", std::to_string(fallback));
+}
+
+TEST(ReferenceBoundedPass, ThreadCountDoesNotChangeABit) {
+  Problem p = small(DType::f32, Regime::diffuse, 40, 37, 333);
+  p.causal = Causal::bottom_right;
+  p.validate();
+  const CaseInputs in = generate_inputs(p);
+  ReferenceOptions one_thread;
+  one_thread.threads = 1;
+  const ReferenceResult serial = compute_reference(p, in, one_thread), parallel = compute_reference(p, in);
+  ASSERT_EQ(serial.out.size(), parallel.out.size());
+  for (std::size_t e = 0; e < serial.out.size(); ++e) ASSERT_EQ(bits(serial.out[e]), bits(parallel.out[e]));
+  for (std::size_t r = 0; r < serial.lse.size(); ++r) ASSERT_EQ(bits(serial.lse[r]), bits(parallel.lse[r]));
+  EXPECT_EQ(serial.rows_fallback, parallel.rows_fallback);
+}
+
+// The bounds the bounded pass relies on hold against the same computation in 256 bits: the
+// double pass (f32/f16/bf16) and the double-word pass (every dtype).
+TEST(ReferenceBoundedPass, BoundsHoldAgainst256Bits) {
+  for (Regime regime : all_regimes())
+    for (DType d : all_dtypes) {
+      Problem p = small(d, regime, 6, 11, 400 + std::uint64_t(d));
+      p.batch = 1, p.h_q = 2, p.h_kv = 1, p.d_k = 24, p.d_v = 6;
+      p.bias = {true, 1.0, Broadcast::shared};
+      p.validate();
+      SCOPED_TRACE(p.repro());
+      const CaseInputs in = generate_inputs(p);
+      const detail::WidenedInputs wide(in);
+      for (std::int64_t row = 0; row < p.rows(); ++row) {
+        const auto r256 = detail::reference_row<Real256>(p, in, row, std::ldexp(1.0, -256), false);
+        const auto dw = detail::reference_row_double_word(p, wide, row);
+        ASSERT_EQ(dw.fully_masked, r256.fully_masked);
+        if (dw.fully_masked) continue;
+        for (std::size_t c = 0; c < std::size_t(p.d_v); ++c) {
+          const Real256 diff = abs(Real256(dw.out[c]) + Real256(dw.out_low[c]) - r256.out[c]);
+          EXPECT_LE(diff, Real256(dw.bound[c])) << "double word, row " << row << " c " << c;
+        }
+        EXPECT_LE(abs(Real256(dw.lse) - r256.lse), Real256(dw.lse_bound + std::fabs(dw.lse) * 0x1p-53)) << "row " << row;
+        if (d == DType::f64) continue;
+        const auto dbl = detail::reference_row<double>(p, wide, row, detail::double_arithmetic, false);
+        for (std::size_t c = 0; c < std::size_t(p.d_v); ++c) {
+          const Real256 diff = abs(Real256(dbl.out[c]) - r256.out[c]);
+          EXPECT_LE(diff, Real256(dbl.bound[c])) << "double, row " << row << " c " << c;
+          EXPECT_GT(dbl.bound[c], 0.0);
+        }
+        EXPECT_LE(abs(Real256(dbl.lse) - r256.lse), Real256(dbl.lse_bound)) << "row " << row;
+      }
+    }
+}
+
+// The double pass takes the C library's exp and log to be within 2 ulps (double_arithmetic):
+// check that on this machine's libm against float128.
+TEST(ReferenceBoundedPass, LibmExpAndLogAreWithinTheAssumedError) {
+  double worst_exp = 0, worst_log = 0;
+  std::uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return double(state >> 11) * 0x1p-53;
+  };
+  for (int k = 0; k < 200000; ++k) {
+    const double x = -745 * next() * next();  // exp(s - m): arguments <= 0, many near 0
+    const double e = std::exp(x);
+    if (e > 0x1p-1022) {
+      const Real113 want = exp(Real113(x));
+      worst_exp = std::max(worst_exp, static_cast<double>(abs(Real113(e) - want) / want));
+    }
+    const double y = 1 + 1e6 * next() * next();  // log(sum), sum >= 1
+    const Real113 want_log = log(Real113(y));
+    if (want_log > 0) worst_log = std::max(worst_log, static_cast<double>(abs(Real113(std::log(y)) - want_log) / want_log));
+  }
+  EXPECT_LE(worst_exp, detail::double_arithmetic.exp_error);
+  EXPECT_LE(worst_log, detail::double_arithmetic.exp_error);
+  RecordProperty("exp_worst_relative_in_u", std::to_string(worst_exp / 0x1p-53));
+  RecordProperty("log_worst_relative_in_u", std::to_string(worst_log / 0x1p-53));
+}
+
+// Two keys, one value column: out = w0 v0 + w1 v1 with v0, v1 chosen so the equal-weight mean is
+// a tie of the dtype, and key 1's score q * k1 moving the exact output just off it.
+struct NearTie {
+  Problem p;
+  CaseInputs in;
+};
+NearTie near_tie(DType dtype, double v1, double q, double k1) {
+  Problem p;
+  p.n_q = 1, p.n_k = 2, p.d_k = 1, p.d_v = 1, p.dtype = dtype, p.regime = Regime::sparse_int;  // scale 1
+  p.validate();
+  CaseInputs in = generate_inputs(p);
+  in.q.set(0, q);
+  in.k.set(0, 0.0);
+  in.k.set(1, k1);
+  in.v.set(0, 1.0);
+  in.v.set(1, v1);
+  return {p, std::move(in)};
+}
+
+TEST(ReferenceBoundedPass, AnOutputWithinTheBoundOfATieGoesToFloat128AndRoundsTheSame) {
+  struct Case {
+    DType dtype;
+    double v1;       // mean (1 + v1) / 2 is a tie between 1 (even) and v1
+    double q, k1;    // score difference q * k1 = delta moves the exact output by about delta (v1 - 1) / 4
+  };
+  // f32: tie 1 + 2^-24, delta 2^-75: 2^-100 off the tie, inside the double-word bound (about
+  // 2^-97) and far outside float128's (about 2^-110). f64: tie 1 + 2^-53, delta 2^-46: again 2^-100.
+  for (const Case& c : {Case{DType::f32, 1 + 0x1p-23, 0x1p-40, 0x1p-35}, Case{DType::f64, 1 + 0x1p-52, 0x1p-23, 0x1p-23}}) {
+    for (double side : {1.0, -1.0}) {
+      SCOPED_TRACE(std::string(to_string(c.dtype)) + (side > 0 ? " above the tie" : " below the tie"));
+      const NearTie t = near_tie(c.dtype, c.v1, c.q, side * c.k1);
+      const ReferenceResult bounded = compute_reference(t.p, t.in), exact = compute_reference(t.p, t.in, float128_only());
+      EXPECT_EQ(bounded.rows_fallback, 1);  // neither bounded pass settles it
+      EXPECT_EQ(exact.out[0], side > 0 ? c.v1 : 1.0);
+      EXPECT_EQ(bits(bounded.out[0]), bits(exact.out[0]));
+      EXPECT_EQ(bits(bounded.lse[0]), bits(exact.lse[0]));  // the fallback row is float128's in full
+    }
+  }
+  // f16, the tie 1 + 2^-11 and delta 2^-48: 2^-60 off it. The double pass cannot tell (bound about
+  // 2^-52); the double-word pass can, so no row reaches float128, and the result is the same.
+  for (double side : {1.0, -1.0}) {
+    const NearTie t = near_tie(DType::f16, 1 + 0x1p-10, 0x1p-24, side * 0x1p-24);
+    const auto dbl = detail::reference_row<double>(t.p, detail::WidenedInputs(t.in), 0, detail::double_arithmetic, false);
+    EXPECT_GT(2 * dbl.bound[0], std::fabs(dbl.out[0] - (1 + 0x1p-11)));  // within the double bound of the tie
+    const ReferenceResult bounded = compute_reference(t.p, t.in), exact = compute_reference(t.p, t.in, float128_only());
+    EXPECT_EQ(bounded.rows_fallback, 0);
+    EXPECT_EQ(exact.out[0], side > 0 ? 1 + 0x1p-10 : 1.0);
+    EXPECT_EQ(bits(bounded.out[0]), bits(exact.out[0]));
+  }
+}
+
+TEST(ReferenceBoundedPass, NonFiniteRowsGoToFloat128) {
+  // f64 inputs near overflow and wide heads: sum |q_t k_t| overflows double (reference.hpp), so
+  // the double-word pass cannot bound those rows; float128 computes them, with finite bounds.
+  Problem p;
+  p.n_q = 2, p.n_k = 5, p.d_k = 4096, p.d_v = 4, p.dtype = DType::f64, p.regime = Regime::large, p.seed = 95;
+  p.validate();
+  const CaseInputs in = generate_inputs(p);
+  const ReferenceResult bounded = compute_reference(p, in), exact = compute_reference(p, in, float128_only());
+  EXPECT_GT(bounded.rows_fallback, 0);
+  for (std::size_t e = 0; e < exact.out.size(); ++e) EXPECT_EQ(bits(bounded.out[e]), bits(exact.out[e]));
+  EXPECT_TRUE(std::isfinite(bounded.self_bound_max_abs));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Row sampling
 // ---------------------------------------------------------------------------------------------
 
@@ -533,7 +752,10 @@ TEST(ReferenceSampling, LargeProblemsSampleRowsDeterministically) {
   p.dtype = DType::bf16;
   p.seed = 7;
   p.validate();
-  const ReferenceOptions options;
+  // Sampling is opt-in: by default every row.
+  EXPECT_EQ(std::int64_t(reference_rows(p, ReferenceOptions{}).size()), p.rows());
+  ReferenceOptions options;
+  options.max_work = 6e6;
   const std::vector<std::int64_t> rows = reference_rows(p, options);
   EXPECT_LT(std::int64_t(rows.size()), p.rows());
   EXPECT_GE(std::int64_t(rows.size()), options.min_sampled_rows);
