@@ -383,6 +383,7 @@ class Diagnostician {
   void weights_rounding_hypotheses();
   void row_max_init_hypotheses();
   void kv_offset_hypothesis();
+  void layout_hypothesis();
   void masked_nonfinite_hypothesis();
   void zero_output_hypothesis();
   void fully_masked_policy_hypothesis();
@@ -1042,6 +1043,36 @@ void Diagnostician::kv_offset_hypothesis() {
            pr);
 }
 
+// A tensor handed over as [b, s, h, d] (BSHD) read back as if it were [b, h, s, d]: what a kernel
+// sees that declares BSHD but indexes BHSD.
+Tensor read_as_bhsd(const Tensor& t) {
+  const Tensor::Shape& shape = t.shape();  // logical [b, h, s, d]
+  const std::int64_t heads = shape[1], length = shape[2], dim = shape[3];
+  Tensor seen(t.dtype(), shape);
+  for (std::int64_t f = 0; f < t.numel(); ++f) {
+    const std::int64_t d = f % dim, h = (f / dim) % heads, s = (f / (dim * heads)) % length, b = f / (dim * heads * length);
+    seen.set_bits(f, t.bits(t.offset(b, h, s, d)));
+  }
+  return seen;
+}
+
+// The tensors came in BSHD and the kernel read and wrote them as BHSD: it computed attention on
+// the reinterpreted Q, K, V, and its BHSD output row (b', h', i') lands where the harness reads
+// BSHD row (b, h, i) with (b * n_q + i) * h_q + h = (b' * h_q + h') * n_q + i'.
+void Diagnostician::layout_hypothesis() {
+  if (p_.layout != Layout::bshd) return;
+  const CaseInputs hin{read_as_bhsd(in_.q), read_as_bhsd(in_.k), read_as_bhsd(in_.v), in_.mask};
+  Rows source;
+  for (const std::int64_t row : rows_) {
+    const auto [b, h, i] = split(p_, row);
+    source.push_back((b * p_.n_q + i) * p_.h_q + h);
+  }
+  consider("layout_ignored",
+           "the output matches a kernel that reads and writes [b, h, s, d] (BHSD) although the tensors came as [b, s, h, d] (BSHD), a "
+           "layout it declares: index through the strides it is given, or declare BHSD only",
+           by_reference(p_, hin, source));
+}
+
 // Non-finite values in masked K/V rows (a cache page never written) reaching visible outputs
 // through 0 * NaN or NaN + (-inf): every finite element must agree with the reference, and every
 // non-finite one must lie in a row that has a masked key whose K or V holds a non-finite value.
@@ -1247,6 +1278,7 @@ Diagnosis Diagnostician::run() {
   key_layout_hypotheses();
   head_mapping_hypotheses();
   kv_offset_hypothesis();
+  layout_hypothesis();
   softmax_hypotheses();
   query_axis_hypothesis();
   weights_rounding_hypotheses();
