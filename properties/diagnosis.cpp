@@ -387,6 +387,7 @@ class Diagnostician {
   void masked_nonfinite_hypothesis();
   void zero_output_hypothesis();
   void fully_masked_policy_hypothesis();
+  void isolated_rows_hypothesis(const Trial& against_truth);
   void check_rerun();
   void describe_fully_masked_rows();
   Prediction padded_to(const std::vector<std::int64_t>& valid_len) const;
@@ -578,6 +579,12 @@ void Diagnostician::mask_hypotheses() {
       return (p_.padding.kind == KeyPadding::Kind::per_batch ? v[static_cast<std::size_t>(b)] : v[static_cast<std::size_t>(b * p_.n_q + i)]) + 1;
     });
     limits.push_back(std::move(leak));
+    // Batch 0's valid length for every batch: a kernel that reads valid_len[0] (or a scalar length).
+    if (p_.padding.kind == KeyPadding::Kind::per_batch && p_.batch > 1)
+      limits.push_back({"padding_batch0_for_all",
+                        fmt::format("the output matches every batch padded to batch 0's valid length {}: valid_len[b] read as valid_len[0]",
+                                    p_.padding.valid_len.front()),
+                        each_row([&](std::int64_t, std::int64_t) { return p_.padding.valid_len.front(); })});
   }
   // The last key tile dropped: keys from the last multiple of the tile on excluded. Tiles giving
   // the same cut are one hypothesis.
@@ -610,9 +617,9 @@ void Diagnostician::mask_hypotheses() {
   std::vector<std::vector<std::int64_t>> seen;
   std::vector<Limits*> distinct;
   for (Limits& l : limits) {
-    // The padding leak's limits hold only the padding; the others include the case's own limits.
+    // The padding hypotheses' limits hold only the padding; the others include the case's own limits.
     std::vector<std::int64_t> effective = l.valid_len;
-    if (l.name == "padding_one_key_leaks") {
+    if (l.name == "padding_one_key_leaks" || l.name == "padding_batch0_for_all") {
       Problem causal_only = p_;
       causal_only.padding = {};
       const Mask mask(causal_only);
@@ -1245,6 +1252,27 @@ void Diagnostician::describe_fully_masked_rows() {
                   judging_.policy == FullyMaskedPolicy::zeros ? "zeros" : "NaN");
 }
 
+// No mistake explains the whole output, and the failure is confined to a few rows while every
+// other compared row agrees with the reference: a kernel right in general but wrong at a place (a
+// store to the wrong row, a race between blocks, one tile handled differently).
+void Diagnostician::isolated_rows_hypothesis(const Trial& against_truth) {
+  tried("isolated_rows");
+  std::vector<std::string> where;
+  for (std::size_t r = 0; r < rows_.size(); ++r)
+    if (failing_[r]) {
+      const auto [b, h, i] = split(p_, rows_[r]);
+      where.push_back(fmt::format("b={} h={} i={}", b, h, i));
+    }
+  const std::size_t limit = std::max<std::size_t>(2, rows_.size() / 64);
+  if (where.empty() || where.size() > limit || rows_.size() < 16) return;
+  diagnosis_.matches.push_back(
+      {"isolated_rows",
+       fmt::format("the output is right except in {} of the {} rows compared ({}): not a systematic mistake but one place the kernel gets "
+                   "wrong (a store to the wrong row, a race between blocks, a tile handled differently)",
+                   where.size(), rows_.size(), fmt::join(where, "; ")),
+       against_truth.max_abs, against_truth.tolerance});
+}
+
 Diagnosis Diagnostician::run() {
   diagnosis_.ran = true;
   diagnosis_.rows = std::int64_t(rows_.size());
@@ -1288,6 +1316,7 @@ Diagnosis Diagnostician::run() {
   permutation_hypotheses();
   // Only where no mistake explains the whole output: the rows that see a key are right.
   if (diagnosis_.matches.empty()) fully_masked_policy_hypothesis();
+  if (diagnosis_.matches.empty()) isolated_rows_hypothesis(against_truth);
   std::stable_sort(diagnosis_.matches.begin(), diagnosis_.matches.end(), [](const DiagnosisMatch& a, const DiagnosisMatch& b) {
     return a.max_abs / std::max(a.tolerance, 1e-300) < b.max_abs / std::max(b.tolerance, 1e-300);
   });
