@@ -24,6 +24,10 @@ struct DiagnosisOptions {
   double max_work = 1.0e6;
   std::int64_t min_rows = 16;
   int threads = 0;  // 0: every core
+  // Failing cases diagnosed per implementation in one verify run (0: every one). A kernel that
+  // fails a hundred cases has one or two mistakes, which the first failures name; the rest would
+  // cost seconds each and say it again.
+  int max_cases = 16;
 };
 
 // How verify judged the case: the same rule and yardstick judge every hypothesis.

@@ -156,7 +156,8 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   return ctx;
 }
 
-void run_record(Record& record, const Implementation& impl, const Capabilities& caps, const Prepared& prepared, const VerifyOptions& options) {
+void run_record(Record& record, const Implementation& impl, const Capabilities& caps, const Prepared& prepared, const VerifyOptions& options,
+                int& diagnosed) {
   const CaseContext& context = *prepared.context;
   const CaseInputs& in = prepared.inputs();
   const Problem& p = context.problem;
@@ -167,7 +168,12 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.metrics = measure(p, in.mask, prepared.expected(), o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
     const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
     record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding, scale);
-    if (!record.verdict.pass && options.diagnosis.enabled) {
+    const bool diagnose_this = options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases;
+    if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
+      record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
+                                             options.diagnosis.max_cases, impl.name());
+    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
+      ++diagnosed;
       const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
                                                                [](const std::string& r) { return r.find("LSE") != std::string::npos; });
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
@@ -200,6 +206,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
   VerifyRun run;
   run.named_cases = cases.size();
   std::vector<Capabilities> caps;
+  std::vector<int> diagnosed(implementations.size(), 0);  // failing cases diagnosed, per implementation
   for (const Implementation* impl : implementations) {
     caps.push_back(impl->describe());
     run.declared_features[impl->name()] = declared_features(caps.back());
@@ -245,7 +252,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
           record.projected_from = p.repro();
           record.projection = plan.changes;
         }
-        run_record(record, *implementations[n], caps[n], **found, options);
+        run_record(record, *implementations[n], caps[n], **found, options, diagnosed[n]);
       }
       run.records.push_back(std::move(record));
       if (on_record) on_record(run, run.records.back());

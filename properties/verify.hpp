@@ -61,6 +61,7 @@ struct Record {
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
   // For a failure with an output: the known mistakes the output matches (diagnosis.ran false otherwise).
   Diagnosis diagnosis;
+  std::string diagnosis_skipped;  // why a failure was not diagnosed (DiagnosisOptions::max_cases)
 };
 
 struct VerifyRun {

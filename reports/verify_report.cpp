@@ -99,6 +99,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
       j["reasons"] = r.verdict.reasons;
       j["seconds"] = r.seconds;
       if (r.diagnosis.ran) j["diagnosis"] = diagnosis_json(r.diagnosis);
+      if (!r.diagnosis_skipped.empty()) j["diagnosis_skipped"] = r.diagnosis_skipped;
     }
     records.push_back(std::move(j));
   }
@@ -170,6 +171,7 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::fun
     fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());
     if (!r.projected_from.empty()) fmt::print(os, "  projected from '{}' ({})\n", r.projected_from, r.projection);
     for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
+    if (!r.diagnosis_skipped.empty()) fmt::print(os, "  ({})\n", r.diagnosis_skipped);
     if (r.diagnosis.ran) {
       const Diagnosis& d = r.diagnosis;
       if (!d.nondeterminism.empty()) fmt::print(os, "  diagnosis: {}\n", d.nondeterminism);
