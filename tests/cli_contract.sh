@@ -187,6 +187,20 @@ bad_input properties_case_bad "nq" properties --case 'b=1 nq=0'
 bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --cases 1
 bad_input properties_cases "--cases must be positive" properties --cases 0
 
+# --- nothing ran is not a pass ------------------------------------------------------------------
+# An implementation asked for by name that runs no case (cuda_fused without a GPU) fails, unless
+# --allow-empty; where a GPU is present the case runs and passes.
+run nothing_ran verify --impl cuda_fused --cases quick --json ''
+if grep -q "no case ran for cuda_fused" "$tmp/nothing_ran.out"; then
+  expect_rc 1
+  run nothing_ran_allowed verify --impl cuda_fused --cases quick --json '' --allow-empty
+  expect_rc 0
+elif grep -q "unknown implementation 'cuda_fused'" "$tmp/nothing_ran.err"; then
+  expect_rc 2  # a build without CUDA: the name is unknown, also not a pass
+else
+  expect_rc 0
+fi
+
 # --- help is not an error ----------------------------------------------------------------------
 run help --help
 expect_rc 0

@@ -146,6 +146,11 @@ sed 's/"min_slowdown"/"min_slowdwn"/' "$tmp/gate.json" > "$tmp/typo.json"
 gate config_typo 2 --config "$tmp/typo.json" --baseline "$tmp/baseline.json" "$tmp/now_verify.json"
 expect_line config_typo "typo.json: config key 'speed.min_slowdwn': unknown key"
 gate no_config 2 --baseline "$tmp/baseline.json" "$tmp/now_verify.json"
+# A misspelt implementation name gates nothing: that fails (a gate that checks nothing passes every change).
+sed 's/"cpu_naive", "cpu_blocked"/"cpu_blokced"/' "$tmp/gate.json" > "$tmp/misspelt.json"
+gate misspelt_implementation 1 --config "$tmp/misspelt.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/now_verify.json" "$tmp/now_bench.json"
+expect_line misspelt_implementation "names implementation 'cpu_blokced', which no result holds"
+gate misspelt_allowed 0 --allow-empty --config "$tmp/misspelt.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/now_verify.json" "$tmp/now_bench.json"
 
 # The JUnit XML parses, with one suite per kind and the failures where they belong.
 if python3 - "$tmp/unchanged.xml" "$tmp/accuracy.xml" "$tmp/slowdown.xml" <<'PY'
