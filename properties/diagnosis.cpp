@@ -1316,7 +1316,8 @@ Diagnosis Diagnostician::run() {
   permutation_hypotheses();
   // Only where no mistake explains the whole output: the rows that see a key are right.
   if (diagnosis_.matches.empty()) fully_masked_policy_hypothesis();
-  if (diagnosis_.matches.empty()) isolated_rows_hypothesis(against_truth);
+  // Rows that differ from run to run are the nondeterminism's, said already.
+  if (diagnosis_.matches.empty() && !runs_differ_) isolated_rows_hypothesis(against_truth);
   std::stable_sort(diagnosis_.matches.begin(), diagnosis_.matches.end(), [](const DiagnosisMatch& a, const DiagnosisMatch& b) {
     return a.max_abs / std::max(a.tolerance, 1e-300) < b.max_abs / std::max(b.tolerance, 1e-300);
   });
