@@ -38,6 +38,9 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
   command_->add_option("--property-cases", property_cases_, "Successful cases per property (0: skip the property suite)")->capture_default_str();
   command_->add_option("--seed", seed_, "RapidCheck seed for the property suite (default: a fresh one, printed)");
   command_->add_flag("--no-shrink", no_shrink_, "Report a property's first counterexample without shrinking it (each shrink step is a call)");
+  command_->add_flag("--masked-nonfinite-safe", masked_nonfinite_safe_,
+                     "Declare that the plugin keeps NaN/Inf in masked K/V rows out of every output (ABI version 1 cannot say it): "
+                     "property 13 then fails instead of reporting a finding");
   command_->add_flag("--bench", bench_, "Also benchmark the plugin (times measured inside the worker: the plugin's calls alone)");
   command_->add_option("--bench-dtype", bench_dtypes_, "Benchmark dtypes, comma-separated (default: f32)")->delimiter(',');
   command_->add_option("--bench-max-n", bench_max_n_, "Largest benchmark sequence length (a power of two)")->capture_default_str();
@@ -57,6 +60,7 @@ int ValidateCommand::run() const {
 
   plugin::PluginOptions options;
   options.timeout_seconds = timeout_seconds_;
+  options.masked_nonfinite_safe = masked_nonfinite_safe_;
   const auto plugin = plugin::PluginImplementation::load(plugin_path_, options);
   const plugin::PluginInfo& info = plugin->info();
   fmt::print("attnbench validate: plugin {} {} (ABI version {}) from {}\n  {}\n", info.name, info.version, info.abi_version, info.path,
@@ -110,24 +114,31 @@ int ValidateCommand::run() const {
     property_options.seed = seed_;
     property_options.shrink = !no_shrink_;
     PropertiesJson results(property_options, context);
-    int failed = 0;
+    int failed = 0, findings = 0, gave_up = 0;
     fmt::print("\nproperties: {} case(s) each\n", property_cases_);
     for (const Property& property : suite) {
       if (!properties_.empty() && std::find(properties_.begin(), properties_.end(), property.number) == properties_.end()) continue;
       const PropertyVerdict v = check_property(property, *plugin, property_options);
       using Kind = PropertyVerdict::Kind;
       switch (v.kind) {
-        case Kind::held: fmt::print("  {:>2} held on {} cases: {}\n", property.number, v.cases, property.name); break;
-        case Kind::not_applicable: fmt::print("  {:>2} n/a ({}): {}\n", property.number, v.message, property.name); break;
-        case Kind::gave_up:
-          ++failed;
-          fmt::print("  {:>2} GAVE UP after {} cases: {} ({})\n", property.number, v.cases, property.name, v.message);
+        case Kind::held:
+          fmt::print("  {:>2} held on {} cases{}: {}\n", property.number, v.cases,
+                     v.projected > 0 ? fmt::format(" ({} projected onto what it accepts)", v.projected) : "", property.name);
           break;
+        case Kind::not_applicable: fmt::print("  {:>2} n/a: {}: {}\n", property.number, v.message, property.name); break;
+        case Kind::gave_up:
+          // Too few problems it accepts to run the cases asked for: not a pass, and not a failure.
+          ++gave_up;
+          fmt::print("  {:>2} gave up after {} of {} cases: {} ({})\n", property.number, v.cases, property_cases_, property.name, v.message);
+          break;
+        case Kind::finding:
         case Kind::failed:
-          ++failed;
-          fmt::print("  {:>2} FAILED: {}\n{}", property.number, property.name, describe_failure(v));
+          ++(v.kind == Kind::failed ? failed : findings);
+          fmt::print("  {:>2} {}: {}\n{}", property.number, v.kind == Kind::failed ? "FAILED" : "FINDING (not a failure)", property.name,
+                     describe_failure(v));
           // The lines above name the registry's commands; a plugin is rerun through validate.
-          if (!v.repro.empty()) fmt::print("  for this plugin: attnbench validate --plugin {} --case '{}'\n", plugin_path_, v.repro);
+          if (!v.repro.empty())
+            fmt::print("  for this plugin: attnbench validate --plugin {} --case '{}'\n", plugin_path_, v.repro);
           break;
       }
       std::fflush(stdout);
@@ -136,7 +147,7 @@ int ValidateCommand::run() const {
     }
     results.complete = true;
     write_json_file(path, results.to_json());
-    fmt::print("properties: {} failed or gave up\n", failed);
+    fmt::print("properties: {} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
     written.push_back(path);
     all_held = all_held && failed == 0;
   }

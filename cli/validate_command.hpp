@@ -31,6 +31,7 @@ class ValidateCommand {
   std::uint64_t seed_ = 0;
   bool no_shrink_ = false;
   bool bench_ = false;
+  bool masked_nonfinite_safe_ = false;
   std::vector<std::string> bench_dtypes_;
   std::int64_t bench_max_n_ = 512;
   double timeout_seconds_ = 60;

@@ -20,6 +20,10 @@ namespace attn::plugin {
 struct PluginOptions {
   double timeout_seconds = 60;  // per call; the load (dlopen and the description) gets the same
   std::string host_path;        // the worker executable; empty: find_plugin_host()
+  // Declared by the caller (validate --masked-nonfinite-safe) because ABI version 1 has no field
+  // for it: the plugin keeps NaN/Inf in masked K and V rows out of every output, so the property
+  // suite's check of it is a failure, not a finding.
+  bool masked_nonfinite_safe = false;
 };
 
 // ATTNBENCH_PLUGIN_HOST if set, else attnbench-plugin-host next to this executable, else where
@@ -43,7 +47,11 @@ class PluginImplementation : public Implementation {
   int workers_started() const { return workers_started_; }
 
   std::string name() const override { return info_.name; }
-  Capabilities describe() const override { return to_capabilities(info_); }
+  Capabilities describe() const override {
+    Capabilities caps = to_capabilities(info_);
+    caps.masked_nonfinite_safe = caps.masked_nonfinite_safe || options_.masked_nonfinite_safe;
+    return caps;
+  }
   Support supports(const Problem& problem) const override;
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // the plugin manages its own scratch
   void run(const RunArgs& args) const override;
