@@ -274,6 +274,23 @@ TEST(MaskedNonFiniteValues, ALeakIsAFindingUnlessDeclaredSafe) {
   EXPECT_EQ(check_property(nonfinite, *registry.find("cpu_naive"), options).kind, PropertyVerdict::Kind::held);
 }
 
+// Gave up is its own outcome: an implementation that accepts too few of the problems drawn (and
+// none of their projections) is neither passed nor failed, and the message says why.
+TEST(NarrowImplementations, TooFewAcceptedProblemsGiveUpWithAReason) {
+  Capabilities c;
+  c.dtypes = {DType::f32};
+  const DeclaredSubset single_key("single_key_only", c, [](const Problem& p) {
+    return p.n_k == 1 ? Support::yes() : Support::no("only n_k = 1");
+  });
+  const PropertyVerdict v = check_property(property_suite().at(4), single_key, fixed_options(40));
+  ASSERT_EQ(v.kind, PropertyVerdict::Kind::gave_up) << v.message;
+  EXPECT_FALSE(is_failure(v));
+  EXPECT_GT(v.cases, 0);
+  EXPECT_LT(v.cases, 40);
+  EXPECT_NE(v.message.find("only n_k = 1"), std::string::npos) << v.message;
+  std::printf("  gave up after %d of 40 cases: %s\n", v.cases, v.message.c_str());
+}
+
 // RapidCheck's size is 0 until a case passes; the generator must not depend on it.
 TEST(ProblemGenerator, DrawsDoNotDependOnRapidChecksSize) {
   const auto gen = gen_problem(ProblemSpace{});
