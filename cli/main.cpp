@@ -2,8 +2,8 @@
 // that do the work; nothing here computes anything of its own.
 //
 // Exit codes: 0 every supported case passed (bench: every benchmark ran; properties: every
-// property held), 1 a case failed (bench: a benchmark reported an error, or the --peers command
-// failed; properties: one failed or RapidCheck gave up), 2 bad usage or bad input.
+// property held, or was a finding, n/a or gave up), 1 a case failed (bench: a benchmark reported
+// an error, or the --peers command failed; properties: one failed), 2 bad usage or bad input.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -182,7 +182,7 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
   options.cases = args.cases;
   options.seed = args.seed;
   options.large = args.large;
-  int failed = 0, gave_up = 0;
+  int failed = 0, findings = 0, gave_up = 0;
   // Saved after every (property, implementation), so a run that dies keeps what it checked.
   attn::PropertiesJson results(options, attn::run_context(attn::default_thread_count()));
   if (problem) results.single_case = problem->repro();
@@ -194,16 +194,20 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
       using Kind = attn::PropertyVerdict::Kind;
       switch (v.kind) {
         case Kind::held:
-          fmt::print("  {:<14} held{}\n", impl->name(), problem ? "" : fmt::format(" on {} cases (RapidCheck seed {})", v.cases, v.seed));
+          fmt::print("  {:<14} held{}\n", impl->name(),
+                     problem ? "" : fmt::format(" on {} cases{} (RapidCheck seed {})", v.cases,
+                                                v.projected > 0 ? fmt::format(", {} projected onto what it accepts", v.projected) : "", v.seed));
           break;
         case Kind::not_applicable: fmt::print("  {:<14} n/a: {}\n", impl->name(), v.message); break;
         case Kind::gave_up:
+          // Neither a pass nor a failure: too few problems it accepts for the cases asked.
           ++gave_up;
-          fmt::print("  {:<14} GAVE UP after {} cases: {} (RapidCheck seed {})\n", impl->name(), v.cases, v.message, v.seed);
+          fmt::print("  {:<14} gave up after {} of {} cases: {} (RapidCheck seed {})\n", impl->name(), v.cases, args.cases, v.message, v.seed);
           break;
+        case Kind::finding:
         case Kind::failed:
-          ++failed;
-          fmt::print("  {:<14} FAILED\n", impl->name());
+          ++(v.kind == Kind::failed ? failed : findings);
+          fmt::print("  {:<14} {}\n", impl->name(), v.kind == Kind::failed ? "FAILED" : "FINDING (not a failure)");
           if (problem)
             fmt::print("    {}\n", v.message);
           else
@@ -219,9 +223,9 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
     results.complete = true;
     attn::write_json_file(args.json_path, results.to_json());
   }
-  fmt::print("\n{} failed, {} gave up\n", failed, gave_up);
+  fmt::print("\n{} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
-  return failed + gave_up > 0 ? exit_fail : exit_pass;
+  return failed > 0 ? exit_fail : exit_pass;
 }
 
 int run_list(const attn::Registry& registry) {

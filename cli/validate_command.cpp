@@ -50,8 +50,8 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
   command_->add_option("--out", out_dir_, "Directory for verify.json, properties.json, bench.json and report.{md,html}")->capture_default_str();
   command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case and no property ran (default: that fails)");
   command_->add_flag("--masked-nonfinite-safe", masked_nonfinite_safe_,
-                     "Declare that the kernel keeps masked K/V rows out entirely (NaN/Inf there never reach an output): the check "
-                     "of it becomes a failure instead of a finding (ABI version 1 has no field for it)");
+                     "Declare that the kernel keeps masked K/V rows out entirely (NaN/Inf there never reach an output): property 13 "
+                     "(the check of it) then fails instead of reporting a finding (ABI version 1 has no field for it)");
   command_->add_option("--matmul-unit-roundoff", matmul_unit_roundoff_,
                        "Declare the unit roundoff of the kernel's matrix products when coarser than the dtype's (TF32: 0.00048828125 "
                        "= 2^-11, bf16: 2^-8): the pass rule and the properties' tolerances scale by it (ABI version 1 has no field "
@@ -134,7 +134,7 @@ int ValidateCommand::run() const {
     property_options.seed = seed_;
     property_options.shrink = !no_shrink_;
     PropertiesJson results(property_options, context);
-    int failed = 0, gave_up = 0;
+    int failed = 0, findings = 0, gave_up = 0;
     if (replay_property)
       fmt::print("\nproperties on the one case '{}'\n", cases.front().repro());
     else
@@ -146,18 +146,26 @@ int ValidateCommand::run() const {
       using Kind = PropertyVerdict::Kind;
       ran += v.cases;
       switch (v.kind) {
-        case Kind::held: fmt::print("  {:>2} held on {} cases: {}\n", property.number, v.cases, property.name); break;
-        case Kind::not_applicable: fmt::print("  {:>2} n/a ({}): {}\n", property.number, v.message, property.name); break;
-        case Kind::gave_up:
-          // Not a failure and not a pass: too few of the problems drawn could run.
-          ++gave_up;
-          fmt::print("  {:>2} gave up after {} cases: {} ({})\n", property.number, v.cases, property.name, v.message);
+        case Kind::held:
+          fmt::print("  {:>2} held on {} cases{}: {}\n", property.number, v.cases,
+                     v.projected > 0 ? fmt::format(" ({} projected onto what it accepts)", v.projected) : "", property.name);
           break;
+        case Kind::not_applicable: fmt::print("  {:>2} n/a: {}: {}\n", property.number, v.message, property.name); break;
+        case Kind::gave_up:
+          // Too few problems it accepts to run the cases asked for: not a pass, and not a failure.
+          ++gave_up;
+          fmt::print("  {:>2} gave up after {} of {} cases: {} ({})\n", property.number, v.cases, property_cases_, property.name, v.message);
+          break;
+        case Kind::finding:
         case Kind::failed:
-          ++failed;
-          fmt::print("  {:>2} FAILED: {}\n  {}\n  counterexample: {}\n", property.number, property.name, v.message, v.repro);
-          if (!v.repro.empty()) fmt::print("  rerun: {} --case '{}' --property {}\n", rerun_prefix(), v.repro, property.number);
-          if (!replay_property) fmt::print("  the same draws: {} --property {} --seed {}\n", rerun_prefix(), property.number, v.seed);
+          ++(v.kind == Kind::failed ? failed : findings);
+          fmt::print("  {:>2} {}: {}\n  {}\n  counterexample: {}\n", property.number,
+                     v.kind == Kind::failed ? "FAILED" : "FINDING (not a failure: see --masked-nonfinite-safe)", property.name, v.message, v.repro);
+          if (!v.repro.empty())
+            fmt::print("  {}: {} --case '{}' --property {}\n", v.kind == Kind::failed ? "rerun" : "replay the finding", rerun_prefix(), v.repro,
+                       property.number);
+          if (!replay_property && v.kind == Kind::failed)
+            fmt::print("  the same draws: {} --property {} --seed {}\n", rerun_prefix(), property.number, v.seed);
           break;
       }
       std::fflush(stdout);
@@ -166,7 +174,7 @@ int ValidateCommand::run() const {
     }
     results.complete = true;
     write_json_file(path, results.to_json());
-    fmt::print("properties: {} failed, {} gave up\n", failed, gave_up);
+    fmt::print("properties: {} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
     written.push_back(path);
     all_held = all_held && failed == 0;
   }

@@ -31,12 +31,12 @@ class ValidateCommand {
   std::uint64_t seed_ = 0;
   bool no_shrink_ = false;
   bool bench_ = false;
+  bool masked_nonfinite_safe_ = false;
   std::vector<std::string> bench_dtypes_;
   std::int64_t bench_max_n_ = 512;
   double timeout_seconds_ = 60;
   std::string out_dir_ = "results/validate";
   bool allow_empty_ = false;
-  bool masked_nonfinite_safe_ = false;
   double matmul_unit_roundoff_ = 0;
   // `attnbench validate --plugin P` with every option that changes a verdict: the printed rerun
   // commands start with it.

@@ -21,35 +21,58 @@
 
 namespace attn {
 
-// What a generated problem may contain. Properties restrict it to the problems they hold for.
+// What a generated problem may contain: the property's own space, narrowed to what the
+// implementation declares (narrowed_to). Every feature listed is drawn often enough that 100
+// draws see it; none of the draws depends on RapidCheck's size (which is 0 until a case passes:
+// size-scaled draws would ask for the same problem again and again).
 struct ProblemSpace {
   std::vector<DType> dtypes{DType::f64, DType::f32, DType::f16, DType::bf16};
-  bool causal = true;        // top-left and bottom-right
-  bool padding = true;       // per-batch and per-query valid lengths
-  bool query_padding = true; // per-query valid lengths (a per-query mask)
-  bool bool_mask = true;
-  bool bias = true;
-  bool all_regimes = true;   // else diffuse only
+  std::vector<Layout> layouts{Layout::bhsd, Layout::bshd, Layout::strided};  // each draw takes one (Problem::layout)
+  MaskSupport masks;                          // the masks that may be drawn, intersecting when several are
+  bool gqa = true;                            // h_kv < h_q may be drawn
+  bool different_dk_dv = true;
+  // Head dims: the listed ones when non-empty, else [min_head_dim, max_head_dim].
+  std::int64_t min_head_dim = 1, max_head_dim = 256;
+  std::vector<std::int64_t> head_dims;
+  bool custom_scale = true;  // explicit scales, some far from 1/sqrt(d_k): 0.05x, 2x, and plain 1
+  std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated, Regime::large, Regime::sparse_int, Regime::uniform01};
+  // What every problem of the property must have (a property about it means nothing otherwise).
+  bool needs_causal = false;       // a causal mask, of a declared alignment
+  bool needs_gqa = false;          // h_kv < h_q
+  bool needs_mask = false;         // some masked key
+  bool wants_fully_masked = false; // shaped so that fully masked rows are likely
   // Upper bound on b * h_q * n_q * n_k * (d_k + d_v): keeps every check within milliseconds.
   double max_work = 2.0e6;
   bool large = false;        // the slow sweep: 16x the work, longer sequences more often
 };
 
+// The space narrowed to what an implementation declares (dtypes, layouts, masks, GQA,
+// d_k != d_v, head dims). Empty lists mean nothing can be drawn.
+ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps);
+
+// Whether a problem lies in the space, its needs included (a projection must stay there).
+bool admits(const ProblemSpace& space, const Problem& problem);
+
 // Problems in `space`: dimensions first (edge values 1, 2, tile - 1, tile, tile + 1 for the
 // tiles of the implementations here, primes 97 and 1013, n_q != n_k both ways, d_k != d_v,
-// GQA ratios 1, 2, 4 and h_q), then masks and their intersections, the regime, the dtype and
-// the seed. Only valid problems come out.
+// GQA ratios 1, 2, 4 and h_q), then masks and their intersections, the scale, the layout, the
+// regime, the dtype and the seed. Only valid problems come out, at a fixed RapidCheck size.
 rc::Gen<Problem> gen_problem(const ProblemSpace& space);
 
 struct Property {
   int number;                  // 1-based, stable: what --property selects
   std::string name;            // a sentence that is true of a correct implementation
   ProblemSpace space;          // the problems it applies to
-  // Whether it says anything about this implementation (e.g. only those returning weights).
-  std::function<bool(const Implementation&)> applies = [](const Implementation&) { return true; };
+  // "" when the property says something about an implementation that declares `caps`, else
+  // the capability it misses: "needs a mask (declares none)", "needs returns_weights".
+  std::function<std::string(const Capabilities&)> missing = [](const Capabilities&) { return std::string(); };
   // Checks one supported problem. Returns "" when the property holds, else what broke,
   // naming the coordinates.
   std::function<std::string(const Implementation&, const Problem&)> check;
+  // A check that names a behaviour many correct kernels have (non-finite values leaking from
+  // masked rows) rather than a wrong answer: its failure is a finding unless the implementation
+  // declares the stronger guarantee, then a failure. Null: always a failure.
+  std::function<bool(const Capabilities&)> failure_is_finding;
 };
 
 // The suite, in order (number 1 first).
@@ -62,25 +85,37 @@ struct PropertyOptions {
   bool shrink = true;
 };
 
+// held: every draw passed. failed: a counterexample (a failure of the run). finding: the check
+// failed, but what it names is allowed by the declaration (shown, not a failure).
+// not_applicable: the implementation lacks what the property is about (the message names it).
+// gave_up: too few of the drawn problems were accepted to run the asked number of cases; neither
+// a pass nor a failure, reported with the reason.
 struct PropertyVerdict {
-  enum class Kind { held, failed, not_applicable, gave_up };
+  enum class Kind { held, failed, finding, not_applicable, gave_up };
   Kind kind = Kind::held;
   int property = 0;
   std::string property_name, implementation;
   int cases = 0;               // successful cases before the verdict
+  int projected = 0;           // of those, problems drawn outside what supports() accepts, run as their projection
+  int discarded = 0;           // problems neither the implementation nor a projection accepted
   std::string message;         // the failure, or why it did not apply / gave up
   std::string repro;           // the (shrunk) counterexample's repro string, when failed
   std::uint64_t seed = 0;      // the RapidCheck seed that was used
 };
 
-// One property against one implementation: RapidCheck generation and shrinking, problems the
-// implementation does not support discarded. Prints nothing.
+// One property against one implementation: RapidCheck generation and shrinking over the space
+// narrowed to what the implementation declares; a drawn problem that supports() refuses is
+// replaced by its projection (impls/capability_space.hpp, resolve), discarded only when no
+// projection is accepted either. Prints nothing.
 PropertyVerdict check_property(const Property& property, const Implementation& impl, const PropertyOptions& options);
 
-// One property on exactly one problem (the --case route): held, failed or not_applicable.
+// One property on exactly one problem (the --case route): held, failed, finding or not_applicable.
 PropertyVerdict check_property_on(const Property& property, const Implementation& impl, const Problem& problem);
 
-// A multi-line report of a failure: the property, the implementation, the message, the repro
+// Whether a verdict fails a run: failed only (a finding, n/a or gave up does not).
+inline bool is_failure(const PropertyVerdict& v) { return v.kind == PropertyVerdict::Kind::failed; }
+
+// A multi-line report of a failure (or a finding): the property, the implementation, the message, the repro
 // string, the command that reruns it and the RapidCheck seed.
 std::string describe_failure(const PropertyVerdict& verdict);
 

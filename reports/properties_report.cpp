@@ -8,6 +8,7 @@ std::string_view to_string(PropertyVerdict::Kind kind) {
   switch (kind) {
     case PropertyVerdict::Kind::held: return "held";
     case PropertyVerdict::Kind::failed: return "failed";
+    case PropertyVerdict::Kind::finding: return "finding";
     case PropertyVerdict::Kind::not_applicable: return "not_applicable";
     case PropertyVerdict::Kind::gave_up: return "gave_up";
   }
@@ -20,6 +21,8 @@ void PropertiesJson::add(const PropertyVerdict& v, const Property& property, con
                    {"implementation", implementation.name()},
                    {"verdict", to_string(v.kind)},
                    {"cases", v.cases},
+                   {"projected", v.projected},
+                   {"discarded", v.discarded},
                    {"seed", v.seed},
                    {"message", v.message}};
   if (!v.repro.empty()) {
@@ -31,10 +34,10 @@ void PropertiesJson::add(const PropertyVerdict& v, const Property& property, con
 }
 
 nlohmann::json PropertiesJson::to_json() const {
-  int held = 0, failed = 0, gave_up = 0, not_applicable = 0;
+  int held = 0, failed = 0, finding = 0, gave_up = 0, not_applicable = 0;
   for (const auto& r : records) {
     const auto v = r["verdict"].get<std::string>();
-    held += v == "held", failed += v == "failed", gave_up += v == "gave_up", not_applicable += v == "not_applicable";
+    held += v == "held", failed += v == "failed", finding += v == "finding", gave_up += v == "gave_up", not_applicable += v == "not_applicable";
   }
   nlohmann::json opts{{"cases", options.cases}, {"seed", options.seed}, {"large", options.large}};
   if (!single_case.empty()) opts["case"] = single_case;
@@ -43,7 +46,7 @@ nlohmann::json PropertiesJson::to_json() const {
           {"context", context},
           {"options", opts},
           {"complete", complete},
-          {"summary", {{"held", held}, {"failed", failed}, {"gave_up", gave_up}, {"not_applicable", not_applicable}}},
+          {"summary", {{"held", held}, {"failed", failed}, {"finding", finding}, {"gave_up", gave_up}, {"not_applicable", not_applicable}}},
           {"records", records}};
 }
 

@@ -23,6 +23,6 @@ struct PropertiesJson {
   nlohmann::json to_json() const;
 };
 
-std::string_view to_string(PropertyVerdict::Kind kind);  // held, failed, not_applicable, gave_up
+std::string_view to_string(PropertyVerdict::Kind kind);  // held, failed, finding, not_applicable, gave_up
 
 }  // namespace attn

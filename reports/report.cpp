@@ -459,17 +459,21 @@ Section worst_section(const MergedResults& m, std::size_t limit) {
 Section property_section(const MergedResults& m) {
   Section s{"properties", "Properties (RapidCheck)", {}};
   Table t{{"#", "property", "implementation", "verdict", "cases", "seed", "message / counterexample"}, {}, {}, {0, 4}};
-  int held = 0, failed = 0, other = 0;
+  int held = 0, failed = 0, findings = 0, gave_up = 0, other = 0;
   for (const auto& r : m.property_records) {
     const std::string verdict = text(r, "verdict");
     if (verdict == "held") ++held;
-    else if (verdict == "failed" || verdict == "gave_up") ++failed;
+    else if (verdict == "failed") ++failed;
+    else if (verdict == "finding") ++findings;
+    else if (verdict == "gave_up") ++gave_up;
     else ++other;
     std::string message = text(r, "message");
     if (!text(r, "repro").empty()) message += (message.empty() ? "" : "; repro: ") + text(r, "repro");
     t.rows.push_back({text(r, "property"), text(r, "name"), text(r, "implementation"), verdict, text(r, "cases"), text(r, "seed"), message});
   }
-  s.blocks.emplace_back(Paragraph{fmt::format("{} held, {} failed or gave up, {} not applicable.", held, failed, other)});
+  // A finding is shown but fails nothing; gave up is neither a pass nor a failure.
+  s.blocks.emplace_back(Paragraph{fmt::format("{} held, {} failed, {} finding(s), {} gave up, {} not applicable.", held, failed, findings,
+                                              gave_up, other)});
   s.blocks.emplace_back(std::move(t));
   return s;
 }

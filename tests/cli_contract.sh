@@ -179,11 +179,11 @@ run properties_case properties --impl cpu_naive --property 2 --property 12 --cas
 expect_rc 0
 expect_in out "property 2: masked keys get exactly zero weight"
 expect_in out "property 12: "
-expect_in out "0 failed, 0 gave up"
+expect_in out "0 failed, 0 finding(s), 0 gave up"
 run properties_drawn properties --impl cpu_blocked --property 7 --cases 3 --seed 5
 expect_rc 0
 expect_in out "held on 3 cases (RapidCheck seed 5)"
-bad_input properties_number "--property 13: there are properties 1 to 12" properties --property 13
+bad_input properties_number "--property 16: there are properties 1 to 15" properties --property 16
 bad_input properties_case_bad "nq" properties --case 'b=1 nq=0'
 bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --cases 1
 bad_input properties_cases "--cases must be positive" properties --cases 0

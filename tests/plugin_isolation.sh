@@ -41,7 +41,7 @@ for c in 0 1 2 3; do expect_record example $c pass; done
 expect_log example "attnbench validate: PASSED"
 expect_log example "masks: causal top-left, causal bottom-right, padding per batch, padding per query, boolean mask, additive bias"
 for f in verify.json properties.json report.md report.html; do [[ -s $work/example/$f ]] || fail "example: no $f"; done
-python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['complete'] and all(r['verdict'] in ('held','not_applicable') for r in d['records']) else 1)" \
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['complete'] and all(r['verdict'] in ('held','not_applicable','finding') for r in d['records']) else 1)" \
   "$work/example/properties.json" || fail "example: properties.json is incomplete or has a failure"
 
 # A plugin that takes only BSHD gets BSHD strides (it checks) and its output is read back right.

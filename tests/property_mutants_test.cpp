@@ -1,6 +1,7 @@
 // The property suite must catch the known mistakes: every mutant of tests/mutants/ is run
 // against every property (fixed RapidCheck seed, no shrinking), and the kill matrix is printed:
 //   K  the property caught the mutant     .  it held     -  it does not apply
+//   F  a finding (property 13 on a kernel that does not declare masked_nonfinite_safe): not a kill
 // The test fails if any mutant survives every property, or if the correct control (the same
 // code with no mistake) fails any.
 #include <cstdio>
@@ -44,7 +45,7 @@ TEST(PropertyMutants, EveryMutantIsKilled) {
   const auto& suite = property_suite();
   std::string header = "mutant                                    ";
   for (const Property& property : suite) header += fmt::format("{:<3}", property.number);
-  std::printf("kill matrix (K killed, . held, - n/a), properties:\n");
+  std::printf("kill matrix (K killed, . held, - n/a, F finding: not a kill), properties:\n");
   for (const Property& property : suite) std::printf("  %2d %s\n", property.number, property.name.c_str());
   std::printf("\n%s killed by\n", header.c_str());
   for (const auto& mutant : mutants::make_all()) {
@@ -52,7 +53,10 @@ TEST(PropertyMutants, EveryMutantIsKilled) {
     for (const Property& property : suite) {
       const PropertyVerdict v = check_property(property, *mutant, matrix_options());
       const bool killed = v.kind == PropertyVerdict::Kind::failed;
-      row += killed ? "K  " : v.kind == PropertyVerdict::Kind::not_applicable ? "-  " : ".  ";
+      row += killed                                         ? "K  "
+             : v.kind == PropertyVerdict::Kind::finding        ? "F  "
+             : v.kind == PropertyVerdict::Kind::not_applicable ? "-  "
+                                                               : ".  ";
       if (killed) killers += fmt::format("{}{}", killers.empty() ? "" : ",", property.number);
     }
     std::printf("%-42s%s %s\n", mutant->name().c_str(), row.c_str(), killers.empty() ? "SURVIVED" : killers.c_str());

@@ -350,6 +350,8 @@ class CpuBlocked final : public Implementation {
                 "f64, or f32 for f32/f16/bf16";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
+    // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
+    c.masked_nonfinite_safe = true;
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -99,6 +99,8 @@ class CpuNaive final : public Implementation {
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
     c.returns_weights = true;
+    // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
+    c.masked_nonfinite_safe = true;
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

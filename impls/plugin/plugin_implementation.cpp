@@ -326,7 +326,7 @@ Worker& PluginImplementation::worker() const {
 
 Capabilities PluginImplementation::describe() const {
   Capabilities caps = to_capabilities(info_);
-  caps.masked_nonfinite_safe = options_.masked_nonfinite_safe;
+  caps.masked_nonfinite_safe = caps.masked_nonfinite_safe || options_.masked_nonfinite_safe;
   caps.matmul_unit_roundoff = options_.matmul_unit_roundoff;
   return caps;
 }
