@@ -38,9 +38,9 @@ TEST(PropertyMutants, TheControlHoldsEveryProperty) {
 }
 
 // mutant_masked_value_nan_leaks changes nothing on finite inputs (0 * v adds a signed zero): only
-// a check that puts NaN or Inf in masked K/V rows can kill it (property 2 today; the named
-// "non-finite values in masked K/V leak" check where that is split off). mutant_nondeterministic_rows
-// is right on every other run: property 10 (two runs bitwise equal) is its sure killer.
+// a check that puts NaN or Inf in masked K/V rows can kill it: property 13, a failure because the
+// mutants declare masked_nonfinite_safe (a finding otherwise). mutant_nondeterministic_rows is
+// right on every other run: property 10 (repeated runs bitwise equal) is its sure killer.
 TEST(PropertyMutants, EveryMutantIsKilled) {
   const auto& suite = property_suite();
   std::string header = "mutant                                    ";

@@ -274,6 +274,9 @@ class MutantAttention final : public Implementation {
     c.returns_weights = true;
     c.deterministic = true;
     c.fully_masked = FullyMaskedPolicy::zeros;
+    // The control leaves masked keys out of P V: NaN in a masked V row never reaches it. Declared,
+    // property 13 is a failure (not a finding) for the mutant that multiplies them in.
+    c.masked_nonfinite_safe = true;
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -5,8 +5,8 @@
 // flipped; with no switch flipped it is the correct control, "mutant_control", which must pass
 // everything (so a kill is the mistake's doing, not the harness's or the scaffolding's).
 //
-// Every mutant declares returns_lse, returns_weights, deterministic, fully_masked = zeros and
-// all four dtypes, and supports every problem: nothing excuses it from a check.
+// Every mutant declares returns_lse, returns_weights, deterministic, fully_masked = zeros,
+// masked_nonfinite_safe and all four dtypes, and supports every problem: nothing excuses it from a check.
 #include <cstdint>
 #include <memory>
 #include <string_view>
