@@ -153,8 +153,11 @@ int ValidateCommand::run() const {
       fmt::print("\nproperties: {} case(s) each\n", property_cases_);
     for (const Property& property : suite) {
       if (!properties_.empty() && std::find(properties_.begin(), properties_.end(), property.number) == properties_.end()) continue;
-      const PropertyVerdict v =
-          replay_property ? check_property_on(property, *plugin, cases.front()) : check_property(property, *plugin, property_options);
+      // A replayed property is checked up to replay_runs times on its problem, for the same reason
+      // a replayed case runs several times: a failure may depend on the plugin's earlier calls.
+      PropertyVerdict v = replay_property ? check_property_on(property, *plugin, cases.front()) : check_property(property, *plugin, property_options);
+      for (std::size_t round = 1; replay_property && round < replay_runs && v.kind == PropertyVerdict::Kind::held; ++round)
+        v = check_property_on(property, *plugin, cases.front());
       using Kind = PropertyVerdict::Kind;
       ran += v.cases;
       switch (v.kind) {
