@@ -129,22 +129,22 @@ correct_row() {  # the summary line of a correct plugin's run
 }
 # The property suite once per plugin (with the default set): the draws do not depend on the set.
 for set in quick default; do
-  draws=$([ $set = default ] && echo "$correct_draws" || echo 0)
-  validate "narrow_$set" "$plugins/narrow_plugin.so" --cases "$set" --property-cases "$draws"
+  set_draws=$([ $set = default ] && echo "$correct_draws" || echo 0)
+  validate "narrow_$set" "$plugins/narrow_plugin.so" --cases "$set" --property-cases "$set_draws"
   correct_row narrow_plugin "$set"
   expect_exit "narrow_plugin --cases $set" 0
   at_least "narrow_plugin: $set cases run" "$cases_run" "$([ $set = quick ] && echo 8 || echo 40)"
-  if [ "$draws" -gt 0 ]; then
+  if [ "$set_draws" -gt 0 ]; then
     checks=$((checks + 1))
     [ "$gave_up" -eq 0 ] || fail "narrow_plugin --cases $set: $gave_up properties gave up ($gave_up_reasons)"
     at_least "narrow_plugin --cases $set: the fewest draws of an applied property" "$fewest_draws" 100
   fi
 
-  validate "plain_$set" "$plugins/plain_plugin.so" --cases "$set" --property-cases "$draws"
+  validate "plain_$set" "$plugins/plain_plugin.so" --cases "$set" --property-cases "$set_draws"
   correct_row plain_plugin "$set"
   expect_exit "plain_plugin --cases $set" 0
   at_least "plain_plugin: $set cases run" "$cases_run" "$([ $set = quick ] && echo 6 || echo 25)"
-  [ "$draws" -gt 0 ] && at_least "plain_plugin --cases $set: properties that apply" "$properties_applied" 8
+  [ "$set_draws" -gt 0 ] && at_least "plain_plugin --cases $set: properties that apply" "$properties_applied" 8
 done
 
 echo "== the wrong variants (properties: $wrong_draws draws each)"
