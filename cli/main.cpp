@@ -126,7 +126,7 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
     for (const auto* impl : implementations)
       if (run.ran(impl->name()) == 0 && (!args.implementations.empty() || run.passed() == 0)) idle.push_back(impl->name());
     if (!idle.empty()) {
-      fmt::print("attnbench verify: FAILED: no case ran for {} (every case skipped; the reasons are in the table above). "
+      fmt::print("attnbench verify: FAILED: no case ran for {} (every case skipped; the reasons are above). "
                  "--allow-empty accepts that.\n",
                  fmt::join(idle, ", "));
       return exit_fail;

@@ -89,10 +89,12 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
       ++m.compared;
       const double err = std::isfinite(got) ? std::fabs(got - want) : std::numeric_limits<double>::infinity();
       const double rel = err / std::max(std::fabs(want), m.rel_floor);
-      const std::uint64_t ulps = ulp_distance(p.dtype, got, want);
       if (err > m.max_abs || m.max_abs_index < 0) m.max_abs = err, m.max_abs_index = e;
       if (rel > m.max_rel || m.max_rel_index < 0) m.max_rel = rel, m.max_rel_index = e;
-      if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
+      if (std::fabs(want) >= m.rel_floor || !std::isfinite(got)) {
+        const std::uint64_t ulps = ulp_distance(p.dtype, got, want);
+        if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
+      }
       err_sq += err * err;
       ref_sq += want * want;
     }

@@ -35,6 +35,9 @@ struct ErrorMetrics {
   std::int64_t max_rel_index = -1;
   double normwise_rel = 0;          // ||err||_2 / ||ref||_2 (||err||_2 when ref is zero)
   double rms = 0;
+  // Over the elements whose reference is at least rel_floor, and every non-finite output: next
+  // to zero an ulp is so small that a harmless absolute error reads as millions of ulps.
+  // max_ulps_index stays -1 when every compared element is near zero.
   std::uint64_t max_ulps = 0;
   std::int64_t max_ulps_index = -1;
   // Over every element of O, sampled or not. nan, pos_inf and neg_inf count every row, fully

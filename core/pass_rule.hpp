@@ -19,6 +19,7 @@ struct PassRule {
 struct Verdict {
   bool pass = true;
   double tolerance = 0;   // the max abs error allowed
+  double lse_tolerance = 0;  // the same for the LSE, when one was returned
   double ratio = 0;       // max abs error / naive max abs error (0 when both are 0, inf when only naive is)
   std::vector<std::string> reasons;  // why it failed, one line each
 };

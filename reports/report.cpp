@@ -195,10 +195,18 @@ std::string fmt_fixed(double x, int decimals) { return std::isfinite(x) ? fmt::f
 
 std::string fmt_ulps(const json& metrics) {
   if (!metrics.is_object() || !metrics.contains("max_ulps")) return "-";
+  // Every compared output lies near zero, where ulps are not measured (core/metrics.hpp).
+  if (metrics.contains("max_ulps_at") && metrics["max_ulps_at"] == "-") return "-";
   const json& u = metrics["max_ulps"];
   if (u.is_number_unsigned() && u.get<std::uint64_t>() == std::numeric_limits<std::uint64_t>::max()) return "nan";
   const double v = as_double(u);
   return v > 999999 ? fmt::format("{:.1e}", v) : fmt_num(v, 7);
+}
+// A case's error over its tolerance (verify's budget_used): 100% is the pass line.
+std::string fmt_budget(double used) {
+  if (std::isnan(used)) return "-";
+  if (std::isinf(used)) return ">>100%";
+  return used >= 10 ? fmt::format("{:.0f}x", used) : fmt::format("{:.0f}%", 100 * used);
 }
 double ulps_value(const json& metrics) {
   if (!metrics.is_object() || !metrics.contains("max_ulps")) return NAN;
@@ -345,7 +353,7 @@ Section verdict_section(const MergedResults& m) {
   }
   struct Cell {
     int pass = 0, fail = 0, skip = 0;
-    double worst_ulps = -1, worst_ratio = -1;
+    double worst_ulps = -1, worst_budget = -1;
   };
   std::map<std::tuple<std::string, std::string, std::string>, Cell> cells;
   int pass = 0, fail = 0, skip = 0;
@@ -358,9 +366,9 @@ Section verdict_section(const MergedResults& m) {
     else ++c.skip, ++skip;
     if (status == "pass" || status == "fail") {
       const double u = r.contains("metrics") ? ulps_value(r["metrics"]) : NAN;
-      const double ratio = field(r, "ratio_to_baseline");
+      const double budget = field(r, "budget_used");
       if (!(u <= c.worst_ulps)) c.worst_ulps = std::isnan(u) ? INFINITY : u;
-      if (!(ratio <= c.worst_ratio)) c.worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+      if (!(budget <= c.worst_budget)) c.worst_budget = std::isnan(budget) ? INFINITY : budget;
     }
   }
   std::string rule;
@@ -369,12 +377,12 @@ Section verdict_section(const MergedResults& m) {
                        text(m.pass_rule, "floor_ulps"));
   s.blocks.emplace_back(Paragraph{fmt::format("**{} passed, {} failed, {} skipped** over {} records.{}", pass, fail, skip,
                                               m.verify_records.size(), rule)});
-  Table t{{"implementation", "dtype", "mask", "verdict", "pass", "fail", "skip", "worst ulps", "worst ratio to naive"}, {}, {}, {4, 5, 6, 7, 8}};
+  Table t{{"implementation", "dtype", "mask", "verdict", "pass", "fail", "skip", "worst ulps", "worst budget used"}, {}, {}, {4, 5, 6, 7, 8}};
   for (const auto& [key, c] : cells) {
     const auto& [impl, dtype, mask] = key;
     const std::string verdict = c.fail > 0 ? "FAIL" : c.pass > 0 ? "pass" : "skipped";
     t.rows.push_back({impl, dtype, mask, verdict, std::to_string(c.pass), std::to_string(c.fail), std::to_string(c.skip),
-                      c.worst_ulps < 0 ? "-" : fmt_num(c.worst_ulps, 7), c.worst_ratio < 0 ? "-" : fmt_fixed(c.worst_ratio, 2)});
+                      c.worst_ulps < 0 ? "-" : fmt_num(c.worst_ulps, 7), c.worst_budget < 0 ? "-" : fmt_budget(c.worst_budget)});
   }
   s.blocks.emplace_back(std::move(t));
   return s;
@@ -428,23 +436,23 @@ Section worst_section(const MergedResults& m, std::size_t limit) {
   for (const auto& r : m.verify_records)
     if (text(r, "status") == "pass" || text(r, "status") == "fail") measured.push_back(&r);
   auto key = [](const json* r) {
-    const double ratio = field(*r, "ratio_to_baseline");
-    return std::make_tuple(text(*r, "status") == "fail", std::isnan(ratio) ? INFINITY : ratio, r->contains("metrics") ? ulps_value((*r)["metrics"]) : 0.0);
+    const double budget = field(*r, "budget_used");
+    return std::make_tuple(text(*r, "status") == "fail", std::isnan(budget) ? INFINITY : budget, r->contains("metrics") ? ulps_value((*r)["metrics"]) : 0.0);
   };
   std::stable_sort(measured.begin(), measured.end(), [&](const json* a, const json* b) { return key(a) > key(b); });
   if (measured.size() > limit) measured.resize(limit);
   s.blocks.emplace_back(Paragraph{fmt::format(
-      "The {} records with the largest error relative to the naive yardstick, failures first. Rerun one with "
+      "The {} records with the largest share of their error budget used (max abs error over the tolerance; 100% is the pass line), failures first. Rerun one with "
       "`attnbench verify --impl IMPL --case 'REPRO'`.",
       measured.size())});
-  Table t{{"implementation", "case", "problem", "max abs", "max ulps", "ratio to naive", "verdict", "repro", "diagnosis"}, {}, {7}, {1, 3, 4, 5}};
+  Table t{{"implementation", "case", "problem", "max abs", "max ulps", "budget used", "verdict", "repro", "diagnosis"}, {}, {7}, {1, 3, 4, 5}};
   std::vector<std::string> reasons;
   for (const json* r : measured) {
     const json metrics = r->contains("metrics") ? (*r)["metrics"] : json::object();
     // Written by verify for a diagnosed failure (reports/README.md); older files have none.
     const std::string diagnosis = r->contains("diagnosis") && (*r)["diagnosis"].is_object() ? text((*r)["diagnosis"], "summary") : "";
     t.rows.push_back({text(*r, "implementation"), text(*r, "case_index"), text(*r, "label"), fmt_num(field(metrics, "max_abs")), fmt_ulps(metrics),
-                      fmt_fixed(field(*r, "ratio_to_baseline"), 2), text(*r, "status") == "fail" ? "FAIL" : "pass", text(*r, "repro"),
+                      fmt_budget(field(*r, "budget_used")), text(*r, "status") == "fail" ? "FAIL" : "pass", text(*r, "repro"),
                       diagnosis});
     if (text(*r, "status") == "fail" && r->contains("reasons") && (*r)["reasons"].is_array())
       for (const auto& why : (*r)["reasons"])

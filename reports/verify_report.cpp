@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -58,10 +60,48 @@ nlohmann::json diagnosis_json(const Diagnosis& d) {
           {"fully_masked_rows", d.fully_masked_rows}};
 }
 
+// The share of its error budget a case used: the worst output error over its tolerance (and the
+// LSE's, when one is returned). Unlike a ratio to the naive algorithm's error it stays finite
+// when the naive error is zero, and 100% is the line between pass and fail.
+double budget_used(const ErrorMetrics& m, const Verdict& v) {
+  double used = v.tolerance > 0 ? m.max_abs / v.tolerance : (m.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+  if (m.has_lse && v.lse_tolerance > 0) used = std::max(used, m.lse_max_abs / v.lse_tolerance);
+  return used;
+}
+
+std::string format_budget(double used) {
+  if (!std::isfinite(used)) return ">>100%";
+  return used >= 10 ? fmt::format("{:.0f}x", used) : fmt::format("{:.0f}%", 100 * used);
+}
+
 std::string format_error(double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : fmt::format("{}", x); }
 
 std::string format_ulps(std::uint64_t ulps) {
   return ulps == std::numeric_limits<std::uint64_t>::max() ? "nan" : (ulps > 999999 ? fmt::format("{:.1e}", double(ulps)) : std::to_string(ulps));
+}
+
+// One line per implementation that skipped cases, its reasons most frequent first (at most
+// three; verify.json has each case's).
+void print_skips(std::ostream& os, const VerifyRun& run) {
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, int>> reasons;
+  for (const Record& r : run.records) {
+    if (r.status != Status::skip) continue;
+    if (!reasons.count(r.implementation)) order.push_back(r.implementation);
+    ++reasons[r.implementation][r.skip_reason];
+  }
+  for (const std::string& implementation : order) {
+    std::vector<std::pair<int, std::string>> by_count;
+    int total = 0;
+    for (const auto& [reason, count] : reasons[implementation]) by_count.emplace_back(count, reason), total += count;
+    std::stable_sort(by_count.begin(), by_count.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::vector<std::string> shown;
+    for (std::size_t n = 0; n < by_count.size() && n < 3; ++n)
+      shown.push_back(by_count.size() == 1 ? by_count[n].second : fmt::format("{} ({})", by_count[n].second, by_count[n].first));
+    if (by_count.size() > 3) shown.push_back(fmt::format("{} other reasons (verify.json)", by_count.size() - 3));
+    const std::string which = total == int(run.named_cases) ? "every case" : fmt::format("{} of {} cases", total, run.named_cases);
+    fmt::print(os, "skipped {} for {}: {}\n", which, implementation, fmt::join(shown, "; "));
+  }
 }
 
 }  // namespace
@@ -96,6 +136,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
       j["metrics"] = metrics_json(c.problem, r.metrics);
       j["tolerance"] = number(r.verdict.tolerance);
       j["ratio_to_baseline"] = number(r.verdict.ratio);
+      j["budget_used"] = number(budget_used(r.metrics, r.verdict));
       j["reasons"] = r.verdict.reasons;
       j["seconds"] = r.seconds;
       if (r.diagnosis.ran) j["diagnosis"] = diagnosis_json(r.diagnosis);
@@ -136,7 +177,7 @@ void write_json_file(const std::string& path, const nlohmann::json& document) {
 }
 
 void print_verify_header(std::ostream& os) {
-  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", "impl", "case", "problem", "max abs", "ulps", "ratio", "verdict");
+  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", "impl", "case", "problem", "max abs", "ulps", "budget", "verdict");
 }
 
 void print_verify_row(std::ostream& os, const Record& r) {
@@ -144,13 +185,12 @@ void print_verify_row(std::ostream& os, const Record& r) {
   std::string label = c.problem.label();
   if (c.sampled) label += fmt::format(" [{}/{} rows]", c.rows_checked, c.rows_total);
   if (!r.projected_from.empty()) label += " (projected)";
-  if (r.status == Status::skip) {
-    fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  skip: {}\n", r.implementation, c.index, label, "-", "-", "-", r.skip_reason);
-    return;
-  }
-  const std::string ratio = std::isfinite(r.verdict.ratio) ? fmt::format("{:.2f}", r.verdict.ratio) : "inf";
-  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs),
-             format_ulps(r.metrics.max_ulps), ratio, r.status == Status::pass ? "PASS" : "FAIL");
+  // Skips are summed up per implementation after the table (print_verify_summary): a CUDA
+  // implementation on a machine without a GPU would otherwise fill it with one reason.
+  if (r.status == Status::skip) return;
+  const std::string ulps = r.metrics.max_ulps_index < 0 ? "-" : format_ulps(r.metrics.max_ulps);
+  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs), ulps,
+             format_budget(budget_used(r.metrics, r.verdict)), r.status == Status::pass ? "PASS" : "FAIL");
   if (r.diagnosis.ran) fmt::print(os, "{:<22}diagnosis: {}\n", "", r.diagnosis.summary());
 }
 
@@ -166,6 +206,7 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::fun
     fmt::print(os, "  exercised: {}\n", fmt::join(exercised, ", "));
     if (!c.missing.empty()) fmt::print(os, "  declared but not exercised: {}\n", fmt::join(c.missing, ", "));
   }
+  print_skips(os, run);
   for (const Record& r : run.records) {
     if (r.status != Status::fail) continue;
     fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());

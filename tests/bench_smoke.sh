@@ -37,6 +37,9 @@ fi
 grep -q "fp32 FMA peak" "$tmp/smoke.out" || fail "no FMA peak printed"
 grep -q "Eigen SGEMM" "$tmp/smoke.out" || fail "no SGEMM peak printed"
 grep -q "^Scaling per family" "$tmp/smoke.out" || fail "no scaling table printed"
+# Debian's libbenchmark warns that it was built as DEBUG; the console says what that means instead.
+grep -q "Library was built as DEBUG" "$tmp/smoke.out" "$tmp/smoke.err" && fail "Google Benchmark's DEBUG warning is printed unexplained"
+grep -Eq "the machine was (quiet|loaded)" "$tmp/smoke.out" || fail "the machine's load during the run is not stated"
 
 "$bin" list >"$tmp/list.out" 2>&1 || fail "attnbench list failed"
 # Implementations, their device and the dtypes each accepts, from `attnbench list`.
@@ -76,7 +79,11 @@ for key in ("git_revision", "compiler", "compiler_flags", "cpu_model", "threads"
             "peak_fma_gflops", "peak_sgemm_gflops", "roofline_gflops", "rss_growth_method"):
     assert key in ctx, "context lacks " + key
 assert float(ctx["peak_fma_gflops"]) > 0 and float(ctx["peak_sgemm_gflops"]) > 0
-assert abs(float(ctx["roofline_gflops"]) - min(float(ctx["peak_fma_gflops"]), float(ctx["peak_sgemm_gflops"]))) < 0.01
+assert abs(float(ctx["roofline_gflops"]) - float(ctx["peak_fma_gflops"])) < 0.01  # the FMA peak is the ceiling
+load = doc["attnbench"]["machine_load"]
+assert load["cores"] >= 1 and 0 <= load["others_cores_during"] <= load["cores"] and load["seconds"] > 0, load
+assert load["loaded"] == (load["others_cores_during"] > 0.1 * load["cores"] or
+                          (load["others_cores_before"] is not None and load["others_cores_before"] > 0.1 * load["cores"])), load
 
 runs, bigo, rms = {}, set(), set()
 for b in doc["benchmarks"]:

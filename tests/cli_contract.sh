@@ -94,6 +94,17 @@ EOF
   fi
 fi
 
+# --- the console: a passing row shows the share of its error budget it used, never "inf" --------
+checks=$((checks + 1))
+grep -q " budget " "$tmp/quick.out" || fail "quick: the table has no budget column"
+checks=$((checks + 1))
+if ! awk '$NF == "PASS" && $(NF-1) !~ /^[0-9]+%$/ {bad = 1} END {exit bad}' "$tmp/quick.out"; then
+  fail "quick: a passing row does not show its budget as a percentage"
+  grep "PASS" "$tmp/quick.out" | head -3
+fi
+checks=$((checks + 1))
+grep -q "inf" <(grep "PASS" "$tmp/quick.out") && fail "quick: a passing row shows inf"
+
 # --- verify one case given by its repro string ------------------------------------------------
 repro=$(cat "$tmp/repro.txt" 2>/dev/null)
 checks=$((checks + 1))
@@ -194,6 +205,13 @@ bad_input properties_cases "--cases must be positive" properties --cases 0
 run nothing_ran verify --impl cuda_fused --cases quick --json ''
 if grep -q "no case ran for cuda_fused" "$tmp/nothing_ran.out"; then
   expect_rc 1
+  # Skips are one line per implementation with the reason, not one table row per case.
+  expect_in out "skipped every case for cuda_fused: "
+  checks=$((checks + 1))
+  if [ "$(grep -c "cuda_fused" "$tmp/nothing_ran.out")" -gt 4 ]; then
+    fail "nothing_ran: the skipped implementation fills the console"
+    show
+  fi
   run nothing_ran_allowed verify --impl cuda_fused --cases quick --json '' --allow-empty
   expect_rc 0
 elif grep -q "unknown implementation 'cuda_fused'" "$tmp/nothing_ran.err"; then
