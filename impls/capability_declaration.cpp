@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ namespace {
 constexpr std::string_view schema = "attnbench.capabilities";
 constexpr int version = 1;
 
-// The plugin ABI's mask bits (ATTNBENCH_MASK_*) by the names coverage reports use.
+// The plugin ABI's mask bits (ATTNBENCH_MASK_*), by MaskSupport's field names.
 using MaskFlag = bool MaskSupport::*;
 constexpr std::array<std::pair<std::string_view, MaskFlag>, 6> mask_names{{
     {"causal_top_left", &MaskSupport::causal_top_left},
@@ -27,10 +28,10 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 6> mask_names{{
     {"bias", &MaskSupport::bias},
 }};
 
-constexpr std::array<std::string_view, 16> known_keys{
-    "schema",       "version",      "summary",      "dtypes",      "layouts",       "masks",
-    "gqa",          "different_dk_dv", "head_dims", "min_head_dim", "max_head_dim", "fully_masked",
-    "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
+constexpr std::array<std::string_view, 16> known_keys{"schema",       "version",       "summary",          "dtypes",
+                                                      "layouts",      "masks",         "gqa",              "different_dk_dv",
+                                                      "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
+                                                      "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
 
 std::string list_of_names() {
   std::string text;
@@ -138,7 +139,9 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
     else if (text == "nan")
       caps.fully_masked = FullyMaskedPolicy::nan;
     else
-      throw fault(fmt::format("'fully_masked': unknown policy '{}' (expected \"zeros\" or \"nan\")", text));
+      throw fault(fmt::format("'fully_masked': unknown policy '{}' (expected \"zeros\" or \"nan\", the plugin ABI's two; a program "
+                              "whose fully masked rows hold anything else writes one of them there, as sdpa_roundtrip.py does)",
+                              text));
   }
 
   if (get("matmul_unit_roundoff", caps.matmul_unit_roundoff, is_number, "a number") &&
