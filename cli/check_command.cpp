@@ -37,7 +37,7 @@ int CheckCommand::run() const {
   // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
 
-  FileRouteCheck plan = plan_file_route_check(directory, declaration_);
+  const FileRouteCheck plan = plan_file_route_check(directory, declaration_);
   const std::vector<Problem>& cases = plan.cases;
   VerifyOptions options;
   options.rule = {k_, floor_ulps_};
