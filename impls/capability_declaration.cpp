@@ -33,6 +33,8 @@ constexpr std::array<std::string_view, 16> known_keys{"schema",       "version",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
                                                       "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
 
+constexpr std::array<FullyMaskedPolicy, 3> policies{FullyMaskedPolicy::zeros, FullyMaskedPolicy::nan, FullyMaskedPolicy::any};
+
 std::string list_of_names() {
   std::string text;
   for (const auto& [name, flag] : mask_names) text += fmt::format("{}{}", text.empty() ? "" : ", ", name);
@@ -133,15 +135,11 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   if (!caps.head_dims.empty() && (j.contains("min_head_dim") || j.contains("max_head_dim")))
     throw fault("'head_dims' and 'min_head_dim'/'max_head_dim' both given: declare one or the other");
 
-  if (get("fully_masked", text, is_string, "\"zeros\" or \"nan\"")) {
-    if (text == "zeros")
-      caps.fully_masked = FullyMaskedPolicy::zeros;
-    else if (text == "nan")
-      caps.fully_masked = FullyMaskedPolicy::nan;
-    else
-      throw fault(fmt::format("'fully_masked': unknown policy '{}' (expected \"zeros\" or \"nan\", the plugin ABI's two; a program "
-                              "whose fully masked rows hold anything else writes one of them there, as sdpa_roundtrip.py does)",
-                              text));
+  if (get("fully_masked", text, is_string, "\"zeros\", \"nan\" or \"any\"")) {
+    const auto found = std::find_if(policies.begin(), policies.end(), [&](FullyMaskedPolicy p) { return to_string(p) == text; });
+    if (found == policies.end())
+      throw fault(fmt::format("'fully_masked': unknown policy '{}' (expected \"zeros\", \"nan\" or \"any\": rows not judged)", text));
+    caps.fully_masked = *found;
   }
 
   if (get("matmul_unit_roundoff", caps.matmul_unit_roundoff, is_number, "a number") &&

@@ -13,7 +13,7 @@
 //              "bool_mask", "bias"],
 //    "gqa": true, "different_dk_dv": true,
 //    "head_dims": [64, 128]  or  "min_head_dim": 1, "max_head_dim": 256,
-//    "fully_masked": "zeros" | "nan",
+//    "fully_masked": "zeros" | "nan" | "any",   (any: those rows, and their LSE, not judged)
 //    "returns_lse": false, "deterministic": true,
 //    "masked_nonfinite_safe": false, "matmul_unit_roundoff": 0}
 //

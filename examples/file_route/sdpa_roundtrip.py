@@ -14,7 +14,7 @@ What it follows from manifest.json (see core/case_files.hpp):
   - the dtype is the case's: f64, f32, f16 as stored; bf16 arrives as f32 holding bf16 values
     (converted exactly) and leaves as f32 holding the bf16 output (out.float()).
   - a fully masked row (a query that sees no key) follows the case's "fully_masked_rows" policy:
-    zeros (SDPA gives NaN there, so such rows are zeroed) or nan (SDPA's NaN left as it is).
+    zeros (SDPA gives NaN there, so such rows are zeroed), nan, or any (left as computed).
 
 --backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
 the loading, masking, GQA and writing code of this script. The default, auto, uses PyTorch where
@@ -101,7 +101,9 @@ def attention_numpy(arrays, scale):
 
 
 def apply_policy(out, arrays, policy):
-    """Fully masked rows as the policy says: zeros, or NaN (what SDPA computes there)."""
+    """Fully masked rows as the policy says: zeros, NaN (what SDPA computes there), or as computed (any)."""
+    if policy == "any":
+        return out
     keep = rows_with_a_visible_key(arrays)[..., None]
     fill = 0.0 if policy == "zeros" else np.nan
     return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
@@ -204,7 +206,7 @@ def main():
 
     for case in manifest["cases"]:
         policy = args.fully_masked or case["fully_masked_rows"]
-        if policy not in ("zeros", "nan"):
+        if policy not in ("zeros", "nan", "any"):
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
         dtype, scale = case["dtype"], case["scale"]

@@ -139,6 +139,22 @@ expect_in nanfail.out "fully masked rows break the declared policy (zeros)"
 run zerofail check --cases nancases --outputs zeroout --threads 1 --json ""
 expect_rc 1
 expect_in zerofail.out "fully masked rows break the declared policy (nan)"
+# "any": whatever a fully masked row holds (here 7s) passes, and only there: a wrong value elsewhere still fails.
+"$standin" nancases junkout --fully-masked junk || fail "the stand-in failed"
+cat >anyrows.json <<'EOF'
+{"dtypes": ["f64", "f32", "f16", "bf16"], "fully_masked": "any"}
+EOF
+run anypass check --cases nancases --outputs junkout --declare anyrows.json --threads 1 --json ""
+expect_rc 0
+expect_in anypass.out "declared by anyrows.json: fully masked rows any"
+expect_in anypass.out "5 passed, 0 failed, 0 skipped over 5 cases"
+run junkfail check --cases nancases --outputs junkout --declare zerorows.json --threads 1 --json ""
+expect_rc 1
+expect_in junkfail.out "fully masked rows break the declared policy (zeros): 16 hold finite non-zero values"
+"$standin" nancases junkwrong --fully-masked junk --wrong-value 0 || fail "the stand-in failed"
+run anywrong check --cases nancases --outputs junkwrong --declare anyrows.json --threads 1 --json ""
+expect_rc 1
+expect_in anywrong.out "4 passed, 1 failed, 0 skipped over 5 cases"
 
 # --- malformed declarations: exit 2 naming the fault, for cases and check alike ----------------
 bad() {  # bad NAME CONTENT EXPECTED
@@ -158,7 +174,7 @@ bad baddtype '{"dtypes": ["f65"]}' "baddtype.json: 'dtypes': unknown dtype 'f65'
 bad badmask '{"dtypes": ["f32"], "masks": ["causal"]}' "badmask.json: 'masks': unknown mask 'causal'"
 bad typo '{"dtypes": ["f32"], "gqa_support": false}' "typo.json: unknown key 'gqa_support'"
 bad badtype '{"dtypes": ["f32"], "gqa": "no"}' "badtype.json: 'gqa' must be true or false"
-bad badpolicy '{"dtypes": ["f32"], "fully_masked": "any"}' "badpolicy.json: 'fully_masked': unknown policy 'any'"
+bad badpolicy '{"dtypes": ["f32"], "fully_masked": "mean"}' "badpolicy.json: 'fully_masked': unknown policy 'mean'"
 bad badlayout '{"dtypes": ["f32"], "layouts": ["bshd"]}' "badlayout.json: 'layouts' must be [\"bhsd\"]"
 bad baddims '{"dtypes": ["f32"], "min_head_dim": 64, "max_head_dim": 32}' "baddims.json: head dims [64, 32] is empty"
 run nofile cases --out nofile.cases --cases "$here/cases.txt" --declare absent.json
