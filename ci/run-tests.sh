@@ -33,13 +33,14 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     fi
   fi
 fi
-# sdpa_roundtrip_numpy runs the PyTorch example's NumPy path through the file route: NumPy goes
-# into the same .venv (configure picks .venv/bin/python). Where it cannot be installed the test is
-# reported as skipped.
+# sdpa_roundtrip_numpy runs the PyTorch example's NumPy path through the file route, and
+# sdpa_roundtrip_fallback its fallback to NumPy where `import torch` fails: NumPy goes into the
+# same .venv (configure picks .venv/bin/python). Where it cannot be installed both are reported
+# as skipped.
 if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import numpy" 2>/dev/null; }; then
   echo "== installing numpy from PyPI into .venv (the file route's NumPy round trip)"
   if ! venv_install numpy; then
-    echo "numpy could not be installed: sdpa_roundtrip_numpy will be skipped"
+    echo "numpy could not be installed: sdpa_roundtrip_numpy and sdpa_roundtrip_fallback will be skipped"
   fi
 fi
 echo "== asan: build and test under AddressSanitizer + UBSan"

@@ -1,13 +1,37 @@
 #include "cli/cases_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/case_files.hpp"
 #include "core/case_sets.hpp"
+#include "impls/capability_declaration.hpp"
+#include "impls/capability_space.hpp"
+#include "impls/file_outputs/file_outputs.hpp"
 
 namespace attn::cli {
+namespace {
+
+// A kernel known only by its declaration: resolve() then projects exactly as verify does for a
+// kernel whose supports() accepts everything it declares, so check finds these projections.
+class Declared final : public Implementation {
+ public:
+  explicit Declared(Capabilities caps) : caps_(std::move(caps)) {}
+  std::string name() const override { return "declared"; }
+  Capabilities describe() const override { return caps_; }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }
+  void run(const RunArgs&) const override { throw std::logic_error("a declaration does not run"); }
+
+ private:
+  Capabilities caps_;
+};
+
+}  // namespace
 
 CasesCommand::CasesCommand(CLI::App& app)
     : command_(app.add_subcommand("cases", "Write a case set's inputs as .npy files (q, k, v, mask, bias) with DIR/manifest.json, for a "
@@ -16,17 +40,62 @@ CasesCommand::CasesCommand(CLI::App& app)
   auto* set = command_->add_option("--cases", cases_, "Case set: default, quick, or a file of repro strings")->capture_default_str();
   command_->add_option("--case", single_case_, "Write exactly one case, given as its repro string")->excludes(set);
   command_->add_option("--seed", seed_, "Override every case's seed (draws new data)");
+  auto* declare = command_->add_option("--declare", declaration_,
+                                       "The kernel's capabilities declaration (JSON; impls/capability_declaration.hpp): a case outside it "
+                                       "is written as its projection onto it, or skipped with the reason; kept in the manifest for check");
+  command_->add_flag("--no-projection", no_projection_, "With --declare: skip a case outside the declaration instead of projecting it")
+      ->needs(declare);
 }
 
 int CasesCommand::run() const {
   std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
   if (seed_)
     for (auto& p : cases) p.seed = *seed_;
-  write_case_directory(out_dir_, cases, {}, [&](const CaseFileEntry& entry) {
+  auto print_case = [](const CaseFileEntry& entry) {
     fmt::print("case {:>4}: {}\n", entry.index, entry.problem.label());
+    if (!entry.projected_from.empty()) fmt::print("           projected ({}) from {}\n", entry.projection, entry.projected_from);
     std::fflush(stdout);
-  });
-  fmt::print("{} case(s) written to {} (manifest: {}/manifest.json)\n", cases.size(), out_dir_, out_dir_);
+  };
+  if (declaration_.empty()) {
+    write_case_directory(out_dir_, cases, {}, print_case);
+    fmt::print("{} case(s) written to {} (manifest: {}/manifest.json)\n", cases.size(), out_dir_, out_dir_);
+    return 0;
+  }
+
+  const Declared declared(file_route_capabilities(read_capabilities_file(declaration_), declaration_));
+  const Capabilities caps = declared.describe();
+  CaseDeclaration declaration;
+  declaration.capabilities_json = capabilities_to_json(caps).dump();
+  declaration.fully_masked = std::string(to_string(caps.fully_masked));
+  std::vector<Problem> written;
+  std::vector<std::size_t> numbers;
+  std::vector<CaseProjection> projections;
+  for (std::size_t index = 0; index < cases.size(); ++index) {
+    const Problem& p = cases[index];
+    p.validate();
+    Resolution r;
+    if (no_projection_) {
+      const Support s = covers(caps, p);
+      if (s.ok)
+        r.problem = p;
+      else
+        r.skip_reason = s.reason;
+    } else {
+      r = resolve(declared, p);
+    }
+    if (!r.problem) {
+      declaration.skipped.push_back({index, p.repro(), r.skip_reason});
+      continue;
+    }
+    written.push_back(*r.problem);
+    numbers.push_back(index);
+    projections.push_back(r.projected ? CaseProjection{p.repro(), r.changes} : CaseProjection{});
+  }
+  write_case_directory(out_dir_, written, numbers, print_case, &declaration, projections);
+  for (const auto& s : declaration.skipped) fmt::print("case {:>4}: skipped: {} ({})\n", s.index, s.reason, s.repro);
+  const auto projected = std::count_if(projections.begin(), projections.end(), [](const auto& p) { return !p.projected_from.empty(); });
+  fmt::print("{} case(s) written to {} ({} projected onto {}, {} skipped; manifest: {}/manifest.json)\n", written.size(), out_dir_, projected,
+             declaration_, declaration.skipped.size(), out_dir_);
   return 0;
 }
 

@@ -1,7 +1,10 @@
 #pragma once
 // `attnbench cases --out DIR [--cases SET | --case REPRO]`: writes each case's inputs as .npy
 // files and DIR/manifest.json (core/case_files.hpp), for kernels that cannot be linked: another
-// program reads them, writes its outputs, and `attnbench check` verifies those. Registered by main.cpp.
+// program reads them, writes its outputs, and `attnbench check` verifies those. With --declare
+// FILE (impls/capability_declaration.hpp) each case the kernel does not declare is written as its
+// projection onto the declaration, as verify projects it, or skipped with the reason
+// (--no-projection skips them all). Registered by main.cpp.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +27,8 @@ class CasesCommand {
   std::string cases_ = "default";
   std::string single_case_;
   std::optional<std::uint64_t> seed_;
+  std::string declaration_;
+  bool no_projection_ = false;
 };
 
 }  // namespace attn::cli

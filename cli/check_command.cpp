@@ -26,6 +26,9 @@ CheckCommand::CheckCommand(CLI::App& app)
   command_->add_option("--floor-ulps", floor_ulps_, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   command_->add_option("--threads", threads_, "Threads for the reference (default: all cores)");
   command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case was checked (default: that fails)");
+  command_->add_option("--declare", declaration_,
+                       "The kernel's capabilities declaration (JSON; default: the one `cases --declare` kept in the manifest): a case "
+                       "outside it is skipped with the reason or checked as its projection, fully masked rows by its policy");
 }
 
 int CheckCommand::run() const {
@@ -34,20 +37,20 @@ int CheckCommand::run() const {
   // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
 
-  std::vector<Problem> cases;
+  const FileRouteCheck plan = plan_file_route_check(directory, declaration_);
+  const std::vector<Problem>& cases = plan.cases;
   VerifyOptions options;
   options.rule = {k_, floor_ulps_};
   options.reference.threads = threads_;
-  options.project = false;  // the outputs answer the named cases exactly
-  for (const auto& entry : directory.cases) {
-    cases.push_back(entry.problem);
-    options.case_numbers.push_back(entry.index);
-  }
-  const FileOutputs outputs(outputs_dir_, directory.cases);
+  options.project = plan.project;
+  options.case_numbers = plan.case_numbers;
+  const FileOutputs outputs(outputs_dir_, directory.cases, plan.declared);
   const auto context = run_context(threads_ > 0 ? threads_ : default_thread_count());
 
-  fmt::print("attnbench check: {} case(s) of {} against {}; pass rule: max abs error <= {} x naive + {} ulps\n\n", cases.size(),
-             cases_dir_, outputs_dir_, k_, floor_ulps_);
+  fmt::print("attnbench check: {} case(s) of {} against {}; pass rule: max abs error <= {} x naive + {} ulps\n", cases.size(), cases_dir_,
+             outputs_dir_, k_, floor_ulps_);
+  if (plan.declared) fmt::print("declared by {}: fully masked rows {}\n", plan.declared_by, to_string(plan.declared->fully_masked));
+  fmt::print("\n");
   print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
   Progress progress("check", cases.size(), stdout, Progress::stdout_is_terminal());

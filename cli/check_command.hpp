@@ -3,7 +3,9 @@
 // cases directory (`attnbench cases`) against the reference, through attn::verify, so the table,
 // the JSON (--json, default results/check.json) and the exit codes are verify's. A missing or
 // malformed output file fails its case and the run goes on; a missing or malformed manifest, or
-// input files that are not what the repro strings generate, are bad input. Registered by main.cpp.
+// input files that are not what the repro strings generate, are bad input. A declaration
+// (--declare, or the manifest's) skips what the kernel does not support instead of failing it
+// (impls/file_outputs/file_outputs.hpp). Registered by main.cpp.
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +28,7 @@ class CheckCommand {
   double floor_ulps_;
   int threads_ = 0;
   bool allow_empty_ = false;
+  std::string declaration_;
 };
 
 }  // namespace attn::cli

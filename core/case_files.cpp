@@ -1,5 +1,6 @@
 #include "core/case_files.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -114,8 +115,17 @@ npy::Array visibility_mask_npy(const Problem& p, const Mask& mask) {
 std::vector<std::int64_t> output_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q, p.d_v}; }
 std::vector<std::int64_t> lse_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q}; }
 
+std::vector<std::pair<std::size_t, Problem>> named_cases(const CaseDirectory& directory) {
+  std::vector<std::pair<std::size_t, Problem>> named;
+  for (const auto& c : directory.cases) named.emplace_back(c.index, c.projected_from.empty() ? c.problem : parse_problem(c.projected_from));
+  for (const auto& s : directory.skipped) named.emplace_back(s.index, parse_problem(s.repro));
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return named;
+}
+
 void write_case_directory(const std::filesystem::path& dir, const std::vector<Problem>& cases, const std::vector<std::size_t>& case_numbers,
-                          const std::function<void(const CaseFileEntry&)>& on_case) {
+                          const std::function<void(const CaseFileEntry&)>& on_case, const CaseDeclaration* declaration,
+                          const std::vector<CaseProjection>& projections) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -144,6 +154,10 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     CaseFileEntry entry;
     entry.index = case_numbers.empty() ? position : case_numbers.at(position);
     entry.problem = p;
+    if (!projections.empty()) {
+      entry.projected_from = projections.at(position).projected_from;
+      entry.projection = projections.at(position).projection;
+    }
     entry.q = file_name("q", entry.index);
     entry.k = file_name("k", entry.index);
     entry.v = file_name("v", entry.index);
@@ -168,9 +182,13 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"bias", nullptr},
         {"out", file_json(entry.out, output_shape(p), type)},
         {"lse", file_json(entry.lse, lse_shape(p), lse_type)},
-        {"fully_masked_rows", "zeros"},
+        {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
+    if (!entry.projected_from.empty()) {
+      j["projected_from"] = entry.projected_from;
+      j["projection"] = entry.projection;
+    }
     if (has_visibility_mask(p)) {
       entry.mask = file_name("mask", entry.index);
       const npy::Array m = visibility_mask_npy(p, in.mask);
@@ -186,7 +204,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     list.push_back(std::move(j));
     if (on_case) on_case(entry);
   }
-  const nlohmann::json manifest = {
+  nlohmann::json manifest = {
       {"schema", std::string(manifest_schema)},
       {"version", manifest_version},
       {"layout", "BHSD, C order: q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v], out [b, h_q, n_q, d_v]; "
@@ -197,9 +215,19 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
       {"mask", "|b1 [b or 1, h_q or 1, n_q, n_k], true = visible: causal, key padding and boolean mask combined; null: nothing masked"},
       {"bias", "additive, [b or 1, h_q or 1, n_q, n_k], in the case's encoding, added to the scaled scores; null: none"},
       {"lse", "optional: natural-log row log-sum-exp of the scaled, biased scores [b, h_q, n_q]; -inf for fully masked rows"},
-      {"fully_masked_rows", "zeros: a query row that sees no key has a zero output row"},
+      {"fully_masked_rows", "per case: zeros (a query row that sees no key has a zero output row) or nan (a NaN row), as declared"},
       {"cases", list},
   };
+  if (declaration != nullptr) {
+    try {
+      manifest["declaration"] = nlohmann::json::parse(declaration->capabilities_json);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::logic_error(fmt::format("write_case_directory: the declaration is not JSON: {}", e.what()));
+    }
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& c : declaration->skipped) skipped.push_back({{"index", c.index}, {"repro", c.repro}, {"reason", c.reason}});
+    manifest["skipped"] = skipped;
+  }
   std::ofstream out(dir / manifest_name, std::ios::trunc);
   out << manifest.dump(1) << '\n';
   if (!out.flush()) throw InputError(fmt::format("{}: write failed", (dir / manifest_name).string()));
@@ -218,7 +246,8 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
   }
-  CaseDirectory directory{dir, {}};
+  CaseDirectory directory;
+  directory.dir = dir;
   try {
     if (!manifest.is_object() || manifest.value("schema", "") != manifest_schema)
       throw InputError(fmt::format("not an attnbench cases manifest (schema is not '{}')", manifest_schema));
@@ -262,10 +291,36 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
         throw InputError(fmt::format("case {}: the manifest {} a bias but the repro string {}", entry.index, p.bias.enabled ? "has no" : "names",
                                      p.bias.enabled ? "has one" : "has none"));
       if (p.bias.enabled) entry.bias = plain_file_name(j, "bias", entry.index);
+      if (j.contains("projected_from")) {
+        entry.projected_from = j.at("projected_from").get<std::string>();
+        try {
+          parse_problem(entry.projected_from).validate();
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("case {}: projected_from: {}", entry.index, e.what()));
+        }
+        entry.projection = j.value("projection", "");
+      }
       for (const auto& other : directory.cases)
         if (other.index == entry.index) throw InputError(fmt::format("case index {} appears twice", entry.index));
       directory.cases.push_back(std::move(entry));
     }
+    if (manifest.contains("declaration") && !manifest.at("declaration").is_null()) {
+      if (!manifest.at("declaration").is_object()) throw InputError("'declaration' is not a JSON object");
+      directory.declaration_json = manifest.at("declaration").dump();
+    }
+    if (manifest.contains("skipped"))
+      for (const auto& j : manifest.at("skipped")) {
+        SkippedCase skipped{j.at("index").get<std::size_t>(), j.at("repro").get<std::string>(), j.at("reason").get<std::string>()};
+        try {
+          parse_problem(skipped.repro).validate();
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("skipped case {}: repro string: {}", skipped.index, e.what()));
+        }
+        const bool seen = std::any_of(directory.cases.begin(), directory.cases.end(), [&](const auto& c) { return c.index == skipped.index; }) ||
+                          std::any_of(directory.skipped.begin(), directory.skipped.end(), [&](const auto& c) { return c.index == skipped.index; });
+        if (seen) throw InputError(fmt::format("case index {} appears twice", skipped.index));
+        directory.skipped.push_back(std::move(skipped));
+      }
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", name, e.what()));
   } catch (const nlohmann::json::exception& e) {

@@ -13,13 +13,18 @@
 //   boolean mask combined (present when the case masks anything); bias: the additive bias
 //   [b or 1, h_q or 1, n_q, n_k] in the case's encoding (present when the case has one).
 //   lse (optional) [b, h_q, n_q]: '<f8' for f64 cases, '<f4' otherwise; -inf for fully masked rows.
-//   A fully masked row's output is zeros.
+//   A fully masked row's output is zeros, or NaN where the kernel declares that policy.
+// A kernel's declaration of what it supports (impls/capability_declaration.hpp, given to
+// `attnbench cases --declare`) is stored in the manifest with what it made of the case set: a
+// case outside it written as its projection (the manifest's repro is the projection's, and
+// projected_from names the case), or listed under "skipped" with the reason.
 // Every input file is byte-identical to what generate_inputs(problem) gives for the case's
 // repro string, which check regenerates and compares before anything is verified.
 #include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -33,15 +38,34 @@ namespace attn {
 
 struct CaseFileEntry {
   std::size_t index = 0;  // the case's number in its case set
-  Problem problem;
+  Problem problem;        // what the files hold: the case, or its projection onto a declaration
+  std::string projected_from, projection;  // the named case's repro and what changed; empty: not projected
   std::string q, k, v, mask, bias;  // file names in the cases directory; mask/bias empty when absent
   std::string out, lse;             // file names the outputs directory is expected to hold (lse optional)
+};
+
+// A case of the set that a declaration left no problem for (no file is written for it).
+struct SkippedCase {
+  std::size_t index = 0;
+  std::string repro, reason;
+};
+
+// What a declaration made of the case set, written into the manifest beside the cases.
+struct CaseDeclaration {
+  std::string capabilities_json;           // the declaration (impls/capability_declaration.hpp's JSON)
+  std::string fully_masked = "zeros";      // its policy, stated per case for the program
+  std::vector<SkippedCase> skipped;
 };
 
 struct CaseDirectory {
   std::filesystem::path dir;
   std::vector<CaseFileEntry> cases;
+  std::string declaration_json;  // the manifest's declaration; empty: none (every case is expected)
+  std::vector<SkippedCase> skipped;
 };
+
+// The cases as the set named them (before any projection), written and skipped, by index.
+std::vector<std::pair<std::size_t, Problem>> named_cases(const CaseDirectory& directory);
 
 // The npy element type a tensor of `dtype` is written as (bf16: f32 holding the values).
 npy::ElementType npy_type_of(DType dtype);
@@ -56,10 +80,16 @@ std::vector<std::int64_t> lse_shape(const Problem& problem);
 // Writes every case's .npy files into dir (created if missing; refused when it holds anything
 // but an earlier cases directory, whose files are replaced) and then manifest.json, so a
 // directory whose writing was cut short has no manifest. on_case is called after each case.
-// case_numbers: each case's index in its set (empty: 0, 1, ...).
+// case_numbers: each case's index in its set (empty: 0, 1, ...). With a declaration,
+// projected_from and projection (one per case, empty where not projected) say what each case
+// was projected from.
+struct CaseProjection {
+  std::string projected_from, projection;
+};
 void write_case_directory(const std::filesystem::path& dir, const std::vector<Problem>& cases,
                           const std::vector<std::size_t>& case_numbers = {},
-                          const std::function<void(const CaseFileEntry&)>& on_case = {});
+                          const std::function<void(const CaseFileEntry&)>& on_case = {}, const CaseDeclaration* declaration = nullptr,
+                          const std::vector<CaseProjection>& projections = {});
 
 // Reads dir/manifest.json; a missing or malformed manifest, or one that contradicts its repro
 // strings, is an InputError naming the manifest and the fault.

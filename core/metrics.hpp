@@ -11,8 +11,11 @@
 
 namespace attn {
 
-// What an implementation outputs for a row whose keys are all masked (softmax undefined).
-enum class FullyMaskedPolicy { zeros, nan };
+// What an implementation outputs for a row whose keys are all masked (softmax undefined). any:
+// nothing is promised there (a program that fills masked scores with a large finite negative
+// writes the mean of V), so those rows and their LSE are not judged; the plugin ABI has no
+// value for it, a JSON declaration does (impls/capability_declaration.hpp).
+enum class FullyMaskedPolicy { zeros, nan, any };
 std::string_view to_string(FullyMaskedPolicy policy);
 
 // The rows an oracle computed and what it expects there. Rows are flat indices

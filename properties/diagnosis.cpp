@@ -170,9 +170,18 @@ class Diagnostician {
       const std::int64_t e = row * p_.d_v + c;
       if (out_.is_poisoned(e)) continue;
       const double x = out_.get(e);
-      if (fully_masked ? (judging_.policy == FullyMaskedPolicy::zeros ? x != 0.0 : !std::isnan(x)) : !std::isfinite(x)) return true;
+      if (fully_masked ? (judging_.policy == FullyMaskedPolicy::zeros ? x != 0.0 : judging_.policy == FullyMaskedPolicy::nan && !std::isnan(x))
+                       : !std::isfinite(x))
+        return true;
     }
     return false;
+  }
+
+  // Under the any policy a fully masked row says nothing, whatever it holds.
+  bool unjudged(std::int64_t row) const {
+    if (judging_.policy != FullyMaskedPolicy::any) return false;
+    const auto [b, h, i] = split(p_, row);
+    return in_.mask.row_fully_masked(b, h, i);
   }
 
   // Every row when the work fits; else a seeded sample. Always the rows where the failure shows:
@@ -310,6 +319,7 @@ class Diagnostician {
     std::size_t compared = 0;
     for (std::size_t r = 0; r < skip.size(); ++r) {
       if (!pr.uncompared.empty()) skip[r] |= pr.uncompared[r];
+      if (unjudged(rows_[r])) skip[r] = 1;
       compared += !skip[r];
     }
     if (compared == 0 && std::find(pr.nonfinite.begin(), pr.nonfinite.end(), std::uint8_t{1}) == pr.nonfinite.end()) return {};
@@ -338,7 +348,7 @@ class Diagnostician {
     m.fully_masked_violations = 0;
     bool nonfinite_as_predicted = true;
     for (std::size_t r = 0; r < rows_.size(); ++r)
-      if (pr.nonfinite[r])
+      if (pr.nonfinite[r] && !unjudged(rows_[r]))
         for (std::size_t c = 0; c < d_v; ++c) nonfinite_as_predicted &= !std::isfinite(out.get(rows_[r] * p_.d_v + std::int64_t(c)));
     ErrorMetrics yardstick = judging_.baseline;
     yardstick.max_abs = std::max(yardstick.max_abs, pr.naive_max_abs);
@@ -1296,7 +1306,7 @@ Diagnosis Diagnostician::run() {
   const auto d_v = static_cast<std::size_t>(p_.d_v);
   failing_.assign(rows_.size(), 0);
   for (std::size_t r = 0; r < rows_.size(); ++r)
-    for (std::size_t c = 0; c < d_v && !failing_[r]; ++c) {
+    for (std::size_t c = 0; c < d_v && !failing_[r] && !unjudged(rows_[r]); ++c) {
       const double got = out_.get(rows_[r] * p_.d_v + std::int64_t(c));
       failing_[r] = truth.nonfinite[r] ? std::isfinite(got) : !(std::fabs(got - truth.out[r * d_v + c]) <= against_truth.tolerance);
     }

@@ -319,6 +319,26 @@ TEST(Measure, NanPolicyRequiresNan) {
   }
 }
 
+// Under the any policy a fully masked row is not judged, whatever it holds; the other rows are,
+// and an unwritten element is still unwritten.
+TEST(Measure, AnyPolicyJudgesOnlyRowsThatSeeKeys) {
+  const Problem p = tiny(2, 2, DType::f16, {0, 2});
+  Oracle o{{0, 1}, {0.0, 0.0, 1.0, 1.0}, {-inf, 0.0}, {1, 0}};
+  for (const std::vector<double>& row0 : std::vector<std::vector<double>>{{nan_value, nan_value}, {0.0, 0.0}, {7.0, -inf}, {0.5, nan_value}}) {
+    const ErrorMetrics m = measure(p, Mask(p), o.expected(), filled(p, {row0[0], row0[1], 1.0, 1.0}), nullptr, FullyMaskedPolicy::any);
+    EXPECT_EQ(m.fully_masked_violations, 0) << row0[0] << " " << row0[1];
+    EXPECT_EQ(m.nan_outside_fully_masked(), 0);
+    EXPECT_EQ(m.inf_outside_fully_masked(), 0);
+    EXPECT_EQ(m.max_abs, 0.0);
+    EXPECT_EQ(to_string(m.policy), "any");
+  }
+  const ErrorMetrics wrong = measure(p, Mask(p), o.expected(), filled(p, {7.0, 7.0, 1.0, 1.5}), nullptr, FullyMaskedPolicy::any);
+  EXPECT_EQ(wrong.max_abs, 0.5);
+  // The same 7s break the zeros and nan policies.
+  EXPECT_EQ(measure(p, Mask(p), o.expected(), filled(p, {7.0, 7.0, 1.0, 1.0}), nullptr, FullyMaskedPolicy::zeros).fully_masked_violations, 1);
+  EXPECT_EQ(measure(p, Mask(p), o.expected(), filled(p, {7.0, 7.0, 1.0, 1.0}), nullptr, FullyMaskedPolicy::nan).fully_masked_violations, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // measure(): the row LSE
 // ---------------------------------------------------------------------------------------------
@@ -359,6 +379,13 @@ TEST(Measure, LseErrorsAndViolations) {
     const Tensor lse = lse_of(ok, 2.5, -3.0);
     const ErrorMetrics m = measure(p, Mask(p), o.expected(), out, &lse, FullyMaskedPolicy::nan);
     EXPECT_EQ(m.lse_violations, 0) << ok;
+  }
+  // Under the any policy a fully masked row's LSE is not judged either.
+  for (double ok : {-inf, nan_value, 0.0, 1e30}) {
+    const Tensor lse = lse_of(ok, 2.5, -3.0);
+    const ErrorMetrics m = measure(p, Mask(p), o.expected(), out, &lse, FullyMaskedPolicy::any);
+    EXPECT_EQ(m.lse_violations, 0) << ok;
+    EXPECT_EQ(m.lse_max_abs, 0.0) << ok;
   }
   // Non-finite where finite is expected.
   for (double bad : {nan_value, inf, -inf}) {

@@ -312,5 +312,53 @@ TEST_F(CaseDirectories, WrittenReadBackAndCheckedAgainstTheirInputs) {
   EXPECT_THROW(read_case_directory(dir_ / "nowhere"), InputError);
 }
 
+// What a declaration made of a set (cases --declare): the declaration, each projection's origin and
+// the skipped cases read back, and named_cases gives the set as it was named, in index order.
+TEST_F(CaseDirectories, KeepTheDeclarationTheProjectionsAndTheSkips) {
+  const Problem named = small(DType::f16, "bias=1@bh"), projected = small(DType::f64), skipped = small(DType::bf16);
+  CaseDeclaration declaration;
+  declaration.capabilities_json = R"({"dtypes": ["f64"], "fully_masked": "nan"})";
+  declaration.fully_masked = "nan";
+  declaration.skipped = {{1, skipped.repro(), "dtype bf16 not declared"}};
+  write_case_directory(dir_ / "cases", {projected}, {2}, {}, &declaration, {{named.repro(), "dtype f16 -> f64, bias dropped"}});
+  const CaseDirectory d = read_case_directory(dir_ / "cases");
+  ASSERT_EQ(d.cases.size(), 1u);
+  EXPECT_EQ(d.cases[0].problem, projected);
+  EXPECT_EQ(d.cases[0].projected_from, named.repro());
+  EXPECT_EQ(d.cases[0].projection, "dtype f16 -> f64, bias dropped");
+  EXPECT_EQ(nlohmann::json::parse(d.declaration_json), nlohmann::json::parse(declaration.capabilities_json));
+  ASSERT_EQ(d.skipped.size(), 1u);
+  EXPECT_EQ(d.skipped[0].reason, "dtype bf16 not declared");
+  const auto cases = named_cases(d);
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[0], std::make_pair(std::size_t{1}, skipped));
+  EXPECT_EQ(cases[1], std::make_pair(std::size_t{2}, named));
+  auto manifest = nlohmann::json::parse(std::ifstream(dir_ / "cases" / "manifest.json"));
+  EXPECT_EQ(manifest["cases"][0]["fully_masked_rows"], "nan");
+
+  // A projected_from or skipped case that is no problem, or an index twice, is bad input, named.
+  auto expect_fault = [&](const nlohmann::json& edited, const std::string& message) {
+    std::ofstream(dir_ / "cases" / "manifest.json") << edited.dump();
+    try {
+      read_case_directory(dir_ / "cases");
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  auto edited = manifest;
+  edited["cases"][0]["projected_from"] = "b=1 hq=2 frob=3";
+  expect_fault(edited, "case 2: projected_from: ");
+  edited = manifest;
+  edited["skipped"][0]["repro"] = "dtype=f17";
+  expect_fault(edited, "skipped case 1: repro string: ");
+  edited = manifest;
+  edited["skipped"][0]["index"] = 2;
+  expect_fault(edited, "case index 2 appears twice");
+  edited = manifest;
+  edited["declaration"] = "f64";
+  expect_fault(edited, "'declaration' is not a JSON object");
+}
+
 }  // namespace
 }  // namespace attn

@@ -3,7 +3,8 @@
 `attnbench cases --out CASES`, runs torch.nn.functional.scaled_dot_product_attention on every case
 and writes OUTPUTS/out_NNNN.npy, which `attnbench check --cases CASES --outputs OUTPUTS` verifies.
 
-    python3 sdpa_roundtrip.py CASES OUTPUTS [--device cpu|cuda] [--backend torch|numpy]
+    python3 sdpa_roundtrip.py CASES OUTPUTS [--device cpu|cuda] [--backend auto|torch|numpy]
+    python3 sdpa_roundtrip.py --write-declaration FILE [--fully-masked zeros|nan]
 
 What it follows from manifest.json (see core/case_files.hpp):
   - q, k, v are BHSD; query head h reads kv head h // (h_q // h_kv): k and v are repeated per group.
@@ -12,10 +13,18 @@ What it follows from manifest.json (see core/case_files.hpp):
   - the scale is the manifest's, passed explicitly.
   - the dtype is the case's: f64, f32, f16 as stored; bf16 arrives as f32 holding bf16 values
     (converted exactly) and leaves as f32 holding the bf16 output (out.float()).
-  - a fully masked row's output must be zeros (SDPA gives NaN there): such rows are zeroed.
+  - a fully masked row (a query that sees no key) follows the case's "fully_masked_rows" policy:
+    zeros (SDPA gives NaN there, so such rows are zeroed), nan, or any (left as computed).
 
 --backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
-the loading, masking, GQA and writing code of this script, testable where PyTorch is absent.
+the loading, masking, GQA and writing code of this script. The default, auto, uses PyTorch where
+it can be imported and otherwise falls back to NumPy, saying so and why.
+
+--write-declaration FILE writes what this script implements as a capabilities declaration
+(impls/capability_declaration.hpp) for `attnbench cases --declare` and `attnbench check
+--declare`: every dtype, mask, GQA and d_k != d_v, fully masked rows as --fully-masked says
+(default zeros). --fully-masked also makes the script write that policy whatever the manifest
+asks, so a declaration that does not match what the kernel does fails its cases.
 """
 import argparse
 import json
@@ -73,7 +82,8 @@ def encode_output(out64, dtype):
 
 
 def attention_numpy(arrays, scale):
-    """softmax(q k^T * scale + bias, masked keys excluded) v in float64; fully masked rows zero."""
+    """softmax(q k^T * scale + bias, masked keys excluded) v in float64; fully masked rows zero
+    (apply_policy turns them into NaN where that is the policy)."""
     q = arrays["q"].astype(np.float64)
     h_q = q.shape[1]
     k = repeat_kv(arrays["k"].astype(np.float64), h_q)
@@ -88,6 +98,15 @@ def attention_numpy(arrays, scale):
     weights = np.exp(scores - np.where(visible, row_max, 0.0))
     weights = weights / np.where(visible, weights.sum(axis=-1, keepdims=True), 1.0)
     return np.einsum("bhij,bhjd->bhid", weights, v) * visible
+
+
+def apply_policy(out, arrays, policy):
+    """Fully masked rows as the policy says: zeros, NaN (what SDPA computes there), or as computed (any)."""
+    if policy == "any":
+        return out
+    keep = rows_with_a_visible_key(arrays)[..., None]
+    fill = 0.0 if policy == "zeros" else np.nan
+    return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
 
 
 def attention_torch(arrays, scale, dtype, device):
@@ -113,46 +132,96 @@ def attention_torch(arrays, scale, dtype, device):
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
     with torch.no_grad():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
-    keep = torch.from_numpy(np.ascontiguousarray(rows_with_a_visible_key(arrays))).to(device)[..., None]
-    out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=device))
     if dtype == "bf16":
         return out.float().cpu().numpy()  # f32 holding the bf16 values
     return out.cpu().numpy()
 
 
+def declaration(fully_masked):
+    """What this script implements, as attnbench's capabilities declaration."""
+    return {
+        "schema": "attnbench.capabilities",
+        "version": 1,
+        "summary": "examples/file_route/sdpa_roundtrip.py: torch.nn.functional.scaled_dot_product_attention (or NumPy in float64)",
+        "dtypes": ["f64", "f32", "f16", "bf16"],
+        "layouts": ["bhsd"],
+        "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query", "bool_mask", "bias"],
+        "gqa": True,
+        "different_dk_dv": True,
+        "fully_masked": fully_masked,
+        "returns_lse": False,
+    }
+
+
+def choose_backend(requested):
+    """The backend to run and, when auto fell back to NumPy, why. Any failure to import PyTorch
+    (not installed, or installed but broken) is a reason to fall back; asked for by name, it is an error."""
+    if requested == "numpy":
+        return "numpy", None
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install's OSError
+        if requested == "torch":
+            sys.exit(f"sdpa_roundtrip: --backend torch, but PyTorch cannot be imported ({type(e).__name__}: {e}); "
+                     f"--backend numpy needs NumPy alone")
+        return "numpy", f"{type(e).__name__}: {e}"
+    return "torch", None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("cases", help="cases directory (attnbench cases --out)")
-    parser.add_argument("outputs", help="directory to write out_NNNN.npy into")
+    parser.add_argument("cases", nargs="?", help="cases directory (attnbench cases --out)")
+    parser.add_argument("outputs", nargs="?", help="directory to write out_NNNN.npy into")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--backend", choices=("torch", "numpy"), default="torch",
-                        help="torch: scaled_dot_product_attention; numpy: the same in float64 (no PyTorch needed)")
+    parser.add_argument("--backend", choices=("auto", "torch", "numpy"), default="auto",
+                        help="torch: scaled_dot_product_attention; numpy: the same in float64 (no PyTorch needed); "
+                             "auto (default): torch where PyTorch imports, else numpy")
+    parser.add_argument("--fully-masked", choices=("zeros", "nan"), default=None,
+                        help="fully masked rows: zeros or NaN (default: as each case's manifest entry asks; zeros in a declaration)")
+    parser.add_argument("--write-declaration", metavar="FILE", help="write the capabilities declaration of this script and exit")
     args = parser.parse_args()
+
+    if args.write_declaration:
+        with open(args.write_declaration, "w") as f:
+            json.dump(declaration(args.fully_masked or "zeros"), f, indent=1)
+            f.write("\n")
+        print(f"declaration written to {args.write_declaration}")
+        return
+    if args.cases is None or args.outputs is None:
+        parser.error("CASES and OUTPUTS are required (or --write-declaration FILE)")
 
     with open(os.path.join(args.cases, "manifest.json")) as f:
         manifest = json.load(f)
     if manifest.get("schema") != "attnbench.cases" or manifest.get("version") != 1:
         sys.exit(f"{args.cases}/manifest.json: not an attnbench cases manifest of version 1")
+    backend, fallback_reason = choose_backend(args.backend)
+    if fallback_reason is not None:
+        print(f"sdpa_roundtrip: PyTorch is not available ({fallback_reason}): falling back to the NumPy backend "
+              f"(float64, rounded once to each case's dtype); --backend torch makes this an error", file=sys.stderr)
     device = args.device
-    if args.backend == "torch" and device is None:
+    if backend == "torch" and device is None:
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.outputs, exist_ok=True)
 
     for case in manifest["cases"]:
-        if case["fully_masked_rows"] != "zeros":
-            sys.exit(f"case {case['index']}: fully masked row policy {case['fully_masked_rows']!r} is not handled")
+        policy = args.fully_masked or case["fully_masked_rows"]
+        if policy not in ("zeros", "nan", "any"):
+            sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
         dtype, scale = case["dtype"], case["scale"]
-        if args.backend == "torch":
-            out = attention_torch(arrays, scale, dtype, device)
+        if backend == "torch":
+            out = apply_policy(attention_torch(arrays, scale, dtype, device), arrays, policy)
         else:
-            out = encode_output(attention_numpy(arrays, scale), dtype)
+            out = apply_policy(encode_output(attention_numpy(arrays, scale), dtype), arrays, policy)
         expected = case["out"]
         assert list(out.shape) == expected["shape"] and out.dtype.str == expected["npy_dtype"], (out.shape, out.dtype.str, expected)
         np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(out))
-        print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}")
-    print(f"{len(manifest['cases'])} output(s) written to {args.outputs} ({args.backend}{'' if device is None else ' on ' + device})")
+        projected = f" (projected from {case['projected_from']})" if case.get("projected_from") else ""
+        print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}{projected}")
+    for skipped in manifest.get("skipped", []):
+        print(f"case {skipped['index']:>4}: skipped by attnbench: {skipped['reason']}")
+    print(f"{len(manifest['cases'])} output(s) written to {args.outputs} ({backend}{'' if device is None else ' on ' + device})")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,53 @@
 #include "impls/file_outputs/file_outputs.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "impls/capability_declaration.hpp"
 
 namespace attn {
 
-FileOutputs::FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases)
-    : dir_(std::move(outputs_dir)), cases_(std::move(cases)), served_(cases_.size(), false) {
+Capabilities file_route_capabilities(Capabilities declared, const std::string& where) {
+  if (declared.layouts != std::vector<Layout>{Layout::bhsd})
+    throw InputError(fmt::format("{}: 'layouts' must be [\"bhsd\"] or left out: the file route's files are BHSD", where));
+  declared.device = "cpu";  // the outputs are read on the host, whatever computed them
+  return declared;
+}
+
+FileRouteCheck plan_file_route_check(const CaseDirectory& directory, const std::filesystem::path& declaration_file) {
+  FileRouteCheck plan;
+  if (!declaration_file.empty()) {
+    plan.declared_by = declaration_file.string();
+    plan.declared = file_route_capabilities(read_capabilities_file(declaration_file), plan.declared_by);
+  } else if (!directory.declaration_json.empty()) {
+    plan.declared_by = (directory.dir / "manifest.json").string() + " (its declaration)";
+    plan.declared = file_route_capabilities(capabilities_from_json(nlohmann::json::parse(directory.declaration_json), plan.declared_by),
+                                            plan.declared_by);
+  }
+  if (!plan.declared) {
+    for (const auto& entry : directory.cases) {
+      plan.cases.push_back(entry.problem);
+      plan.case_numbers.push_back(entry.index);
+    }
+    return plan;  // the outputs answer the named cases exactly
+  }
+  plan.project = true;
+  for (auto& [index, problem] : named_cases(directory)) {
+    plan.cases.push_back(std::move(problem));
+    plan.case_numbers.push_back(index);
+  }
+  return plan;
+}
+
+FileOutputs::FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases, std::optional<Capabilities> declared)
+    : dir_(std::move(outputs_dir)), cases_(std::move(cases)), declared_(std::move(declared)), served_(cases_.size(), false) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir_, ec)) throw InputError(fmt::format("{}: no such directory (the outputs)", dir_.string()));
+  if (declared_) {
+    has_lse_ = declared_->returns_lse;
+    return;
+  }
   for (const auto& c : cases_)
     if (!c.lse.empty() && std::filesystem::exists(dir_ / c.lse, ec)) has_lse_ = true;
 }
@@ -17,6 +55,11 @@ FileOutputs::FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFile
 std::string FileOutputs::name() const { return "files:" + dir_.string(); }
 
 Capabilities FileOutputs::describe() const {
+  if (declared_) {
+    Capabilities caps = *declared_;
+    caps.summary = fmt::format("outputs another program wrote as .npy files into {}; {}", dir_.string(), declared_->summary);
+    return caps;
+  }
   Capabilities caps;
   caps.summary = fmt::format("outputs another program wrote as .npy files into {}", dir_.string());
   caps.device = "cpu";

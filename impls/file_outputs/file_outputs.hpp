@@ -6,6 +6,7 @@
 // throw, naming the file and the fault, which verify records as that case's failure.
 // Not in the built-in registry: the check command makes one per outputs directory.
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/case_files.hpp"
@@ -13,11 +14,30 @@
 
 namespace attn {
 
+// A declaration (impls/capability_declaration.hpp) made fit for the file route, whose files are
+// BHSD: an InputError naming `where` if it declares another layout.
+Capabilities file_route_capabilities(Capabilities declared, const std::string& where);
+
+// What `attnbench check` verifies for a cases directory. Without a declaration: the manifest's
+// cases exactly, each expected. With one (check's --declare, else the manifest's): the cases as
+// the set named them, projected onto the declaration as verify projects them (which finds the
+// projections `cases --declare` wrote), and skipped with the reason where the declaration
+// leaves nothing to run.
+struct FileRouteCheck {
+  std::vector<Problem> cases;
+  std::vector<std::size_t> case_numbers;
+  bool project = false;
+  std::optional<Capabilities> declared;
+  std::string declared_by;  // the file, or the manifest; empty without a declaration
+};
+FileRouteCheck plan_file_route_check(const CaseDirectory& directory, const std::filesystem::path& declaration_file);
+
 class FileOutputs : public Implementation {
  public:
-  // The LSE is checked when the outputs directory holds any lse file named in the manifest;
-  // then every case must have one.
-  FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases);
+  // Without a declaration the LSE is checked when the outputs directory holds any lse file named
+  // in the manifest, and fully masked rows must be zeros. With one, it says both, and what is
+  // outside it is not supported (verify skips it with the reason, or runs its projection).
+  FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases, std::optional<Capabilities> declared = std::nullopt);
 
   std::string name() const override;
   Capabilities describe() const override;
@@ -30,6 +50,7 @@ class FileOutputs : public Implementation {
 
   std::filesystem::path dir_;
   std::vector<CaseFileEntry> cases_;
+  std::optional<Capabilities> declared_;
   bool has_lse_ = false;
   // Cases with equal problems read their own files in turn (verify runs cases in order).
   mutable std::vector<bool> served_;

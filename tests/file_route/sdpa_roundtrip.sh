@@ -2,9 +2,13 @@
 # examples/file_route/sdpa_roundtrip.py through the file route: `attnbench cases` -> the script ->
 # `attnbench check` passes, and NumPy reads every file attnbench wrote. BACKEND torch runs PyTorch's
 # scaled_dot_product_attention; numpy runs the script's float64 NumPy path (its loading, masking,
-# GQA and writing code). Exits 77 (CTest: skipped, with the reason) where PYTHON lacks NumPy, or
-# PyTorch for the torch backend.
-# Usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT torch|numpy
+# GQA and writing code). BACKEND fallback runs the script with no --backend where `import torch`
+# fails (a torch.py that raises ImportError shadows any installed PyTorch): it must fall back to
+# NumPy and say so and why, refuse an explicit --backend torch, and round-trip with the
+# declaration it writes (--write-declaration, fully masked rows NaN: judged by that policy).
+# Exits 77 (CTest: skipped, with the reason) where PYTHON lacks NumPy, or PyTorch for the torch
+# backend.
+# Usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT torch|numpy|fallback
 set -u
 bin=${1:?usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT BACKEND}
 python=${2:?}
@@ -42,7 +46,31 @@ for case in manifest["cases"]:
             assert not (a.view(np.uint32) & 0xFFFF).any(), (case["index"], key)
 print("numpy reads", len(manifest["cases"]), "cases")
 PY
-"$python" "$script" cases outputs --backend "$backend" >script.log 2>&1 || { cat script.log; echo "FAIL: $script"; exit 1; }
+if [ "$backend" = fallback ]; then
+  mkdir notorch
+  printf 'raise ImportError("planted by sdpa_roundtrip.sh: no PyTorch here")\n' >notorch/torch.py
+  export PYTHONPATH=$tmp/notorch${PYTHONPATH:+:$PYTHONPATH}
+  if "$python" "$script" cases refused --backend torch >refused.log 2>&1; then
+    cat refused.log; echo "FAIL: --backend torch without PyTorch exited 0"; exit 1
+  fi
+  grep -qF -- "--backend torch, but PyTorch cannot be imported (ImportError: planted by sdpa_roundtrip.sh" refused.log ||
+    { cat refused.log; echo "FAIL: --backend torch without PyTorch does not say why it stopped"; exit 1; }
+  # The script's own declaration, NaN for fully masked rows: cases and check both follow it.
+  "$python" "$script" --write-declaration sdpa.json --fully-masked nan >declare.log 2>&1 || { cat declare.log; echo "FAIL: --write-declaration"; exit 1; }
+  "$bin" cases --out cases --cases "$here/cases.txt" --declare sdpa.json >cases.log || { cat cases.log; echo "FAIL: attnbench cases --declare"; exit 1; }
+  "$python" "$script" cases outputs >script.log 2>&1 || { cat script.log; echo "FAIL: $script without PyTorch"; exit 1; }
+  cat script.log
+  grep -qF "PyTorch is not available (ImportError: planted by sdpa_roundtrip.sh: no PyTorch here): falling back to the NumPy backend" script.log ||
+    { echo "FAIL: the script did not say it fell back to NumPy, and why"; exit 1; }
+  grep -qF "output(s) written to outputs (numpy)" script.log || { echo "FAIL: the script did not run the NumPy backend"; exit 1; }
+  "$python" - outputs <<'PY' || { echo "FAIL: the fully masked rows of case 3 are not NaN as declared"; exit 1; }
+import sys, numpy as np
+out = np.load(sys.argv[1] + "/out_0003.npy")
+assert np.isnan(out[1]).all() and not np.isnan(out[0]).any(), "batch 1 sees no key: NaN there only"
+PY
+else
+  "$python" "$script" cases outputs --backend "$backend" >script.log 2>&1 || { cat script.log; echo "FAIL: $script"; exit 1; }
+fi
 "$bin" check --cases cases --outputs outputs --threads 1 --json check.json >check.log 2>&1
 rc=$?
 cat check.log

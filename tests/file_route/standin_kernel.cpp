@@ -5,6 +5,8 @@
 //   --wrong-value I  adds 0.25 to one output element of case I
 //   --wrong-shape I  writes case I's output without its last query row
 //   --no-lse         writes no lse files
+//   --fully-masked zeros|nan|junk  writes fully masked rows so (junk: 7s), whatever the manifest says
+// Otherwise a fully masked row follows the case's "fully_masked_rows" policy (NaN for nan, else zeros).
 // Usage: file_route_standin CASES_DIR OUTPUTS_DIR [faults...]
 #include <cmath>
 #include <cstdio>
@@ -61,17 +63,19 @@ Array encode(const std::string& dtype, std::vector<std::int64_t> shape, const st
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s CASES_DIR OUTPUTS_DIR [--wrong-value I] [--wrong-shape I] [--no-lse]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CASES_DIR OUTPUTS_DIR [--wrong-value I] [--wrong-shape I] [--no-lse] [--fully-masked zeros|nan|junk]\n", argv[0]);
     return 2;
   }
   const std::filesystem::path cases_dir = argv[1], outputs_dir = argv[2];
   std::set<std::size_t> wrong_value, wrong_shape;
   bool lse_files = true;
+  std::string forced_policy;
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--no-lse") lse_files = false;
     else if (flag == "--wrong-value" && i + 1 < argc) wrong_value.insert(std::stoul(argv[++i]));
     else if (flag == "--wrong-shape" && i + 1 < argc) wrong_shape.insert(std::stoul(argv[++i]));
+    else if (flag == "--fully-masked" && i + 1 < argc) forced_policy = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", flag.c_str());
       return 2;
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
       const auto index = c.at("index").get<std::size_t>();
       const auto dtype = c.at("dtype").get<std::string>();
       const double scale = c.at("scale").get<double>();
+      const std::string policy = forced_policy.empty() ? c.at("fully_masked_rows").get<std::string>() : forced_policy;
+      const double fill = policy == "nan" ? std::numeric_limits<double>::quiet_NaN() : policy == "junk" ? 7.0 : 0.0;
       const Array q = attn::npy::read_file(cases_dir / c["q"]["file"].get<std::string>());
       const Array k = attn::npy::read_file(cases_dir / c["k"]["file"].get<std::string>());
       const Array v = attn::npy::read_file(cases_dir / c["v"]["file"].get<std::string>());
@@ -116,8 +122,9 @@ int main(int argc, char** argv) {
               m = std::max(m, s[std::size_t(j)]);
             }
             const std::size_t row = std::size_t((bi * h_q + h) * n_q + i);
-            if (m == -std::numeric_limits<double>::infinity()) {  // fully masked: zeros, as the manifest asks
+            if (m == -std::numeric_limits<double>::infinity()) {  // fully masked: zeros or NaN, as the manifest asks
               lse[row] = m;
+              for (std::int64_t c2 = 0; c2 < d_v; ++c2) out[row * std::size_t(d_v) + std::size_t(c2)] = fill;
               continue;
             }
             double sum = 0;

@@ -1,0 +1,130 @@
+// The JSON capabilities declaration (impls/capability_declaration.hpp): it reads into what a
+// plugin's C description reads into (one vocabulary), writes back unchanged, defaults to what the
+// built-ins declare, and names the key of every malformed part.
+#include <cmath>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "impls/capability_declaration.hpp"
+#include "impls/capability_space.hpp"
+#include "impls/plugin/plugin_abi.hpp"
+
+namespace attn {
+namespace {
+
+void expect_same(const Capabilities& a, const Capabilities& b) {
+  EXPECT_EQ(a.dtypes, b.dtypes);
+  EXPECT_EQ(a.layouts, b.layouts);
+  EXPECT_EQ(a.masks.causal_top_left, b.masks.causal_top_left);
+  EXPECT_EQ(a.masks.causal_bottom_right, b.masks.causal_bottom_right);
+  EXPECT_EQ(a.masks.padding_per_batch, b.masks.padding_per_batch);
+  EXPECT_EQ(a.masks.padding_per_query, b.masks.padding_per_query);
+  EXPECT_EQ(a.masks.bool_mask, b.masks.bool_mask);
+  EXPECT_EQ(a.masks.bias, b.masks.bias);
+  EXPECT_EQ(a.gqa, b.gqa);
+  EXPECT_EQ(a.different_dk_dv, b.different_dk_dv);
+  EXPECT_EQ(a.head_dims, b.head_dims);
+  if (a.head_dims.empty()) {
+    EXPECT_EQ(a.min_head_dim, b.min_head_dim);
+    EXPECT_EQ(a.max_head_dim, b.max_head_dim);
+  }
+  EXPECT_EQ(a.fully_masked, b.fully_masked);
+  EXPECT_EQ(a.returns_lse, b.returns_lse);
+  EXPECT_EQ(a.deterministic, b.deterministic);
+}
+
+TEST(CapabilityDeclaration, MeansWhatAPluginsDescriptionMeans) {
+  plugin::PluginInfo info;
+  info.dtypes = ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F32) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F16);
+  info.layouts = ATTNBENCH_LAYOUT_BHSD;
+  info.masks = ATTNBENCH_MASK_CAUSAL_TOP_LEFT | ATTNBENCH_MASK_PADDING_PER_QUERY | ATTNBENCH_MASK_BIAS;
+  info.head_dims = {64, 128};
+  info.fully_masked = FullyMaskedPolicy::nan;
+  info.returns_lse = true;
+  info.deterministic = false;
+  const Capabilities from_plugin = plugin::to_capabilities(info);
+  const Capabilities from_json = capabilities_from_json(nlohmann::json::parse(R"({
+      "dtypes": ["f32", "f16"], "layouts": ["bhsd"], "masks": ["causal_top_left", "padding_per_query", "bias"],
+      "gqa": false, "different_dk_dv": false, "head_dims": [64, 128], "fully_masked": "nan",
+      "returns_lse": true, "deterministic": false})"),
+                                                        "test");
+  expect_same(from_json, from_plugin);
+  // So a case is covered, or refused with the same reason, whichever way it was declared.
+  for (const char* repro : {"b=1 hq=2 hkv=1 nq=4 nk=4 dk=64 dv=64 dtype=f32 causal=none regime=diffuse seed=1",
+                            "b=1 hq=2 hkv=2 nq=4 nk=4 dk=64 dv=64 dtype=f64 causal=none regime=diffuse seed=1",
+                            "b=1 hq=2 hkv=2 nq=4 nk=4 dk=32 dv=32 dtype=f16 causal=bottom_right regime=diffuse seed=1",
+                            "b=1 hq=2 hkv=2 nq=4 nk=4 dk=64 dv=64 dtype=f16 causal=top_left regime=diffuse seed=1"}) {
+    const Problem p = parse_problem(repro);
+    EXPECT_EQ(covers(from_json, p).ok, covers(from_plugin, p).ok) << repro;
+    EXPECT_EQ(covers(from_json, p).reason, covers(from_plugin, p).reason) << repro;
+  }
+}
+
+TEST(CapabilityDeclaration, WritesBackUnchanged) {
+  Capabilities caps;
+  caps.summary = "narrow";
+  caps.dtypes = {DType::bf16, DType::f64};
+  caps.masks = {false, true, true, false, false, true};
+  caps.gqa = false;
+  caps.min_head_dim = 8;
+  caps.max_head_dim = 96;
+  caps.fully_masked = FullyMaskedPolicy::nan;
+  caps.returns_lse = true;
+  caps.masked_nonfinite_safe = true;
+  caps.matmul_unit_roundoff = std::ldexp(1.0, -11);
+  const nlohmann::json j = capabilities_to_json(caps);
+  const Capabilities back = capabilities_from_json(j, "test");
+  expect_same(back, caps);
+  EXPECT_EQ(back.summary, "narrow");
+  EXPECT_EQ(back.masked_nonfinite_safe, true);
+  EXPECT_EQ(back.matmul_unit_roundoff, caps.matmul_unit_roundoff);
+  EXPECT_EQ(capabilities_to_json(back), j);
+}
+
+TEST(CapabilityDeclaration, AKeyLeftOutDeclaresWhatTheBuiltInsDo) {
+  const Capabilities caps = capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"]})"), "test");
+  Capabilities builtin;
+  builtin.dtypes = {DType::f32};
+  expect_same(caps, builtin);
+  EXPECT_TRUE(caps.masks.bias && caps.masks.causal_bottom_right && caps.gqa && caps.different_dk_dv);
+  EXPECT_EQ(caps.fully_masked, FullyMaskedPolicy::zeros);
+  EXPECT_FALSE(caps.returns_lse);
+  // An empty mask list declares none.
+  EXPECT_FALSE(capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"], "masks": []})"), "test").masks.any());
+}
+
+TEST(CapabilityDeclaration, MalformedPartsAreNamed) {
+  const std::pair<const char*, const char*> table[] = {
+      {R"([1, 2])", "f.json: a capabilities declaration is a JSON object"},
+      {R"({})", "f.json: 'dtypes' is missing"},
+      {R"({"dtypes": []})", "f.json: 'dtypes' is empty"},
+      {R"({"dtypes": "f32"})", "f.json: 'dtypes' must be a list of dtype names, not \"f32\""},
+      {R"({"dtypes": ["f32", "tf32"]})", "f.json: 'dtypes': unknown dtype 'tf32'"},
+      {R"({"dtypes": ["f32"], "layouts": ["bhsd", "nhwc"]})", "'layouts': "},
+      {R"({"dtypes": ["f32"], "layouts": []})", "f.json: 'layouts' is empty"},
+      {R"({"dtypes": ["f32"], "masks": ["causal", "bias"]})", "f.json: 'masks': unknown mask 'causal' (expected some of causal_top_left"},
+      {R"({"dtypes": ["f32"], "gqa": 1})", "f.json: 'gqa' must be true or false, not 1"},
+      {R"({"dtypes": ["f32"], "head_dims": []})", "f.json: 'head_dims' is empty"},
+      {R"({"dtypes": ["f32"], "head_dims": [64, 0]})", "f.json: 'head_dims': 0 is not a head dim"},
+      {R"({"dtypes": ["f32"], "head_dims": [64], "max_head_dim": 64})", "both given"},
+      {R"({"dtypes": ["f32"], "min_head_dim": 0})", "f.json: head dims [0, 2147483648] is empty"},
+      {R"({"dtypes": ["f32"], "fully_masked": "garbage"})", "f.json: 'fully_masked': unknown policy 'garbage'"},
+      {R"({"dtypes": ["f32"], "matmul_unit_roundoff": 2})", "f.json: 'matmul_unit_roundoff' 2 is not in [0, 1)"},
+      {R"({"dtypes": ["f32"], "schema": "attnbench.cases"})", "f.json: schema 'attnbench.cases' is not 'attnbench.capabilities'"},
+      {R"({"dtypes": ["f32"], "version": 2})", "f.json: version 2 is not 1"},
+      {R"({"dtypes": ["f32"], "returns_lse ": true})", "f.json: unknown key 'returns_lse '"},
+  };
+  for (const auto& [text, message] : table) {
+    try {
+      capabilities_from_json(nlohmann::json::parse(text), "f.json");
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << text << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn
