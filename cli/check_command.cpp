@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -112,7 +113,7 @@ class GivenOutputs final : public Implementation {
     const GivenCase& c = cases_.at(current_);
     args.out = c.out;
     if (args.lse != nullptr) {
-      if (!c.lse) throw InputError(fmt::format("{}: no lse.npy, though another --inputs directory has one", c.source));
+      if (!c.lse) throw std::logic_error("GivenOutputs: an LSE asked for where none was given");  // run_given refuses that mix
       *args.lse = *c.lse;
     }
   }
@@ -133,6 +134,14 @@ int CheckCommand::run_given() const {
   std::vector<GivenCase> given;
   for (std::size_t n = 0; n < inputs_dirs_.size(); ++n)
     given.push_back(read_given_case(inputs_dirs_[n], outputs_dirs_.empty() ? std::filesystem::path{} : std::filesystem::path(outputs_dirs_[n])));
+
+  // The LSE is judged for all or none (verify asks an implementation for it on every case or on none).
+  for (std::size_t n = 1; n < given.size(); ++n)
+    if (given[n].lse.has_value() != given[0].lse.has_value()) {
+      const std::size_t with = given[n].lse ? n : 0, without = given[n].lse ? 0 : n;
+      throw InputError(fmt::format("check --inputs: {} has an lse.npy and {} has none: give one for every --inputs or for none",
+                                   given[with].source, given[without].source));
+    }
 
   std::vector<Problem> cases;
   VerifyOptions options;

@@ -173,7 +173,10 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.seconds = seconds_since(start);
     record.verdict.pass = false;
     record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
-    if (!context.baseline_problem.empty()) record.verdict.reasons.push_back(context.baseline_problem);  // judge_output's, had it run
+    // judge_output gives every verdict this reason; the run (or the diagnosis) may have thrown before or after it.
+    auto& reasons = record.verdict.reasons;
+    if (!context.baseline_problem.empty() && std::find(reasons.begin(), reasons.end(), context.baseline_problem) == reasons.end())
+      reasons.push_back(context.baseline_problem);
   }
   record.status = record.verdict.pass ? Status::pass : Status::fail;
 }

@@ -78,6 +78,9 @@ bad lens-range padq "bad_lens-range/valid_lens.npy: element 0 = 6 is outside [0,
 run noout check --inputs noout --json ""
 expect_rc 2
 expect_in noout.err "noout/out.npy: missing"
+run mixed check --inputs padq --inputs bf16 --json ""
+expect_rc 2
+expect_in mixed.err "the tensors in padq has an lse.npy and the tensors in bf16 has none"
 run both check --inputs masked --cases masked --outputs masked
 expect_rc 2
 run count check --inputs masked --inputs bf16 --outputs outs
