@@ -1,10 +1,14 @@
 #include "cli/check_command.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "core/case_files.hpp"
+#include "core/given_case.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
@@ -15,12 +19,19 @@
 namespace attn::cli {
 
 CheckCommand::CheckCommand(CLI::App& app)
-    : command_(app.add_subcommand("check", "Verify outputs another program wrote (out_NNNN.npy) for a cases directory against the "
-                                           "reference, as verify does")),
+    : command_(app.add_subcommand("check", "Verify outputs another program wrote (out_NNNN.npy) for a cases directory, or for your "
+                                           "own tensors (--inputs), against the reference, as verify does")),
       k_(PassRule{}.k),
       floor_ulps_(PassRule{}.floor_ulps) {
-  command_->add_option("--cases", cases_dir_, "The cases directory (`attnbench cases --out`)")->required();
-  command_->add_option("--outputs", outputs_dir_, "The directory of out_NNNN.npy (and optional lse_NNNN.npy) files")->required();
+  auto* cases = command_->add_option("--cases", cases_dir_, "The cases directory (`attnbench cases --out`)");
+  auto* inputs = command_->add_option("--inputs", inputs_dirs_,
+                                      "A directory of your own tensors: q.npy, k.npy, v.npy, settings.json, optional mask.npy, bias.npy, "
+                                      "valid_lens.npy, and out.npy (optional lse.npy) to judge (repeatable; cli/README.md)");
+  cases->excludes(inputs);
+  inputs->excludes(cases);
+  command_->add_option("--outputs", outputs_dirs_,
+                       "With --cases: the directory of out_NNNN.npy (and optional lse_NNNN.npy) files. With --inputs: where out.npy "
+                       "(and lse.npy) are, once per --inputs in the same order (default: the inputs directory)");
   command_->add_option("--json", json_path_, "Where to write the JSON results ('' to skip)")->capture_default_str();
   command_->add_option("--k", k_, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   command_->add_option("--floor-ulps", floor_ulps_, "Pass rule: ulp floor of the tolerance")->capture_default_str();
@@ -33,6 +44,10 @@ CheckCommand::CheckCommand(CLI::App& app)
 
 int CheckCommand::run() const {
   if (!(k_ >= 0) || !(floor_ulps_ >= 0)) throw InputError("--k and --floor-ulps must be non-negative");
+  if (!inputs_dirs_.empty()) return run_given();
+  if (cases_dir_.empty()) throw InputError("check: --cases DIR (with --outputs DIR) or --inputs DIR is required");
+  if (outputs_dirs_.size() != 1) throw InputError("check --cases: exactly one --outputs DIR is required");
+  const std::string& outputs_dir = outputs_dirs_.front();
   const CaseDirectory directory = read_case_directory(cases_dir_);
   // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
@@ -44,11 +59,11 @@ int CheckCommand::run() const {
   options.reference.threads = threads_;
   options.project = plan.project;
   options.case_numbers = plan.case_numbers;
-  const FileOutputs outputs(outputs_dir_, directory.cases, plan.declared);
+  const FileOutputs outputs(outputs_dir, directory.cases, plan.declared);
   const auto context = run_context(threads_ > 0 ? threads_ : default_thread_count());
 
   fmt::print("attnbench check: {} case(s) of {} against {}; pass rule: max abs error <= {} x naive + {} ulps\n", cases.size(), cases_dir_,
-             outputs_dir_, k_, floor_ulps_);
+             outputs_dir, k_, floor_ulps_);
   if (plan.declared) fmt::print("declared by {}: fully masked rows {}\n", plan.declared_by, to_string(plan.declared->fully_masked));
   fmt::print("\n");
   print_verify_header(std::cout);
@@ -67,7 +82,7 @@ int CheckCommand::run() const {
   // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,
-                       outputs_dir_, r.context->problem.repro());
+                       outputs_dir, r.context->problem.repro());
   });
   if (!json_path_.empty()) fmt::print("results: {}\n", json_path_);
   if (run.failed() > 0) return 1;
@@ -76,6 +91,93 @@ int CheckCommand::run() const {
     return 1;
   }
   return 0;
+}
+
+namespace {
+
+// The user's outputs as an Implementation, so that verify judges them (and reports them) exactly
+// as it does a kernel's. verify asks for each case's inputs (given_inputs) before running the
+// implementation on it, which is how run() knows whose outputs to hand out.
+class GivenOutputs final : public Implementation {
+ public:
+  explicit GivenOutputs(const std::vector<GivenCase>& cases) : cases_(cases) {}
+  std::string name() const override { return "inputs"; }
+  Capabilities describe() const override {
+    Capabilities caps;
+    caps.summary = "outputs of your own tensors (check --inputs)";
+    caps.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    caps.returns_lse = std::any_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
+    caps.fully_masked = FullyMaskedPolicy::zeros;
+    return caps;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }
+  void run(const RunArgs& args) const override {
+    const GivenCase& c = cases_.at(current_);
+    args.out = c.out;
+    if (args.lse != nullptr) {
+      if (!c.lse) throw std::logic_error("GivenOutputs: an LSE asked for where none was given");  // run_given refuses that mix
+      *args.lse = *c.lse;
+    }
+  }
+  void select(std::size_t index) const { current_ = index; }
+
+ private:
+  const std::vector<GivenCase>& cases_;
+  mutable std::size_t current_ = 0;
+};
+
+}  // namespace
+
+int CheckCommand::run_given() const {
+  if (!outputs_dirs_.empty() && outputs_dirs_.size() != inputs_dirs_.size())
+    throw InputError(fmt::format("check --inputs: {} --outputs for {} --inputs (give one per --inputs, in the same order, or none)",
+                                 outputs_dirs_.size(), inputs_dirs_.size()));
+  // Everything is read first: a bad file is bad input before any reference is computed.
+  std::vector<GivenCase> given;
+  for (std::size_t n = 0; n < inputs_dirs_.size(); ++n)
+    given.push_back(read_given_case(inputs_dirs_[n], outputs_dirs_.empty() ? std::filesystem::path{} : std::filesystem::path(outputs_dirs_[n])));
+
+  // The LSE is judged for all or none (verify asks an implementation for it on every case or on none).
+  for (std::size_t n = 1; n < given.size(); ++n)
+    if (given[n].lse.has_value() != given[0].lse.has_value()) {
+      const std::size_t with = given[n].lse ? n : 0, without = given[n].lse ? 0 : n;
+      throw InputError(fmt::format("check --inputs: {} has an lse.npy and {} has none: give one for every --inputs or for none",
+                                   given[with].source, given[without].source));
+    }
+
+  std::vector<Problem> cases;
+  VerifyOptions options;
+  options.rule = {k_, floor_ulps_};
+  options.reference.threads = threads_;
+  const GivenOutputs outputs(given);
+  options.given_inputs = [&](const Problem&, std::size_t number) {
+    outputs.select(number);
+    const GivenCase& c = given.at(number);
+    return GivenInputs{c.inputs, c.source};
+  };
+  for (const auto& c : given) cases.push_back(c.problem);
+  const auto context = run_context(threads_ > 0 ? threads_ : default_thread_count());
+
+  fmt::print("attnbench check: {} case(s) of your own tensors ({}); pass rule: max abs error <= {} x naive + {} ulps\n\n", cases.size(),
+             fmt::join(inputs_dirs_, ", "), k_, floor_ulps_);
+  print_verify_header(std::cout);
+  auto on_record = [&](const VerifyRun& run, const Record& record) {
+    print_verify_row(std::cout, record);
+    fmt::print("{:<22}inputs: {}\n", "", record.context->inputs_from);
+    std::cout.flush();
+    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+  };
+  const VerifyRun run = verify({&outputs}, cases, options, on_record);
+  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+  // The repro string describes the case's shapes only; the rerun is the same directories.
+  print_verify_summary(std::cout, run, [&](const Record& r) {
+    const std::size_t n = r.context->index;
+    return fmt::format("attnbench check --inputs {}{} (the case is {}; its repro string cannot regenerate them)", inputs_dirs_.at(n),
+                       outputs_dirs_.empty() ? "" : " --outputs " + outputs_dirs_.at(n), r.context->inputs_from);
+  });
+  if (!json_path_.empty()) fmt::print("results: {}\n", json_path_);
+  return run.failed() > 0 ? 1 : 0;
 }
 
 }  // namespace attn::cli

@@ -6,7 +6,13 @@
 // input files that are not what the repro strings generate, are bad input. A declaration
 // (--declare, or the manifest's) skips what the kernel does not support instead of failing it
 // (impls/file_outputs/file_outputs.hpp). Registered by main.cpp.
+//
+// `attnbench check --inputs DIR [--inputs DIR2 ...] [--outputs OUT ...]`: the user's own tensors
+// (core/given_case.hpp) instead of a cases directory; the reference is computed from exactly those
+// tensors and the outputs are judged the same way. Any unreadable, mis-shaped or inconsistent file,
+// the outputs included, is bad input (exit 2): there is no case set to go on with.
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -21,8 +27,11 @@ class CheckCommand {
 
  private:
   CLI::App* command_;
+  int run_given() const;
+
   std::string cases_dir_;
-  std::string outputs_dir_;
+  std::vector<std::string> inputs_dirs_;
+  std::vector<std::string> outputs_dirs_;
   std::string json_path_ = "results/check.json";
   double k_;
   double floor_ulps_;

@@ -349,16 +349,12 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
   if (!entry.bias.empty()) compare(entry.bias, tensor_to_npy(inputs.mask.bias_tensor()), "bias");
 }
 
-namespace {
-
-// Copies a file's array into a tensor of the problem's dtype, bf16 from '<f4' values or '<u2' bits.
-void read_into(const std::filesystem::path& path, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target) {
-  const std::string name = path.string();
-  const npy::Array a = npy::read_file(path);
+void array_into_tensor(const npy::Array& a, const std::string& name, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target,
+                       std::string_view what) {
   const npy::ElementType want = npy_type_of(dtype);
   const bool bf16_bits = dtype == DType::bf16 && a.type == npy::ElementType::u16;
   if (a.type != want && !bf16_bits)
-    throw InputError(fmt::format("{}: descr '{}' but a {} case's output is '{}'{}", name, npy::descr(a.type), to_string(dtype), npy::descr(want),
+    throw InputError(fmt::format("{}: descr '{}' but a {} case's {} is '{}'{}", name, npy::descr(a.type), to_string(dtype), what, npy::descr(want),
                                  dtype == DType::bf16 ? " (bf16 values) or '<u2' (bf16 bits)" : ""));
   if (a.shape != shape)
     throw InputError(fmt::format("{}: shape {} but the case expects {}", name, npy::shape_string(a.shape), npy::shape_string(shape)));
@@ -373,13 +369,19 @@ void read_into(const std::filesystem::path& path, const std::vector<std::int64_t
     std::memcpy(&value, &bits, 4);
     if ((bits & 0xFFFFu) != 0) {
       if (!std::isnan(value))
-        throw InputError(fmt::format("{}: element {} = {} is not a bf16 value: a bf16 output is '<f4' holding bf16 values "
+        throw InputError(fmt::format("{}: element {} = {} is not a bf16 value: a bf16 {} is '<f4' holding bf16 values "
                                      "(e.g. out.float() in PyTorch) or '<u2' bf16 bits",
-                                     name, e, double(value)));
+                                     name, e, double(value), what));
       bits |= 0x00400000u;  // a NaN whose payload bf16 cannot hold stays a (quiet) NaN
     }
     target.set_bits(e, bits >> 16);
   }
+}
+
+namespace {
+
+void read_into(const std::filesystem::path& path, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target) {
+  array_into_tensor(npy::read_file(path), path.string(), shape, dtype, target, "output");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -105,5 +106,9 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
 // (missing, malformed, truncated, wrong shape or dtype, a bf16 output that bf16 cannot hold).
 void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out);
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse);
+// The same for any array already read: `name` (its file) and `what` ("output", "q", ...) go into
+// the messages; target has `shape` and `dtype`.
+void array_into_tensor(const npy::Array& array, const std::string& name, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target,
+                       std::string_view what);
 
 }  // namespace attn

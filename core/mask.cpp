@@ -1,6 +1,7 @@
 #include "core/mask.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
@@ -15,8 +16,11 @@ bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Bro
 
 }  // namespace
 
-Mask::Mask(const Problem& p)
+Mask::Mask(const Problem& p) : Mask(p, true) {}
+
+Mask::Mask(const Problem& p, bool generate)
     : batch_(p.batch), h_q_(p.h_q), n_q_(p.n_q), n_k_(p.n_k), causal_(p.causal), padding_(p.padding) {
+  if (!generate) return;
   if (p.bool_mask.enabled) {
     bool_batch_ = varies_over_batch(p.bool_mask.broadcast);
     bool_head_ = varies_over_head(p.bool_mask.broadcast);
@@ -45,6 +49,27 @@ Mask::Mask(const Problem& p)
       }
     });
   }
+}
+
+Mask Mask::given(const Problem& p, std::vector<std::uint8_t> flags, bool flags_per_batch, bool flags_per_head, Tensor bias) {
+  Mask m(p, false);
+  if (!flags.empty()) {
+    const std::int64_t want = (flags_per_batch ? p.batch : 1) * (flags_per_head ? p.h_q : 1) * p.n_q * p.n_k;
+    if (std::int64_t(flags.size()) != want) throw std::invalid_argument("Mask::given: the flags do not have the problem's extents");
+    m.bool_flags_ = std::move(flags);
+    m.bool_batch_ = flags_per_batch;
+    m.bool_head_ = flags_per_head;
+  }
+  if (bias.numel() > 0) {
+    const auto& s = bias.shape();
+    if (bias.dtype() != p.dtype || !(s[0] == 1 || s[0] == p.batch) || !(s[1] == 1 || s[1] == p.h_q) || s[2] != p.n_q || s[3] != p.n_k)
+      throw std::invalid_argument("Mask::given: the bias does not have the problem's dtype and extents");
+    // An extent equal to 1 broadcasts even where b or h_q is 1 too: indexing 0 is then the same.
+    m.bias_batch_ = s[0] != 1;
+    m.bias_head_ = s[1] != 1;
+    m.bias_ = std::move(bias);
+  }
+  return m;
 }
 
 std::int64_t Mask::key_limit(std::int64_t b, std::int64_t i) const {

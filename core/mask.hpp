@@ -4,7 +4,8 @@
 //   causal top_left:     query i sees key j iff j <= i
 //   causal bottom_right: query i sees key j iff j <= i + (n_k - n_q)
 //   key padding:         query i of batch b sees key j iff j < valid_len
-//   boolean mask:        drawn from the problem's seed, broadcast over batch and/or head
+//   boolean mask:        drawn from the problem's seed, broadcast over batch and/or head, or given
+//                        (a user's own mask, `attnbench check --inputs`: Mask::given)
 #include <cstdint>
 #include <vector>
 
@@ -16,6 +17,12 @@ namespace attn {
 class Mask {
  public:
   explicit Mask(const Problem& problem);  // generates the boolean mask and bias from the seed
+
+  // A user's own mask and bias instead of seeded ones; causality and padding still come from the
+  // problem. flags: [1|b, 1|h_q, n_q, n_k], nonzero = visible, empty = no boolean mask; bias:
+  // [1|b, 1|h_q, n_q, n_k] in the problem's dtype, numel 0 = none. An extent of 1 broadcasts.
+  // The problem's bool_mask/bias specs are not consulted (nothing is drawn from its seed).
+  static Mask given(const Problem& problem, std::vector<std::uint8_t> flags, bool flags_per_batch, bool flags_per_head, Tensor bias);
 
   // Keys j >= key_limit(b, i) are masked by causality or padding (the bool mask may mask more).
   std::int64_t key_limit(std::int64_t b, std::int64_t i) const;
@@ -35,6 +42,7 @@ class Mask {
   const Tensor& bias_tensor() const { return bias_; }                           // [bb, hh, n_q, n_k]
 
  private:
+  Mask(const Problem& problem, bool generate);
   std::int64_t flag_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return (((bool_batch_ ? b : 0) * (bool_head_ ? h_q_ : 1) + (bool_head_ ? h : 0)) * n_q_ + i) * n_k_ + j;
   }

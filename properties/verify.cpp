@@ -9,17 +9,13 @@
 #include <fmt/format.h>
 
 #include "impls/capability_space.hpp"
-#include "impls/cpu_naive/cpu_naive.hpp"
+#include "judge/judge.hpp"
 
 namespace attn {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-Expected expected_of(const ReferenceResult& ref) {
-  return {ref.rows, ref.out, ref.lse, ref.fully_masked};
 }
 
 struct Output {
@@ -32,28 +28,6 @@ Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& 
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
   impl.run(RunArgs{p, in, o.out, want_lse ? &o.lse : nullptr, nullptr, workspace});
   return o;
-}
-
-// Checks the naive baseline against the reference's a-priori bound for it.
-void check_baseline(CaseContext& ctx, const ReferenceResult& ref, const Tensor& naive_out) {
-  const Problem& p = ctx.problem;
-  const auto d_v = static_cast<std::size_t>(p.d_v);
-  double worst = 0;
-  std::int64_t worst_index = -1;
-  for (std::size_t r = 0; r < ref.rows.size(); ++r) {
-    if (ref.fully_masked[r]) continue;
-    for (std::size_t c = 0; c < d_v; ++c) {
-      const std::int64_t e = ref.rows[r] * p.d_v + std::int64_t(c);
-      const double err = std::fabs(naive_out.get(e) - ref.out[r * d_v + c]);
-      const double bound = ref.naive_bound[r * d_v + c];
-      const double ratio = err == 0 ? 0 : (bound > 0 ? err / bound : std::numeric_limits<double>::infinity());
-      if (!(ratio <= worst)) worst = ratio, worst_index = e;
-    }
-  }
-  ctx.baseline_bound_ratio = worst;
-  if (!(worst <= 1.0))
-    ctx.baseline_problem = fmt::format("the naive baseline's error exceeds its a-priori bound by {:.3g}x at {}: the oracle is unsound",
-                                       worst, output_coordinates(p, worst_index));
 }
 
 }  // namespace
@@ -121,38 +95,40 @@ Resolution plan_for(const Implementation& impl, const Capabilities& caps, const 
   return r;
 }
 
-// A problem ready to run implementations on: its inputs and reference live while the case does.
+// A problem ready to run implementations on: its inputs and yardstick live while the case does.
 struct Prepared {
   const CaseContext* context = nullptr;
   std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
-  ReferenceResult reference;
+  Yardstick yardstick;
   const CaseInputs& inputs() const { return *inputs_storage; }
-  Expected expected() const { return expected_of(reference); }
 };
 
-// The reference, the yardstick and their facts for one problem.
+// The reference, the yardstick and their facts for one problem (judge/judge.hpp), on the
+// generated inputs or the ones the options give.
 std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, const VerifyOptions& options, Prepared& prepared) {
-  const CaseInputs& in = prepared.inputs_storage.emplace(generate_inputs(p));
   auto ctx = std::make_unique<CaseContext>();
+  if (options.given_inputs) {
+    GivenInputs given = options.given_inputs(p, number);
+    prepared.inputs_storage.emplace(std::move(given.inputs));
+    ctx->inputs_from = std::move(given.from);
+  } else {
+    prepared.inputs_storage.emplace(generate_inputs(p));
+  }
   ctx->index = number;
   ctx->problem = p;
   ctx->rows_total = p.rows();
   ctx->reference_computed = true;
-  const auto ref_start = std::chrono::steady_clock::now();
-  prepared.reference = compute_reference(p, in, options.reference);
-  const ReferenceResult& ref = prepared.reference;
-  ctx->reference_seconds = seconds_since(ref_start);
-  ctx->rows_checked = std::int64_t(ref.rows.size());
-  ctx->sampled = ref.sampled;
-  ctx->reference_self_bound_ulps = ref.self_bound_max_ulps;
-  ctx->reference_rows_float128 = ref.rows_fallback;
-  ctx->score_rounding = ref.score_rounding;
-  // The yardstick: the naive algorithm in the same precision.
-  Output naive{make_output(p), make_lse(p)};
-  std::vector<std::byte> naive_workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, naive.out, &naive.lse, nullptr, naive_workspace});
-  ctx->baseline = measure(p, in.mask, prepared.expected(), naive.out, &naive.lse, FullyMaskedPolicy::zeros);
-  check_baseline(*ctx, ref, naive.out);
+  prepared.yardstick = make_yardstick(p, prepared.inputs(), options.reference);
+  const Yardstick& y = prepared.yardstick;
+  ctx->reference_seconds = y.reference_seconds;
+  ctx->rows_checked = std::int64_t(y.reference.rows.size());
+  ctx->sampled = y.reference.sampled;
+  ctx->reference_self_bound_ulps = y.reference.self_bound_max_ulps;
+  ctx->reference_rows_float128 = y.reference.rows_fallback;
+  ctx->score_rounding = y.reference.score_rounding;
+  ctx->baseline = y.baseline;
+  ctx->baseline_bound_ratio = y.baseline_bound_ratio;
+  ctx->baseline_problem = y.baseline_problem;
   return ctx;
 }
 
@@ -165,14 +141,20 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
   try {
     Output o = run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
-    record.metrics = measure(p, in.mask, prepared.expected(), o.out, caps.returns_lse ? &o.lse : nullptr, caps.fully_masked);
+    Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
+                                    JudgeOptions{options.rule, caps.fully_masked, caps.matmul_unit_roundoff});
+    record.metrics = judged.metrics;
+    record.verdict = std::move(judged.verdict);
     const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
-    record.verdict = judge(options.rule, p.dtype, record.metrics, context.baseline, context.score_rounding, scale);
     const bool diagnose_this = options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases;
-    if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
+    // The hypotheses rebuild masks from the problem's seed (diagnosis.cpp), which given inputs do not come from.
+    if (!record.verdict.pass && options.diagnosis.enabled && !context.inputs_from.empty())
+      record.diagnosis_skipped = fmt::format("not diagnosed: the diagnosis regenerates masks from the repro string, and this case is {}",
+                                             context.inputs_from);
+    else if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
       record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
                                              options.diagnosis.max_cases, impl.name());
-    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
+    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this && context.inputs_from.empty()) {
       ++diagnosed;
       const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
                                                                [](const std::string& r) { return r.find("LSE") != std::string::npos; });
@@ -191,10 +173,10 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.seconds = seconds_since(start);
     record.verdict.pass = false;
     record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
-  }
-  if (!context.baseline_problem.empty()) {
-    record.verdict.pass = false;
-    record.verdict.reasons.push_back(context.baseline_problem);
+    // judge_output gives every verdict this reason; the run (or the diagnosis) may have thrown before or after it.
+    auto& reasons = record.verdict.reasons;
+    if (!context.baseline_problem.empty() && std::find(reasons.begin(), reasons.end(), context.baseline_problem) == reasons.end())
+      reasons.push_back(context.baseline_problem);
   }
   record.status = record.verdict.pass ? Status::pass : Status::fail;
 }
@@ -218,7 +200,9 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
     // What each implementation runs, decided before any input or reference is built: a case no
     // implementation supports costs a few calls to supports().
     std::vector<Resolution> plans;
-    for (std::size_t n = 0; n < implementations.size(); ++n) plans.push_back(plan_for(*implementations[n], caps[n], p, number, options.project));
+    // Given inputs are the named problem's: a projection (another problem) would have none.
+    const bool project = options.project && !options.given_inputs;
+    for (std::size_t n = 0; n < implementations.size(); ++n) plans.push_back(plan_for(*implementations[n], caps[n], p, number, project));
     // One context per distinct problem, built when the first implementation needs it.
     std::vector<std::unique_ptr<Prepared>> prepared;
     const CaseContext* skipped_context = nullptr;

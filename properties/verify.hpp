@@ -18,6 +18,12 @@ namespace attn {
 enum class Status { pass, fail, skip };
 std::string_view to_string(Status status);
 
+// A case's inputs from elsewhere than its repro string (a user's own tensors, `check --inputs`).
+struct GivenInputs {
+  CaseInputs inputs;
+  std::string from;  // where they are, for reports: "the tensors in DIR"
+};
+
 struct VerifyOptions {
   PassRule rule;
   ReferenceOptions reference;
@@ -28,6 +34,10 @@ struct VerifyOptions {
   // A case an implementation does not support runs as its projection onto what the
   // implementation declares (impls/capability_space.hpp); false: it is skipped.
   bool project = true;
+  // Set: each case's inputs come from here (called with the problem and its case number) instead
+  // of generate_inputs; nothing is projected, and failures are not diagnosed (the diagnosis
+  // rebuilds masks from the seed).
+  std::function<GivenInputs(const Problem&, std::size_t case_number)> given_inputs;
 };
 
 // The reference and baseline facts of one case, shared by every implementation run on it.
@@ -46,6 +56,9 @@ struct CaseContext {
   double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)
   std::string baseline_problem;          // empty when the baseline is sound, else what broke
   double reference_seconds = 0;
+  // Empty: the inputs are generate_inputs(problem), which the repro string reruns. Else where the
+  // given inputs are (VerifyOptions::given_inputs): the repro string cannot regenerate them.
+  std::string inputs_from;
 };
 
 struct Record {

@@ -130,6 +130,8 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                        {"score_rounding", number(c.score_rounding.out)},
                        {"lse_score_rounding", number(c.score_rounding.lse)}}}};
     if (!r.projected_from.empty()) j["projected_from"] = {{"repro", r.projected_from}, {"changes", r.projection}};
+    // Given inputs: the repro string describes the case but cannot regenerate its tensors.
+    if (!c.inputs_from.empty()) j["inputs_from"] = c.inputs_from;
     if (r.status == Status::skip) {
       j["skip_reason"] = r.skip_reason;
     } else {

@@ -3,6 +3,7 @@
 // rounding), and count_visible against a brute-force count.
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "core/mask.hpp"
 #include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace attn {
 
@@ -419,5 +421,42 @@ TEST(MaskCount, MatchesABruteForceCount) {
   }
 }
 
+
+// A user's own mask and bias (check --inputs): the flags and bias are read where their extents
+// say (1 broadcasts), intersected with causality and padding from the problem; nothing is drawn.
+TEST(MaskGiven, BroadcastsTheGivenTensorsAndIntersectsCausalityAndPadding) {
+  Problem p;
+  p.batch = 2, p.h_q = 3, p.h_kv = 1, p.n_q = 2, p.n_k = 4, p.d_k = p.d_v = 8;
+  p.causal = Causal::bottom_right;
+  p.padding.kind = KeyPadding::Kind::per_batch;
+  p.padding.valid_len = {4, 3};
+  // flags [1, h_q, n_q, n_k]: head h hides key h.
+  std::vector<std::uint8_t> flags;
+  for (std::int64_t h = 0; h < 3; ++h)
+    for (std::int64_t i = 0; i < 2; ++i)
+      for (std::int64_t j = 0; j < 4; ++j) flags.push_back(j == h ? 0 : 1);
+  Tensor bias(DType::f32, {2, 1, 2, 4});  // [b, 1, n_q, n_k]
+  for (std::int64_t e = 0; e < bias.numel(); ++e) bias.set(e, double(e));
+  const Mask m = Mask::given(p, flags, false, true, bias);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 3; ++h)
+      for (std::int64_t i = 0; i < 2; ++i)
+        for (std::int64_t j = 0; j < 4; ++j) {
+          const bool want = j != h && j <= i + 2 && j < p.padding.valid_len[std::size_t(b)];
+          EXPECT_EQ(m.visible(b, h, i, j), want) << b << h << i << j;
+          EXPECT_EQ(m.bias(b, h, i, j), double((b * 2 + i) * 4 + j)) << b << h << i << j;
+        }
+  // Nothing given: causality and padding alone, no bias, whatever the problem's seeded specs say.
+  p.bool_mask.enabled = true;
+  p.bool_mask.keep = 0.0;
+  const Mask plain = Mask::given(p, {}, false, false, {});
+  EXPECT_FALSE(plain.has_bias());
+  EXPECT_TRUE(plain.visible(1, 2, 1, 2));
+  EXPECT_FALSE(plain.visible(1, 2, 1, 3));
+  // Extents that are not the problem's are refused.
+  EXPECT_THROW(Mask::given(p, std::vector<std::uint8_t>(5, 1), false, false, {}), std::invalid_argument);
+  EXPECT_THROW(Mask::given(p, {}, false, false, Tensor(DType::f32, {2, 1, 3, 4})), std::invalid_argument);
+  EXPECT_THROW(Mask::given(p, {}, false, false, Tensor(DType::f64, {2, 1, 2, 4})), std::invalid_argument);
+}
 }  // namespace
 }  // namespace attn

@@ -90,24 +90,6 @@ void run_in(const RunArgs& a) {
   }
 }
 
-class CpuNaive final : public Implementation {
- public:
-  std::string name() const override { return "cpu_naive"; }
-  Capabilities describe() const override {
-    Capabilities c;
-    c.summary = "textbook softmax(QK^T * scale + mask) V with the score matrix materialised; f64, or f32 for f32/f16/bf16";
-    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
-    c.returns_lse = true;
-    c.returns_weights = true;
-    // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
-    c.masked_nonfinite_safe = true;
-    return c;
-  }
-  Support supports(const Problem&) const override { return Support::yes(); }
-  std::size_t workspace_bytes(const Problem& p) const override { return naive_workspace_bytes(p); }
-  void run(const RunArgs& args) const override { naive_attention(args); }
-};
-
 }  // namespace
 
 std::size_t naive_workspace_bytes(const Problem& p) {
@@ -123,7 +105,5 @@ void naive_attention(const RunArgs& args) {
   else
     run_in<float>(args);
 }
-
-void register_cpu_naive(Registry& registry) { registry.add(std::make_unique<CpuNaive>()); }
 
 }  // namespace attn

@@ -3,7 +3,7 @@
 // exponentiate, normalise, multiply by V. Computes in f64 for f64 problems and in f32
 // otherwise (f16/bf16 inputs widen exactly to f32; the output rounds back once). Its error is
 // the pass rule's yardstick: "the naive algorithm run in the same precision".
-#include "impls/registry.hpp"
+#include "impls/implementation.hpp"
 
 namespace attn {
 
@@ -11,6 +11,7 @@ namespace attn {
 void naive_attention(const RunArgs& args);
 std::size_t naive_workspace_bytes(const Problem& problem);
 
-void register_cpu_naive(Registry& registry);
+class Registry;
+void register_cpu_naive(Registry& registry);  // in attn_impls (cpu_naive_registration.cpp)
 
 }  // namespace attn

@@ -1,0 +1,246 @@
+#include "core/given_case.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/case_files.hpp"
+#include "core/error.hpp"
+#include "core/mask.hpp"
+#include "core/npy.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<npy::Array> read_optional(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return npy::read_file(path);
+}
+
+npy::Array read_required(const fs::path& path, std::string_view what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: missing ({} is required)", path.string(), what));
+  return npy::read_file(path);
+}
+
+struct Settings {
+  std::optional<double> scale;
+  Causal causal = Causal::none;
+  std::optional<DType> dtype;
+};
+
+Settings read_settings(const fs::path& path) {
+  const std::string name = path.string();
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw InputError(fmt::format("{}: missing (write at least {{}}; keys: scale, causal, dtype)", name));
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot be read", name));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
+  }
+  if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : j.items())
+    if (key != "scale" && key != "causal" && key != "dtype") unknown.push_back("'" + key + "'");
+  if (!unknown.empty())
+    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, causal, dtype)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+  Settings s;
+  if (j.contains("scale")) {
+    const auto& v = j.at("scale");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+      throw InputError(fmt::format("{}: scale must be a finite positive number (got {})", name, v.dump()));
+    s.scale = v.get<double>();
+  }
+  if (j.contains("causal")) {
+    const auto& v = j.at("causal");
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    if (text == "none") s.causal = Causal::none;
+    else if (text == "top_left") s.causal = Causal::top_left;
+    else if (text == "bottom_right") s.causal = Causal::bottom_right;
+    else throw InputError(fmt::format("{}: causal must be \"none\", \"top_left\" or \"bottom_right\" (got {})", name, v.dump()));
+  }
+  if (j.contains("dtype")) {
+    const auto& v = j.at("dtype");
+    if (!v.is_string()) throw InputError(fmt::format("{}: dtype must be a string: f64, f32, f16 or bf16 (got {})", name, v.dump()));
+    try {
+      s.dtype = parse_dtype(v.get<std::string>());
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", name, e.what()));
+    }
+  }
+  return s;
+}
+
+DType dtype_of_q(const npy::Array& q, const std::string& name) {
+  switch (q.type) {
+    case npy::ElementType::f64: return DType::f64;
+    case npy::ElementType::f32: return DType::f32;
+    case npy::ElementType::f16: return DType::f16;
+    default:
+      throw InputError(fmt::format("{}: descr '{}' is not a tensor dtype ('<f8', '<f4', '<f2'; bf16: settings \"dtype\": \"bf16\" "
+                                   "with '<f4' values or '<u2' bits)",
+                                   name, npy::descr(q.type)));
+  }
+}
+
+void expect_rank4(const npy::Array& a, const std::string& name, std::string_view layout) {
+  if (a.shape.size() != 4)
+    throw InputError(fmt::format("{}: shape {} has {} dimensions; expected 4: {}", name, npy::shape_string(a.shape), a.shape.size(), layout));
+}
+
+// A dimension of one file that must equal the same dimension of another.
+void expect_dim(const npy::Array& a, const std::string& name, std::size_t axis, std::int64_t want, std::string_view dim,
+                std::string_view from) {
+  if (a.shape[axis] != want)
+    throw InputError(fmt::format("{}: shape {}: {} = {} but {} gives {} = {}", name, npy::shape_string(a.shape), dim, a.shape[axis], from, dim, want));
+}
+
+// A mask or bias: [1|b, 1|h_q, n_q, n_k].
+void expect_broadcastable(const npy::Array& a, const std::string& name, const Problem& p) {
+  expect_rank4(a, name, "[1|b, 1|h_q, n_q, n_k]");
+  const auto& s = a.shape;
+  if (!(s[0] == 1 || s[0] == p.batch) || !(s[1] == 1 || s[1] == p.h_q) || s[2] != p.n_q || s[3] != p.n_k)
+    throw InputError(fmt::format("{}: shape {} does not broadcast to [b, h_q, n_q, n_k] = {}: expected [1|{}, 1|{}, {}, {}]", name,
+                                 npy::shape_string(s), npy::shape_string(std::vector<std::int64_t>{p.batch, p.h_q, p.n_q, p.n_k}), p.batch,
+                                 p.h_q, p.n_q, p.n_k));
+}
+
+Broadcast broadcast_of(bool per_batch, bool per_head) {
+  if (per_batch && per_head) return Broadcast::per_batch_head;
+  if (per_batch) return Broadcast::per_batch;
+  if (per_head) return Broadcast::per_head;
+  return Broadcast::shared;
+}
+
+std::vector<std::int64_t> valid_lengths(const npy::Array& a, const std::string& name, const Problem& p, KeyPadding::Kind& kind) {
+  if (a.shape == std::vector<std::int64_t>{p.batch})
+    kind = KeyPadding::Kind::per_batch;
+  else if (a.shape == std::vector<std::int64_t>{p.batch, p.n_q})
+    kind = KeyPadding::Kind::per_query;
+  else
+    throw InputError(fmt::format("{}: shape {}; expected [b] = ({},) or [b, n_q] = ({}, {})", name, npy::shape_string(a.shape), p.batch, p.batch, p.n_q));
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(a.numel()));
+  for (std::size_t e = 0; e < lengths.size(); ++e) {
+    switch (a.type) {
+      case npy::ElementType::i64: std::memcpy(&lengths[e], a.data.data() + 8 * e, 8); break;
+      case npy::ElementType::i32: {
+        std::int32_t v;
+        std::memcpy(&v, a.data.data() + 4 * e, 4);
+        lengths[e] = v;
+        break;
+      }
+      case npy::ElementType::u16: {
+        std::uint16_t v;
+        std::memcpy(&v, a.data.data() + 2 * e, 2);
+        lengths[e] = v;
+        break;
+      }
+      case npy::ElementType::u8: lengths[e] = std::int64_t(std::to_integer<std::uint8_t>(a.data[e])); break;
+      default:
+        throw InputError(fmt::format("{}: descr '{}'; valid lengths are integers ('<i8', '<i4', '<u2' or '|u1')", name, npy::descr(a.type)));
+    }
+    if (lengths[e] < 0 || lengths[e] > p.n_k)
+      throw InputError(fmt::format("{}: element {} = {} is outside [0, n_k = {}]", name, e, lengths[e], p.n_k));
+  }
+  return lengths;
+}
+
+}  // namespace
+
+GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(fmt::format("{}: no such directory (the inputs)", dir.string()));
+  const fs::path out_dir = outputs_dir.empty() ? dir : outputs_dir;
+  if (!fs::is_directory(out_dir, ec)) throw InputError(fmt::format("{}: no such directory (the outputs)", out_dir.string()));
+  const auto file = [&](const char* leaf) { return (dir / leaf).string(); };
+
+  const Settings settings = read_settings(dir / "settings.json");
+  const npy::Array q = read_required(dir / "q.npy", "the queries [b, h_q, n_q, d_k]");
+  const npy::Array k = read_required(dir / "k.npy", "the keys [b, h_kv, n_k, d_k]");
+  const npy::Array v = read_required(dir / "v.npy", "the values [b, h_kv, n_k, d_v]");
+  expect_rank4(q, file("q.npy"), "[b, h_q, n_q, d_k]");
+  expect_rank4(k, file("k.npy"), "[b, h_kv, n_k, d_k]");
+  expect_rank4(v, file("v.npy"), "[b, h_kv, n_k, d_v]");
+  expect_dim(k, file("k.npy"), 0, q.shape[0], "b", "q.npy");
+  expect_dim(k, file("k.npy"), 3, q.shape[3], "d_k", "q.npy");
+  expect_dim(v, file("v.npy"), 0, k.shape[0], "b", "k.npy");
+  expect_dim(v, file("v.npy"), 1, k.shape[1], "h_kv", "k.npy");
+  expect_dim(v, file("v.npy"), 2, k.shape[2], "n_k", "k.npy");
+
+  Problem p;
+  p.batch = q.shape[0];
+  p.h_q = q.shape[1];
+  p.n_q = q.shape[2];
+  p.d_k = q.shape[3];
+  p.h_kv = k.shape[1];
+  p.n_k = k.shape[2];
+  p.d_v = v.shape[3];
+  p.dtype = settings.dtype ? *settings.dtype : dtype_of_q(q, file("q.npy"));
+  p.causal = settings.causal;
+  p.scale = settings.scale;
+  if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
+    throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),
+                                 p.h_kv, p.h_q));
+  if (auto lens = read_optional(dir / "valid_lens.npy")) p.padding.valid_len = valid_lengths(*lens, file("valid_lens.npy"), p, p.padding.kind);
+
+  std::vector<std::uint8_t> flags;
+  bool flags_batch = false, flags_head = false;
+  if (auto m = read_optional(dir / "mask.npy")) {
+    if (m->type != npy::ElementType::boolean)
+      throw InputError(fmt::format("{}: descr '{}'; a mask is '|b1' (true = the key is visible)", file("mask.npy"), npy::descr(m->type)));
+    expect_broadcastable(*m, file("mask.npy"), p);
+    flags_batch = m->shape[0] != 1;
+    flags_head = m->shape[1] != 1;
+    flags.resize(m->data.size());
+    std::int64_t visible = 0;
+    for (std::size_t e = 0; e < flags.size(); ++e) visible += flags[e] = std::to_integer<std::uint8_t>(m->data[e]) != 0 ? 1 : 0;
+    p.bool_mask.enabled = true;
+    // Not a probability anything is drawn with: the fraction kept, so the label and JSON say how sparse it is.
+    p.bool_mask.keep = flags.empty() ? 1.0 : double(visible) / double(flags.size());
+    p.bool_mask.broadcast = broadcast_of(flags_batch, flags_head);
+  }
+  Tensor bias;
+  if (auto b = read_optional(dir / "bias.npy")) {
+    expect_broadcastable(*b, file("bias.npy"), p);
+    bias = Tensor(p.dtype, {b->shape[0], b->shape[1], b->shape[2], b->shape[3]});
+    array_into_tensor(*b, file("bias.npy"), b->shape, p.dtype, bias, "bias");
+    double sum = 0, sum2 = 0;
+    for (std::int64_t e = 0; e < bias.numel(); ++e) sum += bias.get(e), sum2 += bias.get(e) * bias.get(e);
+    const double n = double(bias.numel()), var = sum2 / n - (sum / n) * (sum / n);
+    p.bias.enabled = true;
+    // Again descriptive only: the bias's standard deviation (0 when it is not finite).
+    p.bias.stddev = std::isfinite(var) && var > 0 ? std::sqrt(var) : 0.0;
+    p.bias.broadcast = broadcast_of(b->shape[0] != 1, b->shape[1] != 1);
+  }
+  try {
+    p.validate();
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", dir.string(), e.what()));
+  }
+
+  Tensor tq(p.dtype, {p.batch, p.h_q, p.n_q, p.d_k}), tk(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_k}), tv(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_v});
+  array_into_tensor(q, file("q.npy"), q.shape, p.dtype, tq, "q");
+  array_into_tensor(k, file("k.npy"), k.shape, p.dtype, tk, "k");
+  array_into_tensor(v, file("v.npy"), v.shape, p.dtype, tv, "v");
+  const fs::path out_path = out_dir / "out.npy";
+  if (!fs::exists(out_path, ec)) throw InputError(fmt::format("{}: missing (the output [b, h_q, n_q, d_v] to judge)", out_path.string()));
+  Tensor out = make_output(p);
+  read_output_file(out_path, p, out);
+  std::optional<Tensor> lse;
+  if (fs::exists(out_dir / "lse.npy", ec)) read_lse_file(out_dir / "lse.npy", p, lse.emplace(make_lse(p)));
+  Mask mask = Mask::given(p, std::move(flags), flags_batch, flags_head, std::move(bias));
+  return GivenCase{p, CaseInputs{std::move(tq), std::move(tk), std::move(tv), std::move(mask)}, std::move(out), std::move(lse),
+                   fmt::format("the tensors in {}", dir.string())};
+}
+
+}  // namespace attn

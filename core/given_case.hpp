@@ -1,0 +1,41 @@
+#pragma once
+// A user's own tensors (`attnbench check --inputs DIR`): q, k, v and optional mask, bias and
+// valid lengths as .npy files in one directory with settings.json, and the outputs to judge
+// (out.npy, optional lse.npy). Unlike the cases directory (core/case_files.hpp), nothing here is
+// generated: the Problem read from DIR describes the shapes, dtype, causality, padding and scale,
+// and its repro string cannot regenerate the tensors; `source` names where they are.
+//
+// Files (BHSD, C order; encodings as in core/case_files.hpp):
+//   q.npy [b, h_q, n_q, d_k], k.npy [b, h_kv, n_k, d_k], v.npy [b, h_kv, n_k, d_v]: '<f8', '<f4'
+//     or '<f2' give the dtype; bf16 is settings "dtype": "bf16" with '<f4' bf16 values or '<u2' bits.
+//   mask.npy (optional) '|b1' [1|b, 1|h_q, n_q, n_k], true = the key is visible.
+//   bias.npy (optional) [1|b, 1|h_q, n_q, n_k] in q's encoding, added to the scaled scores.
+//   valid_lens.npy (optional) integers [b] (per batch) or [b, n_q] (per query): keys j < len are visible.
+//   settings.json: {"scale": number (default 1/sqrt(d_k)), "causal": "none"|"top_left"|"bottom_right",
+//     "dtype": "f64"|"f32"|"f16"|"bf16" (default: q's)}; any other key is an error.
+//   out.npy [b, h_q, n_q, d_v] and optional lse.npy [b, h_q, n_q] ('<f8' for f64, '<f4' otherwise).
+// Every part of the mask composes by intersection; a row that sees no key has a zero output row.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/inputs.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+
+namespace attn {
+
+struct GivenCase {
+  Problem problem;
+  CaseInputs inputs;
+  Tensor out;                // [b, h_q, n_q, d_v] in the problem's dtype
+  std::optional<Tensor> lse;  // [b, h_q, n_q, 1] when lse.npy is there
+  std::string source;        // "the tensors in DIR"
+};
+
+// Reads DIR's inputs and settings, and the outputs from outputs_dir (empty: DIR). Throws
+// InputError naming the file and the fault: missing, malformed, wrong dtype or shape, dimensions
+// that disagree between files, unknown or bad settings.
+GivenCase read_given_case(const std::filesystem::path& dir, const std::filesystem::path& outputs_dir = {});
+
+}  // namespace attn

@@ -1,0 +1,52 @@
+#pragma once
+// The judge: one output of one case against the high-precision reference, under the pass rule.
+// It computes the reference from the exact inputs given, runs the naive algorithm in the same
+// precision as the rule's yardstick (first checked against the a-priori bound the reference
+// derives for it, so a broken yardstick cannot hide a broken output), measures the output and
+// returns the verdict. CPU-only: `attnbench verify` judges every implementation through it, and
+// the installed package gives it to other projects as attnbench::judge.
+#include <string>
+
+#include "core/inputs.hpp"
+#include "core/metrics.hpp"
+#include "core/pass_rule.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "reference/reference.hpp"
+
+namespace attn {
+
+// What every output of one case is judged against: built once per case, shared by every output.
+struct Yardstick {
+  ReferenceResult reference;
+  ErrorMetrics baseline;           // the naive algorithm's error in the same precision
+  double baseline_bound_ratio = 0;  // max |naive - reference| / its a-priori bound (<= 1 is sound)
+  std::string baseline_problem;     // empty when the baseline is sound, else what broke (every verdict fails)
+  double reference_seconds = 0;
+  Expected expected() const { return {reference.rows, reference.out, reference.lse, reference.fully_masked}; }
+};
+
+Yardstick make_yardstick(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});
+
+// How an output is held to the rule: what its producer declares.
+struct JudgeOptions {
+  PassRule rule;
+  FullyMaskedPolicy fully_masked = FullyMaskedPolicy::zeros;  // what a row that sees no key holds
+  double matmul_unit_roundoff = 0;  // coarser matrix products (TF32: 2^-11); 0: the dtype's own
+};
+
+struct Judgement {
+  ErrorMetrics metrics;
+  Verdict verdict;
+};
+
+// out: [b, h_q, n_q, d_v] in the problem's dtype; lse: [b, h_q, n_q, 1] (f64 for f64 problems,
+// else f32) or null when the output comes without one.
+Judgement judge_output(const Problem& problem, const CaseInputs& inputs, const Yardstick& yardstick, const Tensor& out, const Tensor* lse,
+                       const JudgeOptions& options = {});
+
+// Both steps for one output: the reference, the yardstick and the verdict.
+Judgement judge_case(const Problem& problem, const CaseInputs& inputs, const Tensor& out, const Tensor* lse, const JudgeOptions& options = {},
+                     const ReferenceOptions& reference = {});
+
+}  // namespace attn
