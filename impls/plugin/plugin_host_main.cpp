@@ -415,6 +415,9 @@ int main(int argc, char** argv) {
   // Whatever the plugin starts stays below this process even when its parent exits first, so
   // kill_leftovers finds it.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Not inherited by what the plugin executes: a program that held the socket open would hide
+  // this worker's death from the harness until the timeout.
+  fcntl(socket_fd, F_SETFD, FD_CLOEXEC);
   const std::string path = argv[1];
   auto fail = [&](const std::string& why) {
     flush_output();
