@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "impls/plugin/plugin_implementation.hpp"
+#include "impls/plugin/worker_process.hpp"
 #include "properties/property_suite.hpp"
 #include "reports/context.hpp"
 #include "reports/progress.hpp"
@@ -50,6 +51,10 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
   command_->add_option("--bench-max-n", bench_max_n_, "Largest benchmark sequence length (a power of two)")->capture_default_str();
   command_->add_option("--timeout", timeout_seconds_, "Seconds a single plugin call may take before it is killed and fails its case")
       ->capture_default_str();
+  command_->add_option("--plugin-memory-limit", memory_limit_,
+                       "The worker's address-space limit (RLIMIT_AS), e.g. 8G or 512M (binary units), or none; a runaway allocation "
+                       "then fails its case, naming the limit (default: half of this machine's memory)")
+      ->type_name("SIZE");
   command_->add_option("--out", out_dir_, "Directory for verify.json, properties.json, bench.json and report.{md,html}")->capture_default_str();
   command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case and no property ran (default: that fails)");
   command_->add_flag("--masked-nonfinite-safe", masked_nonfinite_safe_,
@@ -66,6 +71,7 @@ std::string ValidateCommand::rerun_prefix() const {
   if (masked_nonfinite_safe_) command += " --masked-nonfinite-safe";
   if (matmul_unit_roundoff_ > 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
   if (timeout_seconds_ != 60) command += fmt::format(" --timeout {}", timeout_seconds_);
+  if (!memory_limit_.empty()) command += fmt::format(" --plugin-memory-limit {}", memory_limit_);
   return command;
 }
 
@@ -83,14 +89,21 @@ int ValidateCommand::run() const {
   options.timeout_seconds = timeout_seconds_;
   options.masked_nonfinite_safe = masked_nonfinite_safe_;
   options.matmul_unit_roundoff = matmul_unit_roundoff_;
+  if (!memory_limit_.empty()) {
+    options.memory_limit_bytes = plugin::parse_byte_size(memory_limit_);
+    if (!options.memory_limit_bytes)
+      throw InputError(fmt::format("--plugin-memory-limit {}: not a size (e.g. 8G, 512M, 1073741824, or none)", memory_limit_));
+  }
   const auto plugin = plugin::PluginImplementation::load(plugin_path_, options);
   const plugin::PluginInfo& info = plugin->info();
   fmt::print("attnbench validate: plugin {} {} (ABI version {}) from {}\n  {}\n", info.name, info.version, info.abi_version, info.path,
              info.description);
   for (const auto& line : plugin::describe_capabilities(info)) fmt::print("  {}\n", line);
   if (!plugin->unavailable_reason().empty()) fmt::print("  unavailable here: {} (every case is skipped)\n", plugin->unavailable_reason());
-  fmt::print("  isolation: each call in a worker process (attnbench-plugin-host), timeout {:g} s, guard pages after every buffer\n\n",
-             timeout_seconds_);
+  fmt::print("  isolation: each call in a worker process (attnbench-plugin-host) leading its own process group, timeout {:g} s "
+             "(after {} in a row the plugin gets no more calls), guard pages after every buffer, its output kept on failure\n"
+             "  memory limit: {}\n\n",
+             timeout_seconds_, plugin::timeouts_before_giving_up, plugin->memory_limit_description());
   std::fflush(stdout);
 
   std::filesystem::create_directories(out_dir_);
@@ -133,10 +146,12 @@ int ValidateCommand::run() const {
   }
 
   // A plugin that cannot run here (a CUDA plugin without a device) has every case skipped; the
-  // property suite and the benchmarks would only report that again.
-  const bool runnable = plugin->unavailable_reason().empty();
+  // property suite and the benchmarks would only report that again. So has one that hung twice in
+  // a row: each further call would cost a timeout.
+  auto stopped = [&] { return !plugin->unavailable_reason().empty() ? plugin->unavailable_reason() : plugin->given_up_reason(); };
+  bool runnable = stopped().empty();
   const bool run_properties = replay_property || (single_case_.empty() && property_cases_ > 0);
-  if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", plugin->unavailable_reason());
+  if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", stopped());
 
   // The property suite, each of its many calls isolated like verify's.
   if (runnable && run_properties) {
@@ -153,6 +168,10 @@ int ValidateCommand::run() const {
       fmt::print("\nproperties: {} case(s) each\n", property_cases_);
     for (const Property& property : suite) {
       if (!properties_.empty() && std::find(properties_.begin(), properties_.end(), property.number) == properties_.end()) continue;
+      if (!plugin->given_up_reason().empty()) {
+        fmt::print("  {:>2} not run: {}: {}\n", property.number, plugin->given_up_reason(), property.name);
+        continue;
+      }
       // A replayed property is checked up to replay_runs times on its problem, for the same reason
       // a replayed case runs several times: a failure may depend on the plugin's earlier calls.
       PropertyVerdict v = replay_property ? check_property_on(property, *plugin, cases.front()) : check_property(property, *plugin, property_options);
@@ -194,6 +213,8 @@ int ValidateCommand::run() const {
     all_held = all_held && failed == 0;
   }
 
+  if (runnable && !stopped().empty() && bench_) fmt::print("\nbenchmarks not run: {}\n", stopped());
+  runnable = stopped().empty();
   if (runnable && bench_) {
     bench::BenchOptions bench_options;
     bench_options.implementations = {plugin.get()};
@@ -221,7 +242,7 @@ int ValidateCommand::run() const {
   }
   if (ran == 0) {
     fmt::print("attnbench validate: {}: no case and no property ran (every case skipped{})\n", allow_empty_ ? "nothing failed" : "FAILED",
-               runnable ? "" : ": " + plugin->unavailable_reason());
+               runnable ? "" : ": " + stopped());
     return allow_empty_ ? 0 : 1;
   }
   fmt::print("attnbench validate: PASSED\n");

@@ -38,6 +38,7 @@ class ValidateCommand {
   std::string out_dir_ = "results/validate";
   bool allow_empty_ = false;
   double matmul_unit_roundoff_ = 0;
+  std::string memory_limit_;  // --plugin-memory-limit as given; empty: the default
   // `attnbench validate --plugin P` with every option that changes a verdict: the printed rerun
   // commands start with it.
   std::string rerun_prefix() const;

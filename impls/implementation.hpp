@@ -108,6 +108,11 @@ class Implementation {
   virtual std::vector<double> timed_runs(const Problem& /*problem*/, const CaseInputs& /*inputs*/, int /*warmup*/, int /*iterations*/) const {
     return {};
   }
+  // Calls cut off by a time limit so far (a plugin's, killed in its worker; in-process ones have
+  // no limit and return 0). The property suite reads it around a check: a problem whose call
+  // timed out is never run again, neither while shrinking nor to confirm the counterexample, as
+  // each such run costs a whole timeout.
+  virtual int timed_out_calls() const { return 0; }
 };
 
 // Weights and LSE tensors in the working precision of a problem, poisoned.

@@ -42,6 +42,11 @@ std::vector<std::string> Registry::names() const {
   return out;
 }
 
+const std::vector<std::string>& builtin_implementation_names() {
+  static const std::vector<std::string> names{"cpu_naive", "cpu_blocked", "cuda_cublas", "cuda_cublas_tf32", "cuda_fused"};
+  return names;
+}
+
 void register_builtin_implementations(Registry& registry) {
   register_cpu_naive(registry);
   register_cpu_blocked(registry);

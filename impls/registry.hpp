@@ -3,6 +3,7 @@
 // initialisers, which a linker may drop). Tests build their own registry and may add private
 // implementations, such as deliberately wrong mutants.
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,5 +25,10 @@ class Registry {
 
 // Adds every implementation built into this binary (cpu_naive, and more as they land).
 void register_builtin_implementations(Registry& registry);
+
+// The name of every built-in implementation, whether or not this binary has it (results from a
+// CUDA build and a CPU-only one meet in one report): reserved, so that a plugin cannot take one
+// and have its results merged with the built-in's wherever results are keyed by name.
+const std::vector<std::string>& builtin_implementation_names();
 
 }  // namespace attn

@@ -982,7 +982,13 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
   std::optional<Problem> last_failing;  // what ran in the last failing case: the shrunk counterexample, projected
   int drawn = 0, projected = 0, discarded = 0;
   std::string discard_reason;
+  // Once a call has timed out, no problem runs again: each shrinking step would cost another
+  // timeout (an implementation that hangs everywhere would cost one per step). Every candidate
+  // is discarded, so the counterexample stays the one that hung.
+  const int timeouts_before = impl.timed_out_calls();
+  auto timed_out = [&] { return impl.timed_out_calls() != timeouts_before; };
   auto testable = [&] {
+    if (timed_out()) RC_DISCARD("a call timed out: nothing runs again");
     Problem p = *problems;
     ++drawn;
     try {
@@ -1056,7 +1062,7 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
     else if (!failure.counterExample.empty())
       v.repro = failure.counterExample.front().second;
     v.message = last_failure.empty() ? failure.description : last_failure;
-    if (!v.repro.empty()) {
+    if (!v.repro.empty() && !timed_out()) {
       try {
         const Problem shrunk = parse_problem(v.repro);
         if (auto again = property.check(impl, shrunk); !again.empty()) v.message = again;

@@ -1,11 +1,16 @@
 // The plugin ABI's harness side without a worker: a problem as the C struct, the layouts'
 // strides, broadcast strides of the mask and bias, capabilities and support, the description's
-// checks, the guarded arena's plan and fault descriptions, and the message channel.
+// checks and reserved names, the guarded arena's plan and fault descriptions, the message channel,
+// and the worker's process tree and memory sizes.
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -14,6 +19,8 @@
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/plugin/worker_channel.hpp"
+#include "impls/plugin/worker_process.hpp"
+#include "impls/registry.hpp"
 
 namespace attn::plugin {
 namespace {
@@ -136,6 +143,92 @@ TEST(PluginAbi, DescriptionIsCheckedAndSurvivesJson) {
   d.capabilities.min_head_dim = 64;
   d.capabilities.max_head_dim = 32;
   EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+}
+
+// Names key results everywhere: the ABI's alphabet only, and a built-in's name is reserved.
+TEST(PluginAbi, NamesUseTheDocumentedAlphabet) {
+  attnbench_plugin_v1 d = description();
+  for (const char* good : {"c_cpu_reference", "flash-attn.v2", "K9"}) {
+    d.name = good;
+    EXPECT_NO_THROW(read_plugin_info(d, "/x.so")) << good;
+  }
+  for (const char* bad : {"a/b", "has space", "files:x", "quote\"", "tab\t"}) {
+    d.name = bad;
+    EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error) << bad;
+  }
+  const std::string long_name(65, 'a');
+  d.name = long_name.c_str();
+  EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+}
+
+TEST(PluginAbi, EveryBuiltInNameIsReserved) {
+  Registry registry;
+  register_builtin_implementations(registry);
+  const auto& reserved = builtin_implementation_names();
+  for (const auto& name : registry.names())
+    EXPECT_NE(std::find(reserved.begin(), reserved.end(), name), reserved.end()) << name << " is built in but not reserved";
+  EXPECT_NE(std::find(reserved.begin(), reserved.end(), "cuda_fused"), reserved.end());  // reserved in a CPU-only build too
+}
+
+TEST(WorkerProcess, MemorySizesParseAndPrint) {
+  EXPECT_EQ(parse_byte_size("1073741824"), std::uint64_t(1) << 30);
+  EXPECT_EQ(parse_byte_size("512M"), std::uint64_t(512) << 20);
+  EXPECT_EQ(parse_byte_size("8G"), std::uint64_t(8) << 30);
+  EXPECT_EQ(parse_byte_size("8GiB"), std::uint64_t(8) << 30);
+  EXPECT_EQ(parse_byte_size("1.5g"), std::uint64_t(3) << 29);
+  EXPECT_EQ(parse_byte_size("2T"), std::uint64_t(2) << 40);
+  EXPECT_EQ(parse_byte_size("none"), std::uint64_t(0));
+  EXPECT_EQ(parse_byte_size("0"), std::uint64_t(0));
+  for (const char* bad : {"", "banana", "-1G", "8X", "8GG", "nan", "1e30"}) EXPECT_EQ(parse_byte_size(bad), std::nullopt) << bad;
+  EXPECT_EQ(format_bytes(std::uint64_t(1) << 30), "1 GiB");
+  EXPECT_EQ(format_bytes(std::uint64_t(3) << 29), "1.5 GiB");
+  EXPECT_EQ(format_bytes(100), "100 bytes");
+  const DefaultMemoryLimit d = default_memory_limit();
+  EXPECT_GT(d.bytes, std::uint64_t(0));
+  EXPECT_NE(d.basis.find("half of the"), std::string::npos) << d.basis;
+}
+
+// What a plugin starts is found below the process that started it, and killed with it.
+TEST(WorkerProcess, ATreeIsFoundAndKilledWhole) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setpgid(0, 0);
+    if (fork() == 0) {
+      setsid();  // out of the group: found as a descendant all the same
+      pause();
+      _exit(0);
+    }
+    pause();
+    _exit(0);
+  }
+  std::vector<pid_t> below;
+  for (int i = 0; i < 500 && below.size() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    below = descendants_of(child);
+  }
+  ASSERT_EQ(below.size(), 1u);
+  const pid_t grandchild = below[0];
+  EXPECT_EQ(children_of(getpid()).size() >= 1, true);
+  EXPECT_NE(describe_process(grandchild).find(std::to_string(grandchild)), std::string::npos);
+  kill_process_tree(child);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  // The grandchild was killed too: it is gone (or a zombie awaiting its new parent) at once.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = ::kill(grandchild, 0) != 0;
+    if (!gone) {
+      std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const auto close = text.rfind(')');
+      gone = close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+    }
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_TRUE(gone);
 }
 
 TEST(GuardedArena, BuffersEndAtAGuardPage) {

@@ -291,6 +291,54 @@ TEST(NarrowImplementations, TooFewAcceptedProblemsGiveUpWithAReason) {
   std::printf("  gave up after %d of 40 cases: %s\n", v.cases, v.message.c_str());
 }
 
+// cpu_naive that "times out" (throws, and counts it as a plugin's worker does) on every problem
+// with more than 8 keys; calls after the first timeout are counted.
+class TimesOutOnLongRows final : public Implementation {
+ public:
+  explicit TimesOutOnLongRows(bool reports_timeouts) : reports_timeouts_(reports_timeouts) {
+    register_cpu_naive(registry_);
+    naive_ = registry_.find("cpu_naive");
+  }
+  std::string name() const override { return "times_out_on_long_rows"; }
+  Capabilities describe() const override { return naive_->describe(); }
+  Support supports(const Problem& p) const override { return naive_->supports(p); }
+  std::size_t workspace_bytes(const Problem& p) const override { return naive_->workspace_bytes(p); }
+  void run(const RunArgs& args) const override {
+    if (timeouts_ > 0) ++calls_after_timeout_;
+    if (args.problem.n_k > 8) {
+      ++timeouts_;
+      throw std::runtime_error("timed out after 1 s in run()");
+    }
+    naive_->run(args);
+  }
+  int timed_out_calls() const override { return reports_timeouts_ ? timeouts_ : 0; }
+  int calls_after_timeout() const { return calls_after_timeout_; }
+
+ private:
+  Registry registry_;
+  const Implementation* naive_ = nullptr;
+  bool reports_timeouts_;
+  mutable int timeouts_ = 0, calls_after_timeout_ = 0;
+};
+
+// A call that timed out is never made again, neither while shrinking nor to confirm the
+// counterexample: each would cost a whole timeout. The control (the same failures not reported as
+// timeouts) shows that shrinking would otherwise run more problems.
+TEST(TimedOutCalls, AreNeverRunAgainWhileShrinking) {
+  const Property& property = property_suite().at(11);  // 12: agreement with the reference, applies to anything
+  const TimesOutOnLongRows hangs(true), control(false);
+  const PropertyVerdict v = check_property(property, hangs, fixed_options(40));
+  ASSERT_EQ(v.kind, PropertyVerdict::Kind::failed) << v.message;
+  EXPECT_NE(v.message.find("timed out after 1 s"), std::string::npos) << v.message;
+  EXPECT_EQ(hangs.timed_out_calls(), 1);
+  EXPECT_EQ(hangs.calls_after_timeout(), 0);
+  const PropertyVerdict c = check_property(property, control, fixed_options(40));
+  ASSERT_EQ(c.kind, PropertyVerdict::Kind::failed) << c.message;
+  EXPECT_GT(control.calls_after_timeout(), 0);
+  std::printf("  after the first timeout: %d call(s); a failure that is not a timeout: %d (shrinking and confirming)\n",
+              hangs.calls_after_timeout(), control.calls_after_timeout());
+}
+
 // RapidCheck's size is 0 until a case passes; the generator must not depend on it.
 TEST(ProblemGenerator, DrawsDoNotDependOnRapidChecksSize) {
   const auto gen = gen_problem(ProblemSpace{});

@@ -34,9 +34,14 @@ struct FaultRecord {
 };
 // What the worker was doing, also in the status page (after the FaultRecord): a crash names it.
 enum class Phase : std::int32_t { idle = 0, supports = 1, run = 2, bench = 3 };
+// The memory evidence a failure under the worker's memory limit is read from: the worker's peak
+// address space (VmPeak, written after each call and by its SIGSEGV/SIGBUS/SIGABRT handlers and
+// at exit), and whether an operator new failed in it.
 struct StatusPage {
   FaultRecord fault;
   Phase phase = Phase::idle;
+  std::int32_t allocation_failed = 0;
+  std::uint64_t vm_peak_kib = 0;
 };
 
 struct ArenaBuffer {

@@ -28,6 +28,12 @@ PluginInfo read_plugin_info(const attnbench_plugin_v1& plugin, const std::string
   info.abi_version = plugin.abi_version;
   if (plugin.name == nullptr || plugin.name[0] == '\0') throw std::runtime_error("its description has no name");
   info.name = plugin.name;
+  // The documented alphabet, and a length that fits a table: the name keys results in JSON, in
+  // report rows and in benchmark family names, where '/' or a space would split it.
+  if (info.name.size() > 64) throw std::runtime_error(fmt::format("its name is {} characters long (at most 64)", info.name.size()));
+  for (const char c : info.name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+      throw std::runtime_error(fmt::format("its name '{}' has a character outside [A-Za-z0-9_.-]", info.name));
   info.version = plugin.version != nullptr ? plugin.version : "";
   info.description = plugin.description != nullptr ? plugin.description : "";
   const attnbench_capabilities& c = plugin.capabilities;

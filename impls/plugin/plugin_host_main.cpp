@@ -11,9 +11,20 @@
 // iterations > 0 it makes `warmup` then `iterations` calls and times the latter itself (CUDA:
 // events on the stream), so a benchmark measures the plugin and not this process's messages or
 // copies.
+//
+// Bounds (impls/plugin/README.md, "Isolation"): the worker is its process group's leader and the
+// subreaper of everything the plugin starts, so after each call it finds and kills any process the
+// plugin left running (that call fails, naming them); with --memory-limit it limits its own
+// address space (RLIMIT_AS) once the plugin is loaded; its stdout and stderr are a pipe the
+// harness drains into a bounded buffer, flushed after each call so the output of a call arrives
+// before its reply.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -22,6 +33,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -32,6 +44,7 @@
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/plugin/worker_channel.hpp"
+#include "impls/plugin/worker_process.hpp"
 
 #if ATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -51,8 +64,50 @@ constexpr int exit_load_failed = 3;
 std::byte* volatile arena_base = nullptr;
 volatile std::size_t arena_size = 0;
 
+// VmPeak of this process in KiB, read with system calls alone: it runs in signal handlers.
+std::uint64_t read_vm_peak_kib() {
+  static char text[16384];
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::size_t n = 0;
+  for (ssize_t got; n + 1 < sizeof text && (got = ::read(fd, text + n, sizeof text - 1 - n)) > 0;) n += std::size_t(got);
+  ::close(fd);
+  static const char key[] = "VmPeak:";
+  for (std::size_t i = 0; i + sizeof key < n; ++i) {
+    if (std::memcmp(text + i, key, sizeof key - 1) != 0) continue;
+    std::size_t j = i + sizeof key - 1;
+    while (j < n && (text[j] == ' ' || text[j] == '\t')) ++j;
+    std::uint64_t kib = 0;
+    while (j < n && text[j] >= '0' && text[j] <= '9') kib = kib * 10 + std::uint64_t(text[j++] - '0');
+    return kib;
+  }
+  return 0;
+}
+
+// Into the status page, where the harness reads it when the call failed: how close the worker
+// came to its memory limit.
+void record_vm_peak() {
+  std::byte* base = arena_base;
+  if (base != nullptr) reinterpret_cast<StatusPage*>(base)->vm_peak_kib = read_vm_peak_kib();
+}
+
+// operator new failed (the memory limit, usually): recorded, then the usual std::bad_alloc.
+void on_allocation_failure() {
+  std::byte* base = arena_base;
+  if (base != nullptr) reinterpret_cast<StatusPage*>(base)->allocation_failed = 1;
+  record_vm_peak();
+  throw std::bad_alloc();
+}
+
+void on_abort(int signal) {
+  record_vm_peak();
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
 void on_fault(int signal, siginfo_t* info, void* context) {
   std::byte* base = arena_base;
+  record_vm_peak();
   if (base != nullptr) {
     auto* status = reinterpret_cast<StatusPage*>(base);
     const auto address = reinterpret_cast<std::uintptr_t>(info->si_addr);
@@ -88,6 +143,51 @@ void install_fault_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGSEGV, &sa, nullptr);
   sigaction(SIGBUS, &sa, nullptr);
+  // A failed allocation often ends in abort() (an uncaught std::bad_alloc) or exit().
+  struct sigaction abort_action{};
+  abort_action.sa_handler = on_abort;
+  abort_action.sa_flags = SA_ONSTACK;
+  sigemptyset(&abort_action.sa_mask);
+  sigaction(SIGABRT, &abort_action, nullptr);
+  std::atexit(record_vm_peak);
+  std::set_new_handler(on_allocation_failure);
+}
+
+// The processes a call left running, killed and reaped: the worker is the subreaper of what the
+// plugin starts, so a grandchild whose parent exited, or a child that left the process group
+// (setsid), is a child of the worker here. Returns the failure ("" when none was left): a
+// process that outlives the call it was started in is beyond the harness's reach once the
+// worker is gone, and keeps what it holds (a CPU, memory, a device).
+std::string kill_leftovers(const char* after) {
+  // The usual case costs one system call: no child at all (ECHILD). Otherwise zombies are reaped,
+  // and a 0 says some child still runs; only then is /proc scanned.
+  pid_t reaped;
+  while ((reaped = waitpid(-1, nullptr, WNOHANG)) > 0) {
+  }
+  if (reaped < 0) return "";
+  std::vector<pid_t> live = attn::plugin::children_of(getpid());
+  if (live.empty()) return "";
+  std::vector<std::string> shown;
+  for (std::size_t i = 0; i < live.size() && i < 3; ++i) shown.push_back(attn::plugin::describe_process(live[i]));
+  std::size_t killed = 0;
+  for (int round = 0; round < 100 && !live.empty(); ++round) {
+    for (pid_t p : live) ::kill(p, SIGKILL);
+    for (pid_t p : live) waitpid(p, nullptr, 0);
+    killed += live.size();
+    // The children of those just killed are the worker's now.
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    live = attn::plugin::children_of(getpid());
+  }
+  return fmt::format("the plugin left {} process(es) running after {}: {}{} (killed; a plugin must wait for every process it starts "
+                     "before its call returns)",
+                     killed, after, fmt::join(shown, ", "), killed > shown.size() ? ", ..." : "");
+}
+
+// The output a call produced, in the pipe before the reply that ends the call.
+void flush_output() {
+  std::fflush(stdout);
+  std::fflush(stderr);
 }
 
 void reply(const json& message) {
@@ -261,8 +361,11 @@ json run_request(const attnbench_plugin_v1& plugin, const attn::plugin::PluginIn
       if (iterations > 0 && i >= warmup) result["times"].push_back(seconds);
     }
     status->phase = Phase::idle;
+    record_vm_peak();
     arena_base = nullptr;
   }
+  flush_output();
+  if (std::string left = kill_leftovers(iterations > 0 ? "a timed run()" : "run()"); !left.empty()) result["problems"].push_back(left);
   munmap(base, layout.total);
   return result;
 }
@@ -281,14 +384,43 @@ json cuda_status() {
 
 }  // namespace
 
+// RLIMIT_AS on this process (and so on whatever the plugin forks), applied after the plugin is
+// loaded: a CUDA plugin is known only then, and the CUDA driver reserves virtual address space
+// beyond any useful limit. Both the soft and the hard limit, so the plugin cannot raise it.
+json apply_memory_limit(std::uint64_t bytes, bool cuda) {
+  json memory = {{"bytes", 0}, {"note", ""}};
+  if (bytes == 0) return memory;
+  if (const char* why = attn::plugin::address_space_limit_unavailable()) {
+    memory["note"] = fmt::format("not applied: this is {}", why);
+  } else if (cuda) {
+    memory["note"] = "not applied: a CUDA plugin (the CUDA driver reserves more address space than any useful limit)";
+  } else {
+    const rlimit limit{rlim_t(bytes), rlim_t(bytes)};
+    if (setrlimit(RLIMIT_AS, &limit) != 0)
+      memory["note"] = fmt::format("not applied: setrlimit(RLIMIT_AS) failed: {}", std::strerror(errno));
+    else
+      memory["bytes"] = bytes;
+  }
+  return memory;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: attnbench-plugin-host PLUGIN.so (started by attnbench, with its socket on descriptor 3)\n");
+  std::uint64_t memory_limit = 0;
+  if (argc == 4 && std::strcmp(argv[2], "--memory-limit") == 0) memory_limit = std::strtoull(argv[3], nullptr, 10);
+  if (argc != 2 && argc != 4) {
+    std::fprintf(stderr, "usage: attnbench-plugin-host PLUGIN.so [--memory-limit BYTES] (started by attnbench, with its socket on descriptor 3)\n");
     return 2;
   }
   install_fault_handlers();
+  // Whatever the plugin starts stays below this process even when its parent exits first, so
+  // kill_leftovers finds it.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Not inherited by what the plugin executes: a program that held the socket open would hide
+  // this worker's death from the harness until the timeout.
+  fcntl(socket_fd, F_SETFD, FD_CLOEXEC);
   const std::string path = argv[1];
   auto fail = [&](const std::string& why) {
+    flush_output();
     reply({{"ok", false}, {"error", why}});
     return exit_load_failed;
   };
@@ -311,7 +443,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(fmt::format("bad description: {}", e.what()));
   }
-  reply({{"ok", true}, {"info", info}, {"cuda", info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}}}});
+  const json memory = apply_memory_limit(memory_limit, info.cuda);
+  flush_output();
+  reply({{"ok", true}, {"info", info}, {"cuda", info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}}}, {"memory_limit", memory}});
 
   for (;;) {
     std::string text;
@@ -328,6 +462,8 @@ int main(int argc, char** argv) {
         char why[1024] = {};
         const int ok = plugin->supports != nullptr ? plugin->supports(&abi, why, sizeof why) : 1;
         response = {{"supported", ok != 0}, {"why", terminated(why, sizeof why)}};
+        flush_output();
+        if (std::string left = kill_leftovers("supports()"); !left.empty()) response["leftover"] = left;
       } else if (op == "run") {
         response = run_request(*plugin, info, request, fd);
         fd = -1;

@@ -7,7 +7,16 @@
 // a CUDA error, a nonzero status, a write past or before an output, a modified input or an
 // output element left unwritten becomes an exception naming it: that case's failure, as for any
 // implementation. A dead worker is replaced on the next call, so the run goes on.
+//
+// Bounds on what a plugin can do to the machine (README.md, "Isolation"): the worker leads its own
+// process group, killed whole (with every process the plugin started) when the worker is; a
+// process the plugin leaves running after a call is killed and fails that call; the worker's
+// stdout and stderr are drained into a bounded buffer, shown with a failure; its address space is
+// limited (RLIMIT_AS), and a failure near the limit says so; after two consecutive timed-out
+// calls the plugin gets no more calls (every later case is skipped with the reason).
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,7 +34,12 @@ struct PluginOptions {
   // of reduced-precision matrix products (0: the dtype's own).
   bool masked_nonfinite_safe = false;
   double matmul_unit_roundoff = 0;
+  // The worker's address-space limit in bytes: nullopt, default_memory_limit(); 0, none.
+  std::optional<std::uint64_t> memory_limit_bytes;
 };
+
+// Consecutive timed-out calls after which a plugin gets no more calls.
+inline constexpr int timeouts_before_giving_up = 2;
 
 // ATTNBENCH_PLUGIN_HOST if set, else attnbench-plugin-host next to this executable, else where
 // the build put it. Throws InputError when none exists.
@@ -46,6 +60,12 @@ class PluginImplementation : public Implementation {
   // with this reason. Empty when the plugin can run.
   const std::string& unavailable_reason() const { return unavailable_; }
   int workers_started() const { return workers_started_; }
+  // "11.7 GiB per worker (address space, RLIMIT_AS: half of ...)", or why there is none.
+  const std::string& memory_limit_description() const { return memory_description_; }
+  // Why the plugin gets no more calls (it timed out twice in a row), or empty. Once set,
+  // supports() refuses every problem with it and run() throws it.
+  std::string given_up_reason() const;
+  int timed_out_calls() const override;
 
   std::string name() const override { return info_.name; }
   Capabilities describe() const override;
@@ -63,6 +83,8 @@ class PluginImplementation : public Implementation {
   PluginImplementation(std::string path, PluginOptions options);
   std::vector<double> call(const RunArgs& args, int warmup, int iterations) const;
   Worker& worker() const;  // the live worker, started when there is none
+  void count_timeout(const std::string& where) const;
+  std::string memory_note(std::int32_t allocation_failed, std::uint64_t vm_peak_kib) const;
 
   std::string path_;
   PluginOptions options_;
@@ -72,6 +94,10 @@ class PluginImplementation : public Implementation {
   mutable std::unique_ptr<Worker> worker_;
   mutable int workers_started_ = 0;
   mutable std::string pending_failure_;  // supports() crashed: the next run reports it
+  std::uint64_t memory_limit_ = 0;       // as the worker applied it (0: none)
+  std::string memory_description_;
+  mutable int timeouts_ = 0, consecutive_timeouts_ = 0;
+  mutable std::string given_up_;
 };
 
 }  // namespace attn::plugin
