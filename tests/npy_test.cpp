@@ -196,6 +196,7 @@ TEST_F(NpyFiles, MissingAndDirectoryNamed) {
 }
 
 Problem small(DType dtype, std::string extra = "") {
+  if (extra.find("causal=") == std::string::npos) extra += " causal=none";
   return parse_problem(fmt::format("b=2 hq=2 hkv=1 nq=5 nk=7 dk=4 dv=3 dtype={} {} regime=diffuse seed=11", to_string(dtype), extra));
 }
 

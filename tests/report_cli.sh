@@ -21,11 +21,11 @@ expect_err() {
 
 # Five tiny cases, every dtype.
 cat >cases.txt <<'CASES'
-b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1
+b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1
 b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=4 dtype=f16 causal=top_left regime=peaked seed=2
-b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 pad=3,7 regime=saturated seed=3
+b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 causal=none pad=3,7 regime=saturated seed=3
 b=1 hq=1 hkv=1 nq=6 nk=6 dk=4 dv=4 dtype=f64 causal=bottom_right regime=sparse_int seed=4
-b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 regime=large seed=5
+b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 causal=none regime=large seed=5
 CASES
 
 # --- verify: whole, and in three shards ---------------------------------------------------------
@@ -141,7 +141,7 @@ expect_err "--shard"
 
 # --- a run killed midway keeps what it measured ---------------------------------------------------
 # verify: 40 cases large enough that the run takes seconds; killed once the file holds a record.
-for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=96 nk=96 dk=32 dv=32 dtype=f32 regime=diffuse seed=$s"; done >slow_cases.txt
+for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=96 nk=96 dk=32 dv=32 dtype=f32 causal=none regime=diffuse seed=$s"; done >slow_cases.txt
 "$bin" verify --impl cpu_naive --cases slow_cases.txt --threads 1 --json killed_verify.json >killed_verify.out 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do

@@ -42,11 +42,11 @@ std::string message_of(const std::function<void()>& f) {
 // Small cases: cheap enough for the asan build.
 std::vector<Problem> tiny_cases() {
   std::vector<Problem> cases;
-  const char* repros[] = {"b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1",
+  const char* repros[] = {"b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1",
                           "b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=4 dtype=f16 causal=top_left regime=peaked seed=2",
-                          "b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 pad=3,7 regime=saturated seed=3",
+                          "b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 causal=none pad=3,7 regime=saturated seed=3",
                           "b=1 hq=1 hkv=1 nq=6 nk=6 dk=4 dv=4 dtype=f64 causal=bottom_right regime=sparse_int seed=4",
-                          "b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 regime=large seed=5"};
+                          "b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 causal=none regime=large seed=5"};
   for (const char* r : repros) cases.push_back(parse_problem(r));
   return cases;
 }
@@ -167,7 +167,7 @@ TEST(Schema, EveryKindCarriesSchemaVersionAndContext) {
   v.kind = PropertyVerdict::Kind::failed;
   v.cases = 3;
   v.message = "row 2 sums to 1.5";
-  v.repro = "b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1";
+  v.repro = "b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1";
   Registry registry;
   register_builtin_implementations(registry);
   props.add(v, property_suite()[0], *registry.find("cpu_naive"));
@@ -304,12 +304,12 @@ TEST(ScaleStudy, ScaledScoresKeepUnitVarianceAndSpreadWeights) {
 }
 
 TEST(ScaleStudy, CaseRegimesMatchTheirNames) {
-  const CaseRegime diffuse = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=diffuse seed=9"));
-  const CaseRegime peaked = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=peaked seed=9"));
+  const CaseRegime diffuse = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 causal=none regime=diffuse seed=9"));
+  const CaseRegime peaked = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 causal=none regime=peaked seed=9"));
   EXPECT_NEAR(diffuse.score_std, 1.0, 0.25);
   EXPECT_NEAR(peaked.score_std, 8.0, 2.0);
   EXPECT_GT(diffuse.entropy_fraction, peaked.entropy_fraction);
-  const CaseRegime saturated = case_regime(parse_problem("b=1 hq=1 hkv=1 nq=8 nk=64 dk=64 dv=8 dtype=f32 regime=saturated seed=9"));
+  const CaseRegime saturated = case_regime(parse_problem("b=1 hq=1 hkv=1 nq=8 nk=64 dk=64 dv=8 dtype=f32 causal=none regime=saturated seed=9"));
   EXPECT_GT(saturated.max_weight, 0.9);
 }
 
