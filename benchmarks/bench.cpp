@@ -29,6 +29,7 @@
 #include "core/error.hpp"
 #include "core/inputs.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 
 namespace attn::bench {
 namespace {
@@ -505,15 +506,7 @@ std::string write_bench_json(const std::string& path, const std::string& benchma
   // No benchmark ran (a shard without families, a filter that selects nothing): an empty list.
   const std::string text = benchmark_json.empty() ? std::string("{\"context\": {}, \"benchmarks\": []}") : strict_json(benchmark_json);
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto write = [](const std::string& target, const std::string& text) {
-    const std::string tmp = target + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << text;
-      if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
-    }
-    std::filesystem::rename(tmp, target);
-  };
+  auto write = [](const std::string& target, const std::string& text) { write_result_file(target, text, "--json"); };
   std::string target = path;
   if (doc.is_discarded() || !doc.is_object()) {
     write(path, benchmark_json);
@@ -605,11 +598,8 @@ std::size_t selected_sizes(const FamilySpec& family, bool smoke) {
 
 void prepare_json_path(const std::string& path) {
   if (path.empty()) return;
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream probe(path, std::ios::trunc);  // an earlier run's results must not pass for this one's
-  if (!probe) throw InputError(fmt::format("cannot write --json {}", path));
+  prepare_result_path(path, "--json");
+  write_result_file(path, "", "--json");  // an earlier run's results must not pass for this one's
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include "core/case_files.hpp"
 #include "core/case_sets.hpp"
+#include "core/memory.hpp"
+#include "properties/verify.hpp"
 
 namespace attn::cli {
 
@@ -19,9 +21,11 @@ CasesCommand::CasesCommand(CLI::App& app)
 }
 
 int CasesCommand::run() const {
-  std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
+  std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   if (seed_)
     for (auto& p : cases) p.seed = *seed_;
+  // Generating a case holds its inputs and their .npy copy; a size typed by mistake is refused first.
+  for (const auto& p : cases) check_memory_fits(2.0 * case_memory(p, {}).inputs, fmt::format("writing case '{}'", p.repro()));
   write_case_directory(out_dir_, cases, {}, [&](const CaseFileEntry& entry) {
     fmt::print("case {:>4}: {}\n", entry.index, entry.problem.label());
     std::fflush(stdout);

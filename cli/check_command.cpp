@@ -7,6 +7,7 @@
 #include "core/case_files.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
 #include "reports/context.hpp"
 #include "reports/progress.hpp"
@@ -30,7 +31,10 @@ CheckCommand::CheckCommand(CLI::App& app)
 
 int CheckCommand::run() const {
   if (!(k_ >= 0) || !(floor_ulps_ >= 0)) throw InputError("--k and --floor-ulps must be non-negative");
+  if (!json_path_.empty()) prepare_result_path(json_path_, "--json");
   const CaseDirectory directory = read_case_directory(cases_dir_);
+  // A manifest's case too large for this machine is refused before its inputs are generated.
+  for (const auto& entry : directory.cases) check_case_memory(entry.problem, {});
   // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
 

@@ -22,6 +22,7 @@
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/registry.hpp"
 #include "properties/property_suite.hpp"
 #include "reports/context.hpp"
@@ -37,7 +38,7 @@ constexpr int exit_pass = 0, exit_fail = 1, exit_usage = 2;
 struct VerifyArgs {
   std::vector<std::string> implementations;
   std::string cases = "default";
-  std::string single_case;
+  std::optional<std::string> single_case;  // given, even empty: exactly that case (an empty one is refused)
   std::optional<std::uint64_t> seed;
   std::string json_path = "results/verify.json";
   double k = attn::PassRule{}.k;
@@ -64,8 +65,8 @@ std::vector<const attn::Implementation*> select(const attn::Registry& registry, 
 
 int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   auto implementations = select(registry, args.implementations);
-  std::vector<attn::Problem> cases = args.single_case.empty() ? attn::load_cases(args.cases)
-                                                              : std::vector<attn::Problem>{attn::parse_problem(args.single_case)};
+  std::vector<attn::Problem> cases = args.single_case ? std::vector<attn::Problem>{attn::parse_problem(*args.single_case)}
+                                                     : attn::load_cases(args.cases);
   if (args.seed)
     for (auto& p : cases) p.seed = *args.seed;
   if (!(args.k >= 0) || !(args.floor_ulps >= 0)) throw attn::InputError("--k and --floor-ulps must be non-negative");
@@ -93,6 +94,10 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
     fmt::print("attnbench verify: shard {}/{}: {} of the {} cases (case index modulo {})\n", shard->index, shard->count, cases.size(), total,
                shard->count);
   }
+  // Before any case runs: a --json that cannot be written, or a case too large for this machine,
+  // must not cost the run (or end it in std::bad_alloc).
+  if (!args.json_path.empty()) attn::prepare_result_path(args.json_path, "--json");
+  for (const auto& p : cases) attn::check_case_memory(p, options.reference, implementations);
   const auto context = attn::run_context(args.threads > 0 ? args.threads : attn::default_thread_count());
   auto to_json = [&](const attn::VerifyRun& run) {
     auto doc = attn::verify_to_json(run, options, context);
@@ -154,7 +159,7 @@ struct PropertiesArgs {
   std::vector<int> properties;
   int cases = 40;
   std::uint64_t seed = 0;
-  std::string single_case;
+  std::optional<std::string> single_case;
   bool large = false;
   std::string json_path;  // --json: the property summary (schema attnbench.properties)
 };
@@ -174,10 +179,12 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
     for (const auto& property : suite) chosen.push_back(&property);
   if (args.cases < 1) throw attn::InputError("--cases must be positive");
   std::optional<attn::Problem> problem;
-  if (!args.single_case.empty()) {
-    problem = attn::parse_problem(args.single_case);
+  if (args.single_case) {
+    problem = attn::parse_problem(*args.single_case);
     problem->validate();
+    attn::check_case_memory(*problem, {}, implementations);
   }
+  if (!args.json_path.empty()) attn::prepare_result_path(args.json_path, "--json");
   attn::PropertyOptions options;
   options.cases = args.cases;
   options.seed = args.seed;

@@ -11,6 +11,7 @@
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/plugin/plugin_implementation.hpp"
 #include "properties/property_suite.hpp"
 #include "reports/context.hpp"
@@ -76,8 +77,16 @@ int ValidateCommand::run() const {
   const auto& suite = property_suite();
   for (int number : properties_)
     if (number < 1 || number > int(suite.size())) throw InputError(fmt::format("--properties {}: there are properties 1 to {}", number, suite.size()));
-  std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
-  for (const auto& p : cases) p.validate();
+  std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
+  for (const auto& p : cases) {
+    p.validate();
+    check_case_memory(p, {});
+  }
+  // Every file it writes, checked before the plugin is loaded: a bad --out is bad input, not a
+  // failure after minutes of cases.
+  prepare_result_dir(out_dir_, "--out");
+  for (const char* file : {"verify.json", "properties.json", "bench.json", "report.md", "report.html"})
+    prepare_result_path(join_path(out_dir_, file), "--out");
 
   plugin::PluginOptions options;
   options.timeout_seconds = timeout_seconds_;
@@ -93,19 +102,18 @@ int ValidateCommand::run() const {
              timeout_seconds_);
   std::fflush(stdout);
 
-  std::filesystem::create_directories(out_dir_);
   const auto context = run_context(default_thread_count());
   std::vector<std::string> written;
   bool all_held = true;
   int ran = 0;  // verify cases and property draws that ran: none is not a pass
   // --case with --property replays a property's counterexample: that problem, those properties.
-  const bool replay_property = !single_case_.empty() && !properties_.empty();
+  const bool replay_property = single_case_ && !properties_.empty();
 
   // Verify: saved after every case, so a run that dies keeps what it measured.
   if (!replay_property) {
     const std::string path = join_path(out_dir_, "verify.json");
     VerifyOptions verify_options;
-    if (!single_case_.empty()) {
+    if (single_case_) {
       // A replay runs the case several times, all as case 0 (one layout): a failure that depends
       // on the plugin's earlier calls (state kept between calls, a race lost now and then) shows
       // again, where one call would pass.
@@ -135,7 +143,7 @@ int ValidateCommand::run() const {
   // A plugin that cannot run here (a CUDA plugin without a device) has every case skipped; the
   // property suite and the benchmarks would only report that again.
   const bool runnable = plugin->unavailable_reason().empty();
-  const bool run_properties = replay_property || (single_case_.empty() && property_cases_ > 0);
+  const bool run_properties = replay_property || (!single_case_ && property_cases_ > 0);
   if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", plugin->unavailable_reason());
 
   // The property suite, each of its many calls isolated like verify's.

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/mask.hpp"
+#include "core/result_file.hpp"
 
 namespace attn {
 namespace {
@@ -124,15 +125,21 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     const std::regex ours(R"((q|k|v|mask|bias)_\d+\.npy|manifest\.json)");
     std::vector<fs::path> old;
     bool foreign = false;
-    for (const auto& item : fs::directory_iterator(dir)) {
-      if (std::regex_match(item.path().filename().string(), ours))
-        old.push_back(item.path());
-      else
-        foreign = true;
+    try {
+      for (const auto& item : fs::directory_iterator(dir)) {
+        if (std::regex_match(item.path().filename().string(), ours))
+          old.push_back(item.path());
+        else
+          foreign = true;
+      }
+      if (foreign || (!old.empty() && !fs::exists(dir / manifest_name)))
+        throw InputError(fmt::format("{}: not empty and not a cases directory (no {}): refusing to write into it", dir.string(), manifest_name));
+      // Only regular files go: a link or device under one of our names was not written by us.
+      for (const auto& path : old) check_result_path(path);
+      for (const auto& path : old) fs::remove(path);
+    } catch (const fs::filesystem_error& e) {
+      throw InputError(fmt::format("{}: {}", dir.string(), e.code().message()));
     }
-    if (foreign || (!old.empty() && !fs::exists(dir / manifest_name)))
-      throw InputError(fmt::format("{}: not empty and not a cases directory (no {}): refusing to write into it", dir.string(), manifest_name));
-    for (const auto& path : old) fs::remove(path);
   } else if (!fs::create_directories(dir, ec) && ec) {
     throw InputError(fmt::format("{}: cannot create the directory: {}", dir.string(), ec.message()));
   }
@@ -200,9 +207,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
       {"fully_masked_rows", "zeros: a query row that sees no key has a zero output row"},
       {"cases", list},
   };
-  std::ofstream out(dir / manifest_name, std::ios::trunc);
-  out << manifest.dump(1) << '\n';
-  if (!out.flush()) throw InputError(fmt::format("{}: write failed", (dir / manifest_name).string()));
+  write_result_file(dir / manifest_name, manifest.dump(1) + '\n');
 }
 
 CaseDirectory read_case_directory(const std::filesystem::path& dir) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/result_file.hpp"
 
 namespace attn::npy {
 namespace {
@@ -309,10 +310,7 @@ std::vector<std::byte> serialize(const Array& array, int major_version) {
 
 void write_file(const std::filesystem::path& path, const Array& array, int major_version) {
   const auto bytes = serialize(array, major_version);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(fmt::format("{}: cannot be opened for writing", path.string()));
-  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  if (!out.flush()) throw InputError(fmt::format("{}: write failed", path.string()));
+  write_result_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace attn::npy

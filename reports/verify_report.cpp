@@ -9,6 +9,7 @@
 #include <fmt/ostream.h>
 
 #include "core/error.hpp"
+#include "core/result_file.hpp"
 
 namespace attn {
 namespace {
@@ -119,20 +120,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& document) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path temporary = target.string() + ".tmp";
-  try {
-    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-    {
-      std::ofstream file(temporary);
-      if (!file) throw InputError("cannot open " + temporary.string() + " for writing");
-      file << document.dump(2) << '\n';
-      if (!file) throw InputError("error writing " + temporary.string());
-    }
-    std::filesystem::rename(temporary, target);
-  } catch (const std::filesystem::filesystem_error& e) {
-    throw InputError(std::string("cannot write results to '") + path + "': " + e.what());
-  }
+  write_result_file(path, document.dump(2) + '\n', "results");
 }
 
 void print_verify_header(std::ostream& os) {
