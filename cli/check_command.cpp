@@ -60,11 +60,11 @@ int CheckCommand::run() const {
     print_verify_row(std::cout, record);
     std::cout.flush();
     progress.step(fmt::format("case {}", record.context->index));
-    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context, "check"));
   };
   const VerifyRun run = verify({&outputs}, cases, options, on_record);
   progress.finish();
-  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context, "check"));
   // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,

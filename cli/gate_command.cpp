@@ -18,6 +18,10 @@ namespace attn::cli {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
+  // Only a regular file (a link to one is fine): /dev/zero or a FIFO would be read without end.
+  std::error_code ec;
+  if (const auto status = std::filesystem::status(path, ec); !ec && status.type() != std::filesystem::file_type::regular)
+    throw InputError(fmt::format("{}: not a regular file", path));
   std::ifstream file(path);
   if (!file) throw InputError(fmt::format("{}: cannot open", path));
   std::stringstream text;

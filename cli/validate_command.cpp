@@ -130,10 +130,10 @@ int ValidateCommand::run() const {
       print_verify_row(std::cout, record);
       std::cout.flush();
       progress.step(fmt::format("case {}", record.context->index));
-      write_json_file(path, verify_to_json(so_far, verify_options, context));
+      write_json_file(path, verify_to_json(so_far, verify_options, context, "validate"));
     });
     progress.finish();
-    write_json_file(path, verify_to_json(run, verify_options, context));
+    write_json_file(path, verify_to_json(run, verify_options, context, "validate"));
     print_verify_summary(std::cout, run, [&](const Record& r) { return fmt::format("{} --case '{}'", rerun_prefix(), r.context->problem.repro()); });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;

@@ -67,7 +67,7 @@ std::string format_ulps(std::uint64_t ulps) {
 
 }  // namespace
 
-nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context) {
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context, std::string_view command) {
   nlohmann::json records = nlohmann::json::array();
   for (const Record& r : run.records) {
     const CaseContext& c = *r.context;
@@ -111,6 +111,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                                 {"exercised", c.exercised}, {"not_exercised", c.missing}};
   }
   return {{"schema", "attnbench.verify"},
+          {"command", command},
           {"schema_version", verify_schema_version},
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},

@@ -12,7 +12,10 @@ namespace attn {
 
 inline constexpr int verify_schema_version = 1;
 
-nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context);
+// `command` (verify, check, validate) is written beside the schema: a report merging a glob of
+// files says which were the file route's or a plugin's.
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context,
+                              std::string_view command = "verify");
 // Writes atomically (temporary file, then rename), so a reader never sees half a file.
 void write_json_file(const std::string& path, const nlohmann::json& document);
 

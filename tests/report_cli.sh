@@ -2,7 +2,9 @@
 # Result files and `attnbench report` end to end: verify, bench and properties with --json and
 # --shard; the shards partition the cases (families) and `report` merges them into the unsharded
 # run's records; a verify and a bench run killed midway leave valid JSON with what finished;
-# bad input (missing file, malformed JSON, a foreign schema, a bad --shard) exits 2 naming it.
+# bad input (missing file, malformed JSON, a foreign schema, an unknown record status, a link to
+# /dev/zero or a FIFO, a bad --shard) exits 2 naming it; attnbench's files that are not results
+# (a gate baseline, a cases manifest) are skipped with a note.
 # Usage: report_cli.sh path/to/attnbench [OUTDIR]   (OUTDIR keeps the report for report_chromium)
 set -u
 
@@ -130,6 +132,57 @@ python3 -c "import json; d=json.load(open('bench.json')); d['attnbench']['contex
 run mixed report verify.json old.json --out bad
 expect_rc 2
 expect_err "--allow-mixed-revisions"
+# A status the report does not know (the gate refuses it too): exit 2 naming file and record.
+python3 -c "import json; d=json.load(open('verify.json')); d['records'][3]['status']='banana'; json.dump(d, open('banana.json','w'))"
+run banana report banana.json --out bad
+expect_rc 2
+expect_err "banana.json: record 3 ("
+expect_err "unknown status 'banana'"
+# Not a file to read from: a link to /dev/zero or a FIFO is refused, not read without end.
+ln -s /dev/zero zero.json
+mkfifo fifo.json
+for input in zero fifo; do
+  timeout 20 "$bin" report "$input.json" --out bad >"report_$input.out" 2>"report_$input.err"
+  rc=$? last=report_$input  # as run does, under a timeout: a read without end must not hang the test
+  expect_rc 2
+  expect_err "$input.json: not a regular file"
+  timeout 20 "$bin" gate --write-baseline "gate_$input.json" "$input.json" >"gate_$input.out" 2>"gate_$input.err"
+  rc=$? last=gate_$input
+  expect_rc 2
+  expect_err "$input.json: not a regular file"
+done
+
+# --- inputs are chosen by schema: what a glob such as results/*.json picks up besides results ----
+# A gate baseline and a cases manifest are skipped with a note; check's results (the file
+# route's) are merged as their own implementation, and the report says so.
+mkdir -p glob
+cp verify.json bench.json properties.json glob/
+run glob_baseline gate --write-baseline glob/baseline.json verify.json
+expect_rc 0
+run glob_cases cases --out glob_cases --case "$(head -1 cases.txt)"
+expect_rc 0
+cp glob_cases/manifest.json glob/cases.json
+run glob_check_outputs verify --impl cpu_naive --case "$(head -1 cases.txt)" --json ''
+expect_rc 0
+python3 - <<'PY'
+import json
+d = json.load(open("verify.json"))
+d["command"] = "check"
+for r in d["records"]:
+    r["implementation"] = "files:out"
+json.dump(d, open("glob/check.json", "w"))
+PY
+run glob report glob/*.json --out glob_report
+expect_rc 0
+expect_err "note: skipped glob/baseline.json: a gate baseline"
+expect_err "note: skipped glob/cases.json: a cases directory's manifest"
+expect_err "glob/check.json holds \`attnbench check\` results"
+check "the report lists check.json as check's" grep -qF "verify (check)" glob_report/report.md
+check "the report lists the baseline nowhere" bash -c "! grep -qF baseline.json glob_report/report.md"
+run only_baseline report glob/baseline.json --out bad
+expect_rc 2
+expect_err "none of the files given is a result file"
+
 for bad in 0/3 4/3 x 1/0; do
   run "shard_${bad//\//_of_}" verify --cases cases.txt --shard "$bad" --json ''
   expect_rc 2

@@ -251,6 +251,45 @@ TEST(BadInput, NamesTheFile) {
             std::string::npos);
 }
 
+// A record whose status the report does not know is refused, as the gate refuses it, naming the
+// file and the record; so is a properties verdict it does not know.
+TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
+  json doc = verify_document(std::nullopt);
+  ASSERT_GE(doc["records"].size(), 2u);
+  doc["records"][1]["status"] = "banana";
+  const std::string m = message_of([&] { parse_result_file("v.json", doc.dump()); });
+  const std::string which = fmt::format("v.json: record 1 ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
+                                        doc["records"][1]["case_index"].dump());
+  EXPECT_NE(m.find(which), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown status 'banana' (expected fail, pass, skip)"), std::string::npos) << m;
+  doc["records"][1].erase("status");
+  EXPECT_NE(message_of([&] { parse_result_file("v.json", doc.dump()); }).find("no status"), std::string::npos);
+  const std::string p = message_of([] {
+    parse_result_file("p.json", R"({"schema": "attnbench.properties", "records": [{"property": 3, "implementation": "x", "verdict": "maybe"}]})");
+  });
+  EXPECT_NE(p.find("p.json: record 0 (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
+}
+
+// attnbench's files that are not results are told apart from foreign JSON: `report` skips them.
+TEST(BadInput, AttnbenchFilesThatAreNotResultsAreNamed) {
+  for (const char* schema : {"attnbench.gate-baseline", "attnbench.gate-config", "attnbench.cases"}) {
+    SCOPED_TRACE(schema);
+    try {
+      parse_result_file("x.json", json{{"schema", schema}, {"schema_version", 1}}.dump());
+      ADD_FAILURE() << "accepted";
+    } catch (const NotAResult& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("x.json: ")), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(schema), std::string::npos) << e.what();
+    }
+  }
+  // The command that wrote a verify-shaped file is kept and shown.
+  json doc = verify_document(std::nullopt);
+  doc["command"] = "check";
+  const MergedResults m = merge_results({parse_result_file("check.json", doc.dump())});
+  ASSERT_EQ(m.file_kinds.size(), 1u);
+  EXPECT_EQ(m.file_kinds[0], "verify (check)");
+}
+
 TEST(Report, HasEverySectionAndSelfContainedHtml) {
   json verify_doc = verify_document(std::nullopt);
   verify_doc["context"]["git_revision"] = "abc1234def56";
