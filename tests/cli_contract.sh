@@ -304,6 +304,32 @@ if [ "$(id -u)" != 0 ]; then  # root writes anywhere
   chmod 755 "$P/locked"
 fi
 
+# --- check (the file route) reads at most what a .npy header promises ----------------------------
+# An input replaced by a link to /dev/zero, a FIFO, or a file longer or shorter than its header
+# says: exit 2 naming it, at once (a timeout guards against a read without end).
+run fr_cases cases --out "$tmp/fr" --case "$one"
+expect_rc 0
+for variant in zero fifo long short; do
+  rm -rf "$tmp/fr_$variant" && cp -r "$tmp/fr" "$tmp/fr_$variant"
+  q=$tmp/fr_$variant/q_0000.npy
+  case $variant in
+    zero) rm "$q" && ln -s /dev/zero "$q" ;;
+    fifo) rm "$q" && mkfifo "$q" ;;
+    long) printf 'trailing' >>"$q" ;;
+    short) truncate -s -4 "$q" ;;
+  esac
+  timeout 20 "$bin" check --cases "$tmp/fr_$variant" --outputs "$tmp/none" --json '' >"fr_$variant.out" 2>"fr_$variant.err"
+  rc=$? last=fr_$variant  # as run does, under a timeout
+  expect_rc 2
+  expect_in err "q_0000.npy: "
+done
+expect_in err "data bytes"
+rm -rf "$tmp/fr_manifest" && cp -r "$tmp/fr" "$tmp/fr_manifest" && rm "$tmp/fr_manifest/manifest.json" && ln -s /dev/zero "$tmp/fr_manifest/manifest.json"
+timeout 20 "$bin" check --cases "$tmp/fr_manifest" --outputs "$tmp/none" --json '' >fr_manifest.out 2>fr_manifest.err
+rc=$? last=fr_manifest
+expect_rc 2
+expect_in err "manifest.json: not a regular file"
+
 # --- a case too large for this machine: exit 2 with what it needs, before anything is allocated -
 bad_input huge_nq "needs about" verify --impl cpu_naive --case "b=1 hq=1 hkv=1 nq=1000000000 nk=1 dk=64 dv=64 dtype=f32 $rest" --json "$tmp/huge.json"
 expect_in err "is available here"
