@@ -55,16 +55,17 @@ int CheckCommand::run() const {
   print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
   Progress progress("check", cases.size(), stdout, Progress::stdout_is_terminal());
+  ResultsFile results(json_path_);
   auto on_record = [&](const VerifyRun& run, const Record& record) {
     progress.clear();
     print_verify_row(std::cout, record);
     std::cout.flush();
     progress.step(fmt::format("case {}", record.context->index));
-    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context, "check"));
+    if (!json_path_.empty()) results.save(verify_to_json(run, options, context, "check"));
   };
   const VerifyRun run = verify({&outputs}, cases, options, on_record);
   progress.finish();
-  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context, "check"));
+  if (!json_path_.empty()) results.finish(verify_to_json(run, options, context, "check"));
   // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,

@@ -109,6 +109,7 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
              implementations.size(), cases.size(), args.k, args.floor_ulps);
   attn::print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
+  attn::ResultsFile results(args.json_path);
   attn::Progress progress("verify", implementations.size() * cases.size(), stdout, attn::Progress::stdout_is_terminal());
   auto on_record = [&](const attn::VerifyRun& run, const attn::Record& record) {
     progress.clear();
@@ -116,11 +117,11 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
     std::cout.flush();
     progress.step(fmt::format("{} case {}", record.implementation, record.context->index));
     const bool case_done = record.implementation == implementations.back()->name();
-    if (case_done && !args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
+    if (case_done && !args.json_path.empty()) results.save(to_json(run));
   };
   const attn::VerifyRun run = attn::verify(implementations, cases, options, on_record);
   progress.finish();
-  if (!args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
+  if (!args.json_path.empty()) results.finish(to_json(run));
   attn::print_verify_summary(std::cout, run);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
   if (run.failed() > 0) return exit_fail;
@@ -192,6 +193,7 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
   int failed = 0, findings = 0, gave_up = 0;
   // Saved after every (property, implementation), so a run that dies keeps what it checked.
   attn::PropertiesJson results(options, attn::run_context(attn::default_thread_count()));
+  attn::ResultsFile file(args.json_path);
   if (problem) results.single_case = problem->repro();
   for (const attn::Property* property : chosen) {
     fmt::print("property {}: {}\n", property->number, property->name);
@@ -223,12 +225,12 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
       }
       std::fflush(stdout);
       results.add(v, *property, *impl);
-      if (!args.json_path.empty()) attn::write_json_file(args.json_path, results.to_json());
+      if (!args.json_path.empty()) file.save(results.to_json());
     }
   }
   if (!args.json_path.empty()) {
     results.complete = true;
-    attn::write_json_file(args.json_path, results.to_json());
+    file.finish(results.to_json());
   }
   fmt::print("\n{} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);

@@ -112,6 +112,7 @@ int ValidateCommand::run() const {
   // Verify: saved after every case, so a run that dies keeps what it measured.
   if (!replay_property) {
     const std::string path = join_path(out_dir_, "verify.json");
+    ResultsFile file(path);
     VerifyOptions verify_options;
     if (single_case_) {
       // A replay runs the case several times, all as case 0 (one layout): a failure that depends
@@ -130,10 +131,10 @@ int ValidateCommand::run() const {
       print_verify_row(std::cout, record);
       std::cout.flush();
       progress.step(fmt::format("case {}", record.context->index));
-      write_json_file(path, verify_to_json(so_far, verify_options, context, "validate"));
+      file.save(verify_to_json(so_far, verify_options, context, "validate"));
     });
     progress.finish();
-    write_json_file(path, verify_to_json(run, verify_options, context, "validate"));
+    file.finish(verify_to_json(run, verify_options, context, "validate"));
     print_verify_summary(std::cout, run, [&](const Record& r) { return fmt::format("{} --case '{}'", rerun_prefix(), r.context->problem.repro()); });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;
@@ -149,6 +150,7 @@ int ValidateCommand::run() const {
   // The property suite, each of its many calls isolated like verify's.
   if (runnable && run_properties) {
     const std::string path = join_path(out_dir_, "properties.json");
+    ResultsFile file(path);
     PropertyOptions property_options;
     property_options.cases = property_cases_;
     property_options.seed = seed_;
@@ -193,10 +195,10 @@ int ValidateCommand::run() const {
       }
       std::fflush(stdout);
       results.add(v, property, *plugin);
-      write_json_file(path, results.to_json());
+      file.save(results.to_json());
     }
     results.complete = true;
-    write_json_file(path, results.to_json());
+    file.finish(results.to_json());
     fmt::print("properties: {} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
     written.push_back(path);
     all_held = all_held && failed == 0;

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
@@ -122,6 +125,39 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
 
 void write_json_file(const std::string& path, const nlohmann::json& document) {
   write_result_file(path, document.dump(2) + '\n', "results");
+}
+
+void ResultsFile::save(const nlohmann::json& document) {
+  try {
+    write_json_file(path_, document);
+  } catch (const InputError& e) {
+    if (!std::exchange(warned_, true))
+      fmt::print(stderr, "attnbench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
+  }
+}
+
+void ResultsFile::finish(const nlohmann::json& document) {
+  try {
+    write_json_file(path_, document);
+    return;
+  } catch (const InputError& e) {
+    const std::string text = document.dump(2) + '\n';
+    const std::filesystem::path target(path_);
+    const std::string stem = target.filename().string().empty() ? std::string("results") : target.filename().string();
+    const std::string rescue_name = fmt::format("{}.rescued-{}.json", stem, ::getpid());
+    for (const std::filesystem::path& rescue : {target.parent_path() / rescue_name, std::filesystem::temp_directory_path() / rescue_name}) {
+      // O_EXCL through write_result_file's check: a new regular file, or nothing.
+      std::error_code ec;
+      if (std::filesystem::exists(std::filesystem::symlink_status(rescue, ec))) continue;
+      try {
+        write_result_file(rescue, text);
+      } catch (const InputError&) {
+        continue;
+      }
+      throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue.string()));
+    }
+    throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+  }
 }
 
 void print_verify_header(std::ostream& os) {

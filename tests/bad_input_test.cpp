@@ -16,6 +16,7 @@
 #include "core/result_file.hpp"
 #include "impls/registry.hpp"
 #include "properties/verify.hpp"
+#include "reports/verify_report.hpp"
 
 namespace attn {
 namespace {
@@ -105,6 +106,30 @@ TEST_F(ResultFile, AFileOnThePathOrAnEmptyPathIsBadInput) {
   prepare_result_path(dir_ / "made" / "r.json");
   EXPECT_FALSE(fs::exists(dir_ / "made" / "r.json"));  // checked, not created
   expect_only({"plain", "made"});
+}
+
+// A results path that turns into a link while the run goes on: the saves during the run do not
+// end it, and the last one puts the results beside the path and says where.
+TEST_F(ResultFile, ARunWhosePathIsReplacedKeepsItsResults) {
+  const fs::path path = dir_ / "r.json";
+  ResultsFile file(path.string());
+  file.save({{"cases", 1}});
+  EXPECT_EQ(nlohmann::json::parse(read(path))["cases"], 1);
+  fs::remove(path);
+  fs::create_symlink("/dev/null", path);
+  EXPECT_NO_THROW(file.save({{"cases", 2}}));
+  const fs::path rescue = dir_ / ("r.json.rescued-" + std::to_string(::getpid()) + ".json");
+  try {
+    file.finish({{"cases", 3}});
+    ADD_FAILURE() << "the final save into a link did not fail";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path.string() + ": is a symbolic link"), std::string::npos) << message;
+    EXPECT_NE(message.find("the results were saved to " + rescue.string() + " instead"), std::string::npos) << message;
+  }
+  EXPECT_EQ(nlohmann::json::parse(read(rescue))["cases"], 3);
+  EXPECT_EQ(fs::read_symlink(path), "/dev/null");
+  expect_only({"r.json", rescue.filename().c_str()});
 }
 
 Problem problem(const std::string& shape) {
