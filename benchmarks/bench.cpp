@@ -658,6 +658,9 @@ int run_bench(const BenchOptions& o) {
     if (!o.smoke) fmt::print("(exit 1: the implementations asked for need a CUDA device; with --smoke this exits 0)\n");
     return o.smoke ? 0 : 1;
   }
+  // The peers script writes its own file beside ours: the same rule, checked before anything
+  // runs or our file is emptied.
+  if (peers_plan && !peers_plan->out_path.empty()) prepare_result_path(peers_plan->out_path, "peers output");
   prepare_json_path(o.json_path);
 
   Environment env;

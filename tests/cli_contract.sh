@@ -267,6 +267,11 @@ for target in devlink fifo filelink adir; do
   bad_input "bench_json_$target" "--json $P/$target: is a" bench --impl cpu_naive --smoke --json "$P/$target"
   unchanged "$target"
 done
+# bench --peers: the peers script's file beside ours is held to the same rule, before ours is touched.
+ln -s /dev/null "$P/pb.peers.json"
+bad_input peers_link "peers output $P/pb.peers.json: is a symbolic link" bench --impl cpu_naive --smoke --dtype f32 --peers true --json "$P/pb.json"
+checks=$((checks + 1))
+[ -L "$P/pb.peers.json" ] && [ ! -e "$P/pb.json" ] || fail "peers_link: the link was replaced or pb.json written"
 bad_input json_file_as_folder "--json $P/afile/r.json:" verify --impl cpu_naive --case "$one" --json "$P/afile/r.json"
 unchanged afile
 # A result file that is already there and regular is replaced whole (no temporary left beside it).
