@@ -782,6 +782,7 @@ int run_bench(const BenchOptions& o) {
       o.shard ? nlohmann::json{{"index", o.shard->first}, {"count", o.shard->second}} : nlohmann::json(nullptr);
   std::vector<std::string> notes = devices.skipped;
   notes.insert(notes.end(), list.notes.begin(), list.notes.end());
+  bool json_warned = false;
   auto partial_section = [&] {
     return nlohmann::json{{"schema", "attnbench.bench"}, {"version", 1},         {"context", o.context},
                           {"complete", false},           {"notes", notes},       {"peaks", {{"fma_gflops", fma.gflops}, {"sgemm_gflops", sgemm.gflops},
@@ -793,7 +794,15 @@ int run_bench(const BenchOptions& o) {
   if (o.progress.begin) o.progress.begin(instances);
   CollectingReporter reporter(
       [&](const std::string& text) {
-        if (!o.json_path.empty()) write_bench_json(o.json_path, text, partial_section(), shard_json);
+        if (o.json_path.empty()) return;
+        // The path was checked before the run; should it go bad now (a link, a device, a full
+        // disk), the run goes on and the last write says where its results went.
+        try {
+          write_bench_json(o.json_path, text, partial_section(), shard_json);
+        } catch (const InputError& e) {
+          if (!std::exchange(json_warned, true))
+            fmt::print(stderr, "attnbench bench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
+        }
       },
       &o.progress);
   benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -826,7 +835,23 @@ int run_bench(const BenchOptions& o) {
     for (const auto& e : gpu_run.errors) section["errors"].push_back(e);
     if (wants_gpu) section["gpu"] = gpu_section(device, gpu_run, devices.skipped);
     if (peers) section["peers"] = peers->section;
-    const auto written = write_bench_json(o.json_path, reporter.json_text(), section, shard_json);
+    std::string written;
+    try {
+      written = write_bench_json(o.json_path, reporter.json_text(), section, shard_json);
+    } catch (const InputError& e) {
+      // The same document write_bench_json makes, in one file.
+      const std::string text = reporter.json_text();
+      const auto parsed =
+          nlohmann::json::parse(text.empty() ? std::string("{\"context\": {}, \"benchmarks\": []}") : strict_json(text), nullptr, false);
+      nlohmann::json doc = parsed.is_object() ? parsed : nlohmann::json{{"benchmarks", nlohmann::json::array()}, {"benchmark_output", text}};
+      doc["schema"] = "attnbench.bench";
+      doc["schema_version"] = 1;
+      if (!shard_json.is_null()) doc["shard"] = shard_json;
+      doc["attnbench"] = section;
+      const std::string rescue = write_rescue_file(o.json_path, doc.dump(2) + "\n");
+      if (rescue.empty()) throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+      throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue));
+    }
     fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
     if (peers && !peers->failed && peers->section["json"].is_string())
       fmt::print("peers: {}\n", peers->section["json"].get<std::string>());

@@ -116,4 +116,19 @@ void write_result_file(const std::filesystem::path& path, std::string_view conte
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename", errno);
 }
 
+std::string write_rescue_file(const std::filesystem::path& path, std::string_view content) {
+  const std::string stem = path.filename().empty() ? std::string("results") : path.filename().string();
+  const std::string name = fmt::format("{}.rescued-{}.json", stem, ::getpid());
+  for (const std::filesystem::path& rescue : {path.parent_path() / name, std::filesystem::temp_directory_path() / name}) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(rescue, ec))) continue;  // never over anything
+    try {
+      write_result_file(rescue, content);
+      return rescue.string();
+    } catch (const InputError&) {
+    }
+  }
+  return {};
+}
+
 }  // namespace attn

@@ -4,6 +4,7 @@
 // FIFO, a socket or a directory at that path is refused with an InputError naming it, never
 // replaced or written through (as root, replacing /dev/full with a file breaks the machine).
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace attn {
@@ -23,5 +24,10 @@ void prepare_result_dir(const std::filesystem::path& dir, std::string_view what 
 // Writes `content` to a new file beside `path` and renames it over `path`, so a reader never sees
 // half a file; refuses as check_result_path does, both before writing and just before renaming.
 void write_result_file(const std::filesystem::path& path, std::string_view content, std::string_view what = "");
+
+// Where results go when their path cannot take them (it became a link or a device during the
+// run): a new file PATH.rescued-PID.json beside the path, else in the temporary folder. Returns
+// its path, or "" when neither could be written.
+std::string write_rescue_file(const std::filesystem::path& path, std::string_view content);
 
 }  // namespace attn

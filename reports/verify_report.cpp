@@ -141,22 +141,9 @@ void ResultsFile::finish(const nlohmann::json& document) {
     write_json_file(path_, document);
     return;
   } catch (const InputError& e) {
-    const std::string text = document.dump(2) + '\n';
-    const std::filesystem::path target(path_);
-    const std::string stem = target.filename().string().empty() ? std::string("results") : target.filename().string();
-    const std::string rescue_name = fmt::format("{}.rescued-{}.json", stem, ::getpid());
-    for (const std::filesystem::path& rescue : {target.parent_path() / rescue_name, std::filesystem::temp_directory_path() / rescue_name}) {
-      // O_EXCL through write_result_file's check: a new regular file, or nothing.
-      std::error_code ec;
-      if (std::filesystem::exists(std::filesystem::symlink_status(rescue, ec))) continue;
-      try {
-        write_result_file(rescue, text);
-      } catch (const InputError&) {
-        continue;
-      }
-      throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue.string()));
-    }
-    throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+    const std::string rescue = write_rescue_file(path_, document.dump(2) + '\n');
+    if (rescue.empty()) throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+    throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue));
   }
 }
 

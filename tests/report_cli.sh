@@ -230,6 +230,43 @@ PY
 run report_killed report killed_verify.json killed_bench.json --out killed
 expect_rc 0
 
+# --- a results path that turns into a link while the run goes on: nothing measured is lost ----
+# The run goes on; its last save puts everything in PATH.rescued-PID.json beside the path, exit 2
+# says so, and the link is left as it was.
+moved() {  # moved NAME ARGS...: runs attnbench ARGS in the background, replaces NAME.json by a link once written
+  local name=$1
+  shift
+  "$bin" "$@" --json "$tmp/$name.json" >"$name.out" 2>"$name.err" &
+  local pid=$!
+  for _ in $(seq 1 1200); do
+    grep -qs "$marker" "$name.json" && break
+    sleep 0.05
+  done
+  rm -f "$name.json" && ln -s /dev/null "$name.json"
+  wait "$pid"
+  rc=$? last=$name
+}
+# Seconds of cases after the first is saved: the link comes long before the end.
+for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=256 nk=256 dk=32 dv=32 dtype=f32 causal=none regime=diffuse seed=$s"; done >slower_cases.txt
+marker='"case_index"'
+moved moved_verify verify --impl cpu_naive --cases slower_cases.txt --threads 1
+expect_rc 2
+expect_err "the results were saved to $tmp/moved_verify.json.rescued-"
+marker='"run_type"'
+moved moved_bench bench --impl cpu_naive --dtype f32 --masks none --min-n 64 --max-n 1024 --threads 1
+expect_rc 2
+expect_err "the results were saved to $tmp/moved_bench.json.rescued-"
+checks=$((checks + 1))
+python3 - <<'PY' || fail "moved: the rescued results are incomplete or the links were replaced"
+import glob, json, os
+for name, kind, key, count in (("moved_verify", "attnbench.verify", "records", 40), ("moved_bench", "attnbench.bench", "benchmarks", 5)):
+    assert os.readlink(name + ".json") == "/dev/null", name
+    (rescued,) = glob.glob(name + ".json.rescued-*.json")
+    d = json.load(open(rescued))
+    assert d["schema"] == kind and len(d[key]) >= count, (name, len(d[key]))
+print("  results rescued from paths that became links mid-run: complete")
+PY
+
 if [ -n "$keep" ]; then
   mkdir -p "$keep" && cp whole/report.html whole/report.md "$keep/"
 fi
