@@ -31,6 +31,7 @@
 #include "core/error.hpp"
 #include "core/inputs.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 
 namespace attn::bench {
 namespace {
@@ -525,15 +526,7 @@ std::string write_bench_json(const std::string& path, const std::string& benchma
   // No benchmark ran (a shard without families, a filter that selects nothing): an empty list.
   const std::string text = benchmark_json.empty() ? std::string("{\"context\": {}, \"benchmarks\": []}") : strict_json(benchmark_json);
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto write = [](const std::string& target, const std::string& text) {
-    const std::string tmp = target + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << text;
-      if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
-    }
-    std::filesystem::rename(tmp, target);
-  };
+  auto write = [](const std::string& target, const std::string& text) { write_result_file(target, text, "--json"); };
   std::string target = path;
   if (doc.is_discarded() || !doc.is_object()) {
     write(path, benchmark_json);
@@ -625,11 +618,8 @@ std::size_t selected_sizes(const FamilySpec& family, bool smoke) {
 
 void prepare_json_path(const std::string& path) {
   if (path.empty()) return;
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream probe(path, std::ios::trunc);  // an earlier run's results must not pass for this one's
-  if (!probe) throw InputError(fmt::format("cannot write --json {}", path));
+  prepare_result_path(path, "--json");
+  write_result_file(path, "", "--json");  // an earlier run's results must not pass for this one's
 }
 
 }  // namespace
@@ -688,6 +678,9 @@ int run_bench(const BenchOptions& o) {
     if (!o.smoke) fmt::print("(exit 1: the implementations asked for need a CUDA device; with --smoke this exits 0)\n");
     return o.smoke ? 0 : 1;
   }
+  // The peers script writes its own file beside ours: the same rule, checked before anything
+  // runs or our file is emptied.
+  if (peers_plan && !peers_plan->out_path.empty()) prepare_result_path(peers_plan->out_path, "peers output");
   prepare_json_path(o.json_path);
 
   Environment env;
@@ -820,6 +813,7 @@ int run_bench(const BenchOptions& o) {
       o.shard ? nlohmann::json{{"index", o.shard->first}, {"count", o.shard->second}} : nlohmann::json(nullptr);
   std::vector<std::string> notes = devices.skipped;
   notes.insert(notes.end(), list.notes.begin(), list.notes.end());
+  bool json_warned = false;
   auto partial_section = [&] {
     return nlohmann::json{{"schema", "attnbench.bench"}, {"version", 1},         {"context", o.context},
                           {"complete", false},           {"notes", notes},       {"peaks", {{"fma_gflops", fma.gflops}, {"sgemm_gflops", sgemm.gflops},
@@ -831,7 +825,15 @@ int run_bench(const BenchOptions& o) {
   if (o.progress.begin) o.progress.begin(instances);
   CollectingReporter reporter(
       [&](const std::string& text) {
-        if (!o.json_path.empty()) write_bench_json(o.json_path, text, partial_section(), shard_json);
+        if (o.json_path.empty()) return;
+        // The path was checked before the run; should it go bad now (a link, a device, a full
+        // disk), the run goes on and the last write says where its results went.
+        try {
+          write_bench_json(o.json_path, text, partial_section(), shard_json);
+        } catch (const InputError& e) {
+          if (!std::exchange(json_warned, true))
+            fmt::print(stderr, "attnbench bench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
+        }
       },
       &o.progress);
   benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -877,7 +879,23 @@ int run_bench(const BenchOptions& o) {
     for (const auto& e : gpu_run.errors) section["errors"].push_back(e);
     if (wants_gpu) section["gpu"] = gpu_section(device, gpu_run, devices.skipped);
     if (peers) section["peers"] = peers->section;
-    const auto written = write_bench_json(o.json_path, reporter.json_text(), section, shard_json);
+    std::string written;
+    try {
+      written = write_bench_json(o.json_path, reporter.json_text(), section, shard_json);
+    } catch (const InputError& e) {
+      // The same document write_bench_json makes, in one file.
+      const std::string text = reporter.json_text();
+      const auto parsed =
+          nlohmann::json::parse(text.empty() ? std::string("{\"context\": {}, \"benchmarks\": []}") : strict_json(text), nullptr, false);
+      nlohmann::json doc = parsed.is_object() ? parsed : nlohmann::json{{"benchmarks", nlohmann::json::array()}, {"benchmark_output", text}};
+      doc["schema"] = "attnbench.bench";
+      doc["schema_version"] = 1;
+      if (!shard_json.is_null()) doc["shard"] = shard_json;
+      doc["attnbench"] = section;
+      const std::string rescue = write_rescue_file(o.json_path, doc.dump(2) + "\n");
+      if (rescue.empty()) throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+      throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue));
+    }
     fmt::print("\nresults: {}{}\n", o.json_path, written == o.json_path ? "" : fmt::format(" (fits and peaks: {})", written));
     if (peers && !peers->failed && peers->section["json"].is_string())
       fmt::print("peers: {}\n", peers->section["json"].get<std::string>());

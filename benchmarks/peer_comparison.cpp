@@ -297,7 +297,10 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     out_path = (temp_dir / "peers.json").string();
   } else {
     std::error_code ec;
-    std::filesystem::remove(out_path, ec);  // a stale file must not pass for this run's
+    // A stale file must not pass for this run's; only a regular one is removed (never a link or device).
+    if (std::filesystem::exists(std::filesystem::symlink_status(out_path, ec)) && !std::filesystem::is_regular_file(std::filesystem::symlink_status(out_path, ec)))
+      return fail(fmt::format("{} is not a regular file: the peers' results are not written there", out_path));
+    std::filesystem::remove(out_path, ec);
   }
   struct TempCleanup {
     std::filesystem::path dir;

@@ -12,6 +12,8 @@
 #include "impls/capability_declaration.hpp"
 #include "impls/capability_space.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
+#include "core/memory.hpp"
+#include "properties/verify.hpp"
 
 namespace attn::cli {
 namespace {
@@ -48,9 +50,11 @@ CasesCommand::CasesCommand(CLI::App& app)
 }
 
 int CasesCommand::run() const {
-  std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
+  std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   if (seed_)
     for (auto& p : cases) p.seed = *seed_;
+  // Generating a case holds its inputs and their .npy copy; a size typed by mistake is refused first.
+  for (const auto& p : cases) check_memory_fits(2.0 * case_memory(p, {}).inputs, fmt::format("writing case '{}'", p.repro()));
   auto print_case = [](const CaseFileEntry& entry) {
     fmt::print("case {:>4}: {}\n", entry.index, entry.problem.label());
     if (!entry.projected_from.empty()) fmt::print("           projected ({}) from {}\n", entry.projection, entry.projected_from);

@@ -25,7 +25,7 @@ class CasesCommand {
   CLI::App* command_;
   std::string out_dir_;
   std::string cases_ = "default";
-  std::string single_case_;
+  std::optional<std::string> single_case_;  // given, even empty: exactly that case
   std::optional<std::uint64_t> seed_;
   std::string declaration_;
   bool no_projection_ = false;

@@ -11,6 +11,7 @@
 #include "core/given_case.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
 #include "reports/context.hpp"
 #include "reports/progress.hpp"
@@ -44,11 +45,14 @@ CheckCommand::CheckCommand(CLI::App& app)
 
 int CheckCommand::run() const {
   if (!(k_ >= 0) || !(floor_ulps_ >= 0)) throw InputError("--k and --floor-ulps must be non-negative");
+  if (!json_path_.empty()) prepare_result_path(json_path_, "--json");
   if (!inputs_dirs_.empty()) return run_given();
   if (cases_dir_.empty()) throw InputError("check: --cases DIR (with --outputs DIR) or --inputs DIR is required");
   if (outputs_dirs_.size() != 1) throw InputError("check --cases: exactly one --outputs DIR is required");
   const std::string& outputs_dir = outputs_dirs_.front();
   const CaseDirectory directory = read_case_directory(cases_dir_);
+  // A manifest's case too large for this machine is refused before its inputs are generated.
+  for (const auto& entry : directory.cases) check_case_memory(entry.problem, {});
   // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
 
@@ -69,16 +73,17 @@ int CheckCommand::run() const {
   print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
   Progress progress("check", cases.size(), stdout, Progress::stdout_is_terminal());
+  ResultsFile results(json_path_);
   auto on_record = [&](const VerifyRun& run, const Record& record) {
     progress.clear();
     print_verify_row(std::cout, record);
     std::cout.flush();
     progress.step(fmt::format("case {}", record.context->index));
-    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+    if (!json_path_.empty()) results.save(verify_to_json(run, options, context, "check"));
   };
   const VerifyRun run = verify({&outputs}, cases, options, on_record);
   progress.finish();
-  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+  if (!json_path_.empty()) results.finish(verify_to_json(run, options, context, "check"));
   // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,
@@ -133,6 +138,7 @@ int CheckCommand::run_given() const {
   if (!outputs_dirs_.empty() && outputs_dirs_.size() != inputs_dirs_.size())
     throw InputError(fmt::format("check --inputs: {} --outputs for {} --inputs (give one per --inputs, in the same order, or none)",
                                  outputs_dirs_.size(), inputs_dirs_.size()));
+  if (!json_path_.empty()) prepare_result_path(json_path_, "--json");
   // Everything is read first: a bad file is bad input before any reference is computed.
   std::vector<GivenCase> given;
   for (std::size_t n = 0; n < inputs_dirs_.size(); ++n)
@@ -157,19 +163,22 @@ int CheckCommand::run_given() const {
     return GivenInputs{c.inputs, c.source};
   };
   for (const auto& c : given) cases.push_back(c.problem);
+  // The reference and the yardstick of a capture too large for this machine are refused up front.
+  for (const Problem& p : cases) check_case_memory(p, {});
   const auto context = run_context(threads_ > 0 ? threads_ : default_thread_count());
 
   fmt::print("attnbench check: {} case(s) of your own tensors ({}); pass rule: max abs error <= {} x naive + {} ulps\n\n", cases.size(),
              fmt::join(inputs_dirs_, ", "), k_, floor_ulps_);
   print_verify_header(std::cout);
+  ResultsFile results(json_path_);
   auto on_record = [&](const VerifyRun& run, const Record& record) {
     print_verify_row(std::cout, record);
     fmt::print("{:<22}inputs: {}\n", "", record.context->inputs_from);
     std::cout.flush();
-    if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+    if (!json_path_.empty()) results.save(verify_to_json(run, options, context, "check"));
   };
   const VerifyRun run = verify({&outputs}, cases, options, on_record);
-  if (!json_path_.empty()) write_json_file(json_path_, verify_to_json(run, options, context));
+  if (!json_path_.empty()) results.finish(verify_to_json(run, options, context, "check"));
   // The repro string describes the case's shapes only; the rerun is the same directories.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     const std::size_t n = r.context->index;

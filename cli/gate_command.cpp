@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/result_file.hpp"
 #include "reports/gate.hpp"
 #include "reports/verify_report.hpp"
 
@@ -17,6 +18,10 @@ namespace attn::cli {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
+  // Only a regular file (a link to one is fine): /dev/zero or a FIFO would be read without end.
+  std::error_code ec;
+  if (const auto status = std::filesystem::status(path, ec); !ec && status.type() != std::filesystem::file_type::regular)
+    throw InputError(fmt::format("{}: not a regular file", path));
   std::ifstream file(path);
   if (!file) throw InputError(fmt::format("{}: cannot open", path));
   std::stringstream text;
@@ -28,18 +33,7 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  const std::filesystem::path target(path);
-  try {
-    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  } catch (const std::filesystem::filesystem_error& e) {
-    throw InputError(fmt::format("{}: cannot create its folder: {}", path, e.what()));
-  }
-  std::ofstream file(path);
-  if (!file) throw InputError(fmt::format("{}: cannot open for writing", path));
-  file << text;
-  if (!file) throw InputError(fmt::format("{}: error writing", path));
-}
+void write_text(const std::string& path, const std::string& text) { write_result_file(path, text); }
 
 }  // namespace
 

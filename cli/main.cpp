@@ -22,6 +22,7 @@
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/registry.hpp"
 #include "properties/property_suite.hpp"
 #include "reports/context.hpp"
@@ -37,7 +38,7 @@ constexpr int exit_pass = 0, exit_fail = 1, exit_usage = 2;
 struct VerifyArgs {
   std::vector<std::string> implementations;
   std::string cases = "default";
-  std::string single_case;
+  std::optional<std::string> single_case;  // given, even empty: exactly that case (an empty one is refused)
   std::optional<std::uint64_t> seed;
   std::string json_path = "results/verify.json";
   double k = attn::PassRule{}.k;
@@ -64,8 +65,8 @@ std::vector<const attn::Implementation*> select(const attn::Registry& registry, 
 
 int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
   auto implementations = select(registry, args.implementations);
-  std::vector<attn::Problem> cases = args.single_case.empty() ? attn::load_cases(args.cases)
-                                                              : std::vector<attn::Problem>{attn::parse_problem(args.single_case)};
+  std::vector<attn::Problem> cases = args.single_case ? std::vector<attn::Problem>{attn::parse_problem(*args.single_case)}
+                                                     : attn::load_cases(args.cases);
   if (args.seed)
     for (auto& p : cases) p.seed = *args.seed;
   if (!(args.k >= 0) || !(args.floor_ulps >= 0)) throw attn::InputError("--k and --floor-ulps must be non-negative");
@@ -93,6 +94,10 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
     fmt::print("attnbench verify: shard {}/{}: {} of the {} cases (case index modulo {})\n", shard->index, shard->count, cases.size(), total,
                shard->count);
   }
+  // Before any case runs: a --json that cannot be written, or a case too large for this machine,
+  // must not cost the run (or end it in std::bad_alloc).
+  if (!args.json_path.empty()) attn::prepare_result_path(args.json_path, "--json");
+  for (const auto& p : cases) attn::check_case_memory(p, options.reference, implementations);
   const auto context = attn::run_context(args.threads > 0 ? args.threads : attn::default_thread_count());
   auto to_json = [&](const attn::VerifyRun& run) {
     auto doc = attn::verify_to_json(run, options, context);
@@ -104,6 +109,7 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
              implementations.size(), cases.size(), args.k, args.floor_ulps);
   attn::print_verify_header(std::cout);
   // Save after every case, so a run that dies keeps what it measured.
+  attn::ResultsFile results(args.json_path);
   attn::Progress progress("verify", implementations.size() * cases.size(), stdout, attn::Progress::stdout_is_terminal());
   auto on_record = [&](const attn::VerifyRun& run, const attn::Record& record) {
     progress.clear();
@@ -111,11 +117,11 @@ int run_verify(const attn::Registry& registry, const VerifyArgs& args) {
     std::cout.flush();
     progress.step(fmt::format("{} case {}", record.implementation, record.context->index));
     const bool case_done = record.implementation == implementations.back()->name();
-    if (case_done && !args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
+    if (case_done && !args.json_path.empty()) results.save(to_json(run));
   };
   const attn::VerifyRun run = attn::verify(implementations, cases, options, on_record);
   progress.finish();
-  if (!args.json_path.empty()) attn::write_json_file(args.json_path, to_json(run));
+  if (!args.json_path.empty()) results.finish(to_json(run));
   attn::print_verify_summary(std::cout, run);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);
   if (run.failed() > 0) return exit_fail;
@@ -154,7 +160,7 @@ struct PropertiesArgs {
   std::vector<int> properties;
   int cases = 40;
   std::uint64_t seed = 0;
-  std::string single_case;
+  std::optional<std::string> single_case;
   bool large = false;
   std::string json_path;  // --json: the property summary (schema attnbench.properties)
 };
@@ -174,10 +180,12 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
     for (const auto& property : suite) chosen.push_back(&property);
   if (args.cases < 1) throw attn::InputError("--cases must be positive");
   std::optional<attn::Problem> problem;
-  if (!args.single_case.empty()) {
-    problem = attn::parse_problem(args.single_case);
+  if (args.single_case) {
+    problem = attn::parse_problem(*args.single_case);
     problem->validate();
+    attn::check_case_memory(*problem, {}, implementations);
   }
+  if (!args.json_path.empty()) attn::prepare_result_path(args.json_path, "--json");
   attn::PropertyOptions options;
   options.cases = args.cases;
   options.seed = args.seed;
@@ -185,6 +193,7 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
   int failed = 0, findings = 0, gave_up = 0;
   // Saved after every (property, implementation), so a run that dies keeps what it checked.
   attn::PropertiesJson results(options, attn::run_context(attn::default_thread_count()));
+  attn::ResultsFile file(args.json_path);
   if (problem) results.single_case = problem->repro();
   for (const attn::Property* property : chosen) {
     fmt::print("property {}: {}\n", property->number, property->name);
@@ -216,12 +225,12 @@ int run_properties(const attn::Registry& registry, const PropertiesArgs& args) {
       }
       std::fflush(stdout);
       results.add(v, *property, *impl);
-      if (!args.json_path.empty()) attn::write_json_file(args.json_path, results.to_json());
+      if (!args.json_path.empty()) file.save(results.to_json());
     }
   }
   if (!args.json_path.empty()) {
     results.complete = true;
-    attn::write_json_file(args.json_path, results.to_json());
+    file.finish(results.to_json());
   }
   fmt::print("\n{} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
   if (!args.json_path.empty()) fmt::print("results: {}\n", args.json_path);

@@ -1,7 +1,11 @@
 #include "cli/report_command.hpp"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+#include "core/result_file.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
 
@@ -18,8 +22,25 @@ ReportCommand::ReportCommand(CLI::App& app)
 }
 
 int ReportCommand::run() const {
+  // The outputs first: a report that cannot be written is refused before any input is read.
+  prepare_result_dir(out_dir_, "--out");
+  for (const char* file : {"report.md", "report.html"}) prepare_result_path(std::filesystem::path(out_dir_) / file, "--out");
   std::vector<ResultFile> files;
-  for (const auto& path : result_paths_) files.push_back(load_result_file(path));
+  // Files are taken by their schema, not their name: attnbench's other JSON files that a glob
+  // such as results/*.json picks up (gate baselines, cases manifests) are skipped, saying so.
+  for (const auto& path : result_paths_) {
+    try {
+      files.push_back(load_result_file(path));
+    } catch (const NotAResult& e) {
+      fmt::print(stderr, "attnbench report: note: skipped {}\n", e.what());
+      continue;
+    }
+    if (files.back().command == "check")
+      fmt::print(stderr, "attnbench report: note: {} holds `attnbench check` results (the file route: outputs a program wrote), "
+                         "merged as their own implementation\n",
+                 path);
+  }
+  if (files.empty()) throw InputError("none of the files given is a result file (verify, bench, properties or peers)");
   const MergedResults merged = merge_results(files, {allow_mixed_revisions_});
   for (const auto& warning : merged.warnings) fmt::print(stderr, "attnbench report: warning: {}\n", warning);
   const auto [markdown, html] = write_report(render_report(merged), out_dir_);

@@ -11,6 +11,7 @@
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "core/result_file.hpp"
 #include "impls/plugin/plugin_implementation.hpp"
 #include "impls/plugin/worker_process.hpp"
 #include "properties/property_suite.hpp"
@@ -82,8 +83,16 @@ int ValidateCommand::run() const {
   const auto& suite = property_suite();
   for (int number : properties_)
     if (number < 1 || number > int(suite.size())) throw InputError(fmt::format("--properties {}: there are properties 1 to {}", number, suite.size()));
-  std::vector<Problem> cases = single_case_.empty() ? load_cases(cases_) : std::vector<Problem>{parse_problem(single_case_)};
-  for (const auto& p : cases) p.validate();
+  std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
+  for (const auto& p : cases) {
+    p.validate();
+    check_case_memory(p, {});
+  }
+  // Every file it writes, checked before the plugin is loaded: a bad --out is bad input, not a
+  // failure after minutes of cases.
+  prepare_result_dir(out_dir_, "--out");
+  for (const char* file : {"verify.json", "properties.json", "bench.json", "report.md", "report.html"})
+    prepare_result_path(join_path(out_dir_, file), "--out");
 
   plugin::PluginOptions options;
   options.timeout_seconds = timeout_seconds_;
@@ -106,19 +115,19 @@ int ValidateCommand::run() const {
              timeout_seconds_, plugin::timeouts_before_giving_up, plugin->memory_limit_description());
   std::fflush(stdout);
 
-  std::filesystem::create_directories(out_dir_);
   const auto context = run_context(default_thread_count());
   std::vector<std::string> written;
   bool all_held = true;
   int ran = 0;  // verify cases and property draws that ran: none is not a pass
   // --case with --property replays a property's counterexample: that problem, those properties.
-  const bool replay_property = !single_case_.empty() && !properties_.empty();
+  const bool replay_property = single_case_ && !properties_.empty();
 
   // Verify: saved after every case, so a run that dies keeps what it measured.
   if (!replay_property) {
     const std::string path = join_path(out_dir_, "verify.json");
+    ResultsFile file(path);
     VerifyOptions verify_options;
-    if (!single_case_.empty()) {
+    if (single_case_) {
       // A replay runs the case several times, all as case 0 (one layout): a failure that depends
       // on the plugin's earlier calls (state kept between calls, a race lost now and then) shows
       // again, where one call would pass.
@@ -135,10 +144,10 @@ int ValidateCommand::run() const {
       print_verify_row(std::cout, record);
       std::cout.flush();
       progress.step(fmt::format("case {}", record.context->index));
-      write_json_file(path, verify_to_json(so_far, verify_options, context));
+      file.save(verify_to_json(so_far, verify_options, context, "validate"));
     });
     progress.finish();
-    write_json_file(path, verify_to_json(run, verify_options, context));
+    file.finish(verify_to_json(run, verify_options, context, "validate"));
     print_verify_summary(std::cout, run, [&](const Record& r) { return fmt::format("{} --case '{}'", rerun_prefix(), r.context->problem.repro()); });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;
@@ -150,12 +159,13 @@ int ValidateCommand::run() const {
   // a row: each further call would cost a timeout.
   auto stopped = [&] { return !plugin->unavailable_reason().empty() ? plugin->unavailable_reason() : plugin->given_up_reason(); };
   bool runnable = stopped().empty();
-  const bool run_properties = replay_property || (single_case_.empty() && property_cases_ > 0);
+  const bool run_properties = replay_property || (!single_case_ && property_cases_ > 0);
   if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", stopped());
 
   // The property suite, each of its many calls isolated like verify's.
   if (runnable && run_properties) {
     const std::string path = join_path(out_dir_, "properties.json");
+    ResultsFile file(path);
     PropertyOptions property_options;
     property_options.cases = property_cases_;
     property_options.seed = seed_;
@@ -204,10 +214,10 @@ int ValidateCommand::run() const {
       }
       std::fflush(stdout);
       results.add(v, property, *plugin);
-      write_json_file(path, results.to_json());
+      file.save(results.to_json());
     }
     results.complete = true;
-    write_json_file(path, results.to_json());
+    file.finish(results.to_json());
     fmt::print("properties: {} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
     written.push_back(path);
     all_held = all_held && failed == 0;

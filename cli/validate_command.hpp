@@ -5,6 +5,7 @@
 // DIR/properties.json, DIR/bench.json (the usual schemas) and DIR/report.{md,html}.
 // Registered by main.cpp.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ class ValidateCommand {
   CLI::App* command_;
   std::string plugin_path_;
   std::string cases_ = "default";
-  std::string single_case_;
+  std::optional<std::string> single_case_;  // given, even empty: exactly that case
   std::vector<int> properties_;
   int property_cases_ = 100;
   std::uint64_t seed_ = 0;

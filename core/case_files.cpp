@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/mask.hpp"
+#include "core/result_file.hpp"
 
 namespace attn {
 namespace {
@@ -134,15 +135,21 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     const std::regex ours(R"((q|k|v|mask|bias)_\d+\.npy|manifest\.json)");
     std::vector<fs::path> old;
     bool foreign = false;
-    for (const auto& item : fs::directory_iterator(dir)) {
-      if (std::regex_match(item.path().filename().string(), ours))
-        old.push_back(item.path());
-      else
-        foreign = true;
+    try {
+      for (const auto& item : fs::directory_iterator(dir)) {
+        if (std::regex_match(item.path().filename().string(), ours))
+          old.push_back(item.path());
+        else
+          foreign = true;
+      }
+      if (foreign || (!old.empty() && !fs::exists(dir / manifest_name)))
+        throw InputError(fmt::format("{}: not empty and not a cases directory (no {}): refusing to write into it", dir.string(), manifest_name));
+      // Only regular files go: a link or device under one of our names was not written by us.
+      for (const auto& path : old) check_result_path(path);
+      for (const auto& path : old) fs::remove(path);
+    } catch (const fs::filesystem_error& e) {
+      throw InputError(fmt::format("{}: {}", dir.string(), e.code().message()));
     }
-    if (foreign || (!old.empty() && !fs::exists(dir / manifest_name)))
-      throw InputError(fmt::format("{}: not empty and not a cases directory (no {}): refusing to write into it", dir.string(), manifest_name));
-    for (const auto& path : old) fs::remove(path);
   } else if (!fs::create_directories(dir, ec) && ec) {
     throw InputError(fmt::format("{}: cannot create the directory: {}", dir.string(), ec.message()));
   }
@@ -228,9 +235,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     for (const auto& c : declaration->skipped) skipped.push_back({{"index", c.index}, {"repro", c.repro}, {"reason", c.reason}});
     manifest["skipped"] = skipped;
   }
-  std::ofstream out(dir / manifest_name, std::ios::trunc);
-  out << manifest.dump(1) << '\n';
-  if (!out.flush()) throw InputError(fmt::format("{}: write failed", (dir / manifest_name).string()));
+  write_result_file(dir / manifest_name, manifest.dump(1) + '\n');
 }
 
 CaseDirectory read_case_directory(const std::filesystem::path& dir) {
@@ -238,6 +243,9 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
   const std::string name = path.string();
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("{}: no such directory", dir.string()));
+  // A FIFO or a device in its place would be read without end (a link to a regular file is fine).
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(fmt::format("{}: not a regular file", name));
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: no manifest (write the cases directory with `attnbench cases --out`)", name));
   nlohmann::json manifest;

@@ -1,14 +1,21 @@
 #include "core/npy.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <optional>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/result_file.hpp"
 
 namespace attn::npy {
 namespace {
@@ -204,7 +211,18 @@ std::string shape_string(std::span<const std::int64_t> shape) {
   return fmt::format("({})", fmt::join(shape, ", "));
 }
 
-Array parse(std::span<const std::byte> bytes, std::string_view name) {
+namespace {
+
+// What the preamble and header say: the array's type and shape (no data yet), where the data
+// starts and how many bytes it must be.
+struct Layout {
+  Array meta;
+  std::size_t data_offset = 0;
+  std::size_t data_bytes = 0;
+};
+
+// `bytes` holds at least the preamble and the header (a whole file, or read_file's prefix of it).
+Layout parse_layout(std::span<const std::byte> bytes, std::string_view name) {
   if (bytes.empty()) throw InputError(fmt::format("{}: empty file, not a .npy file", name));
   if (bytes.size() < magic_bytes + 2 || std::memcmp(bytes.data(), magic, magic_bytes) != 0) {
     const bool prefix = bytes.size() < magic_bytes + 2 &&
@@ -261,25 +279,89 @@ Array parse(std::span<const std::byte> bytes, std::string_view name) {
       throw InputError(fmt::format("{}: shape {} is too large", name, shape_string(array.shape)));
     numel *= s;
   }
-  const std::size_t data_bytes = bytes.size() - preamble - header_bytes;
-  if (std::uint64_t(numel * item) != data_bytes)
-    throw InputError(fmt::format("{}: header says shape {} = {} elements of {} bytes but the file holds {} data bytes", name,
-                                 shape_string(array.shape), numel, item, data_bytes));
-  const auto* data = bytes.data() + preamble + header_bytes;
-  array.data.assign(data, data + data_bytes);
-  return array;
+  return {std::move(array), preamble + header_bytes, std::size_t(numel * item)};
 }
 
+void expect_data_bytes(const Layout& layout, std::uint64_t held, std::string_view name) {
+  if (held != layout.data_bytes)
+    throw InputError(fmt::format("{}: header says shape {} = {} elements of {} bytes but the file holds {} data bytes", name,
+                                 shape_string(layout.meta.shape), layout.meta.numel(), item_bytes(layout.meta.type), held));
+}
+
+// Where the header ends, once the preamble in `bytes` says so; nullopt when `bytes` is too short
+// or not a .npy preamble (parse_layout then names the fault).
+std::optional<std::size_t> header_end(std::span<const std::byte> bytes) {
+  if (bytes.size() < magic_bytes + 2 || std::memcmp(bytes.data(), magic, magic_bytes) != 0) return std::nullopt;
+  const int major = std::to_integer<int>(bytes[6]);
+  if (major < 1 || major > 3) return std::nullopt;
+  const int width = major == 1 ? 2 : 4;
+  const std::size_t preamble = magic_bytes + 2 + std::size_t(width);
+  if (bytes.size() < preamble) return std::nullopt;
+  return preamble + read_le(bytes, magic_bytes + 2, width);
+}
+
+}  // namespace
+
+Array parse(std::span<const std::byte> bytes, std::string_view name) {
+  Layout layout = parse_layout(bytes, name);
+  expect_data_bytes(layout, bytes.size() - layout.data_offset, name);
+  const auto* data = bytes.data() + layout.data_offset;
+  layout.meta.data.assign(data, data + layout.data_bytes);
+  return std::move(layout.meta);
+}
+
+// Reads no more than the header promises: the preamble, then the header, then exactly the data
+// bytes it states, once the file's size agrees and the memory is there. A link to /dev/zero, a
+// FIFO or a file larger than its header says is refused, never read to its end.
 Array read_file(const std::filesystem::path& path) {
   const std::string name = path.string();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(fmt::format("{}: no such file", name));
-  if (std::filesystem::is_directory(path, ec)) throw InputError(fmt::format("{}: is a directory, not a .npy file", name));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot be opened for reading", name));
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(fmt::format("{}: read error", name));
-  return parse(std::as_bytes(std::span<const char>(raw)), name);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) throw InputError(fmt::format("{}: no such file", name));
+    throw InputError(fmt::format("{}: cannot be opened for reading: {}", name, std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw InputError(fmt::format("{}: cannot be read: {}", name, std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw InputError(fmt::format("{}: is a directory, not a .npy file", name));
+  if (!S_ISREG(st.st_mode))
+    throw InputError(fmt::format("{}: not a regular file (a device, FIFO or socket): a .npy file is only read from a regular file", name));
+  const std::uint64_t size = std::uint64_t(st.st_size);
+  std::vector<std::byte> bytes;
+  // Appends up to `count` bytes; returns false where the file ended first.
+  auto read_more = [&](std::uint64_t count) {
+    const std::size_t at = bytes.size();
+    bytes.resize(at + std::size_t(count));
+    std::size_t done = 0;
+    while (done < count) {
+      const ssize_t n = ::read(fd, bytes.data() + at + done, std::size_t(count) - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw InputError(fmt::format("{}: read error: {}", name, std::strerror(errno)));
+      if (n == 0) break;
+      done += std::size_t(n);
+    }
+    bytes.resize(at + done);
+    return done == count;
+  };
+  constexpr std::uint64_t longest_preamble = magic_bytes + 2 + 4;
+  read_more(std::min(size, longest_preamble));
+  const auto end = header_end(bytes);
+  if (!end) return parse(bytes, name);  // names what is wrong with the preamble
+  read_more(std::min<std::uint64_t>(*end, size) - bytes.size());
+  Layout layout = parse_layout(bytes, name);
+  expect_data_bytes(layout, size - std::min<std::uint64_t>(size, layout.data_offset), name);
+  check_memory_fits(double(layout.data_bytes), fmt::format("{} ({} bytes of data)", name, layout.data_bytes));
+  // The data straight into the array: no second copy of what may be most of the memory.
+  bytes.clear();
+  if (!read_more(layout.data_bytes))
+    throw InputError(fmt::format("{}: truncated while reading: {} of the {} data bytes its header promises", name, bytes.size(),
+                                 layout.data_bytes));
+  layout.meta.data = std::move(bytes);
+  return std::move(layout.meta);
 }
 
 std::vector<std::byte> serialize(const Array& array, int major_version) {
@@ -309,10 +391,7 @@ std::vector<std::byte> serialize(const Array& array, int major_version) {
 
 void write_file(const std::filesystem::path& path, const Array& array, int major_version) {
   const auto bytes = serialize(array, major_version);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError(fmt::format("{}: cannot be opened for writing", path.string()));
-  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  if (!out.flush()) throw InputError(fmt::format("{}: write failed", path.string()));
+  write_result_file(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace attn::npy

@@ -237,6 +237,8 @@ std::string Problem::label() const {
 }
 
 Problem parse_problem(std::string_view repro) {
+  // A case file may annotate a case after it; no value contains '#', so it always starts a comment.
+  repro = repro.substr(0, repro.find('#'));
   Problem p;
   std::map<std::string, std::string, std::less<>> seen;
   std::istringstream stream{std::string(repro)};
@@ -274,7 +276,14 @@ Problem parse_problem(std::string_view repro) {
     else
       throw InputError(fmt::format("unknown repro key '{}' (known: b hq hkv nq nk dk dv dtype causal pad padq bool bias scale regime seed layout)", key));
   }
-  if (seen.empty()) throw InputError("empty repro string");
+  if (seen.empty()) throw InputError("empty repro string (a case is b=… hq=… hkv=… nq=… nk=… dk=… dv=… dtype=… causal=… regime=… seed=…)");
+  // Every field repro() always prints must be given: a default filled in silently would run a
+  // different case from the one the user meant (a shape or seed mistyped away).
+  std::vector<std::string_view> missing;
+  for (std::string_view key : {"b", "hq", "hkv", "nq", "nk", "dk", "dv", "dtype", "causal", "regime", "seed"})
+    if (!seen.contains(key)) missing.push_back(key);
+  if (!missing.empty())
+    throw InputError(fmt::format("repro string lacks {} (required: b hq hkv nq nk dk dv dtype causal regime seed)", fmt::join(missing, " ")));
   p.validate();
   return p;
 }

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "core/parallel.hpp"
 #include "impls/capability_space.hpp"
 #include "judge/judge.hpp"
 
@@ -183,8 +187,59 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
 
 }  // namespace
 
+CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations) {
+  const double b = double(p.batch), hq = double(p.h_q), hkv = double(p.h_kv), nq = double(p.n_q), nk = double(p.n_k);
+  const double dk = double(p.d_k), dv = double(p.d_v), e = bytes_per_element(p.dtype);
+  const double q = b * hq * nq * dk, k = b * hkv * nk * dk, v = b * hkv * nk * dv, o = b * hq * nq * dv, rows = b * hq * nq;
+  auto mask_elements = [&](Broadcast bc) {
+    const bool per_batch = bc == Broadcast::per_batch || bc == Broadcast::per_batch_head;
+    const bool per_head = bc == Broadcast::per_head || bc == Broadcast::per_batch_head;
+    return (per_batch ? b : 1.0) * (per_head ? hq : 1.0) * nq * nk;
+  };
+  CaseMemory m;
+  m.inputs = e * (q + k + v) + 8.0 * double(p.padding.valid_len.size());
+  if (p.bool_mask.enabled) m.inputs += mask_elements(p.bool_mask.broadcast);
+  if (p.bias.enabled) m.inputs += e * mask_elements(p.bias.broadcast);
+  // Rows the reference computes: all, or about max_work's worth when sampling is asked for.
+  const double work_per_row = nk * (dk + dv);
+  double ref_rows = rows;
+  if (rows * work_per_row > 2.0 * reference.max_work)
+    ref_rows = std::min(rows, std::max(double(reference.min_sampled_rows), reference.max_work / work_per_row));
+  const double threads = reference.threads > 0 ? reference.threads : default_thread_count();
+  // Per row kept: out and naive_bound (d_v doubles each), lse, the flags, its index and summary.
+  // Per thread: a few n_k-long vectors of doubles and key indices while a row is computed.
+  m.reference = 8.0 * (q + k + v) + ref_rows * (16.0 * dv + 8.0 + 2.0 + 8.0 + sizeof(double) * 8.0) + threads * 64.0 * (nk + dv);
+  if (reference.weights) m.reference += ref_rows * nk * 8.0;
+  const double acc = p.dtype == DType::f64 ? 8.0 : 4.0;
+  m.yardstick = e * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
+  m.outputs = 2.0 * (e * o + acc * rows);
+  // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.
+  if (m.total() < double(std::numeric_limits<std::int64_t>::max()))
+    for (const Implementation* impl : implementations) m.workspace = std::max(m.workspace, double(impl->workspace_bytes(p)));
+  return m;
+}
+
+void check_case_memory(const Problem& p, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations) {
+  const auto available = available_memory_bytes();
+  if (!available) return;
+  const CaseMemory m = case_memory(p, reference, {});
+  // The figures are refused before an implementation is asked for its workspace (see case_memory).
+  const CaseMemory with_workspace = m.total() <= *available ? case_memory(p, reference, implementations) : m;
+  if (with_workspace.total() <= *available) return;
+  throw InputError(fmt::format("case '{}' needs about {} of memory (inputs {}, reference {}, naive yardstick {}, outputs {}{}); {} is "
+                               "available here",
+                               p.repro(), format_bytes(with_workspace.total()), format_bytes(m.inputs), format_bytes(m.reference),
+                               format_bytes(m.yardstick), format_bytes(m.outputs),
+                               with_workspace.workspace > 0 ? ", implementation workspace " + format_bytes(with_workspace.workspace) : "",
+                               format_bytes(*available)));
+}
+
 VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
                  const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record) {
+  for (const Problem& p : cases) {
+    p.validate();
+    check_case_memory(p, options.reference, implementations);
+  }
   VerifyRun run;
   run.named_cases = cases.size();
   std::vector<Capabilities> caps;

@@ -99,8 +99,24 @@ struct Coverage {
 };
 Coverage coverage_of(const VerifyRun& run, const std::string& implementation);
 
+// The memory verifying one case holds at its peak, in bytes, by part: the inputs (Q, K, V, mask,
+// bias), the reference (inputs widened to double, its per-row results, each thread's row buffers),
+// the yardstick (the naive algorithm's outputs and its n_q x n_k score workspace) and an
+// implementation's outputs (twice: a failure is rerun). In double: a size typed by mistake (n_q =
+// 10^9) must give a figure, not overflow.
+struct CaseMemory {
+  double inputs = 0, reference = 0, yardstick = 0, outputs = 0, workspace = 0;
+  double total() const { return inputs + reference + yardstick + outputs + workspace; }
+};
+CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations = {});
+
+// Throws InputError, naming the case and what it needs, for a case that cannot fit in the memory
+// available here (core/memory.hpp): refused before anything is allocated.
+void check_case_memory(const Problem& p, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations = {});
+
 // Runs implementations × cases in case order. on_record is called as each record is made,
-// so a caller can print and save progressively.
+// so a caller can print and save progressively. Every case's memory is checked first
+// (check_case_memory), so an impossible case is refused before any case runs.
 VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
                  const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record = {});
 

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "core/result_file.hpp"
 #include "impls/capability_space.hpp"
 #include "reports/scale_study.hpp"
 #include "reports/svg_chart.hpp"
@@ -755,15 +756,7 @@ std::pair<std::string, std::string> write_report(const Report& report, const std
   std::filesystem::create_directories(d, ec);
   if (ec) throw InputError(fmt::format("--out {}: cannot create the directory: {}", dir, ec.message()));
   auto write = [](const std::filesystem::path& path, const std::string& content) {
-    const std::filesystem::path tmp = path.string() + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out << content;
-      if (!out) throw InputError(fmt::format("cannot write {}", tmp.string()));
-    }
-    std::error_code rename_error;
-    std::filesystem::rename(tmp, path, rename_error);
-    if (rename_error) throw InputError(fmt::format("cannot write {}: {}", path.string(), rename_error.message()));
+    write_result_file(path, content, "--out");
     return path.string();
   };
   return {write(d / "report.md", report.markdown), write(d / "report.html", report.html)};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -90,7 +91,7 @@ std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard) {
 }
 
 ResultFile parse_result_file(const std::string& path, const std::string& text) {
-  ResultFile file{path, {}, {}, std::nullopt, json::object()};
+  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}};
   try {
     file.doc = json::parse(text);
   } catch (const json::parse_error& e) {
@@ -101,6 +102,13 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
   if (doc.contains("schema")) {
     if (!doc["schema"].is_string()) throw InputError(fmt::format("{}: 'schema' is not a string", path));
     file.kind = kind_of_schema(doc["schema"].get<std::string>());
+    const std::string schema = doc["schema"].get<std::string>();
+    if (schema == "attnbench.gate-baseline" || schema == "attnbench.gate-config" || schema == "attnbench.cases")
+      throw NotAResult(fmt::format("{}: {} (schema {}), not a result file", path,
+                                   schema == "attnbench.cases" ? "a cases directory's manifest (attnbench cases)"
+                                   : schema == "attnbench.gate-config" ? "a gate configuration (attnbench gate --config)"
+                                                                        : "a gate baseline (attnbench gate --write-baseline)",
+                                   schema));
     if (file.kind.empty())
       throw InputError(fmt::format("{}: unknown schema '{}' (attnbench reads {}, {}, {}, {})", path, doc["schema"].get<std::string>(),
                                    schema_verify, schema_bench, schema_properties, schema_peers));
@@ -124,6 +132,25 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
   if (!doc.contains(needed) || !doc[needed].is_array())
     throw InputError(fmt::format("{}: a {} result needs an array '{}'", path, file.kind, needed));
 
+  // A record whose status is unknown would be counted as neither passed nor failed: the gate
+  // refuses it, and so does the report.
+  if (file.kind == "verify" || file.kind == "properties") {
+    const bool verify = file.kind == "verify";
+    const char* key = verify ? "status" : "verdict";
+    const std::set<std::string> known = verify ? std::set<std::string>{"pass", "fail", "skip"}
+                                               : std::set<std::string>{"held", "failed", "finding", "not_applicable", "gave_up"};
+    const json& records = doc["records"];
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const json& r = records[i];
+      const std::string value = string_field(r, key);
+      if (known.count(value)) continue;
+      const std::string which = fmt::format("record {} ({}, {} {})", i, string_field(r, "implementation"), verify ? "case" : "property",
+                                            number_text(r, verify ? "case_index" : "property"));
+      const std::string what = value.empty() ? fmt::format("no {}", key) : fmt::format("unknown {} '{}'", key, value);
+      throw InputError(fmt::format("{}: {}: {} (expected {})", path, which, what, fmt::join(known, ", ")));
+    }
+  }
+  file.command = string_field(doc, "command");
   if (doc.contains("shard")) {
     const json& s = doc["shard"];
     if (!s.is_object() || !s.contains("index") || !s.contains("count") || !s["index"].is_number_integer() || !s["count"].is_number_integer())
@@ -141,6 +168,11 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
 }
 
 ResultFile load_result_file(const std::string& path) {
+  // Only a regular file (a link to one is fine): /dev/zero or a FIFO would be read without end.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && status.type() != std::filesystem::file_type::regular)
+    throw InputError(fmt::format("{}: not a regular file (a result file is JSON written by attnbench)", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot read the file (missing or unreadable)", path));
   std::ostringstream text;
@@ -174,7 +206,8 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
   for (const auto& f : files) {
     m.files.push_back(f.path);
     m.contexts.push_back(f.context);
-    m.file_kinds.push_back(f.kind);
+    // Which command wrote a verify-shaped file shows: check's and validate's are not verify's.
+    m.file_kinds.push_back(f.command.empty() || f.command == f.kind ? f.kind : fmt::format("{} ({})", f.kind, f.command));
     m.file_shards.push_back(f.shard ? fmt::format("{}/{}", f.shard->index, f.shard->count) : std::string{});
     if (!m.has(f.kind)) m.kinds.push_back(f.kind);
     if (f.shard)

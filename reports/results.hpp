@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
+
 namespace attn {
 
 // Every result file carries top-level "schema" (one of these) and "schema_version".
@@ -41,11 +43,21 @@ struct ResultFile {
   nlohmann::json doc;
   std::optional<Shard> shard;
   nlohmann::json context;  // the common context block ({} where the file has none)
+  std::string command;     // what wrote a verify-shaped file: verify, check or validate ("" in older files)
 };
 
-// Reads and classifies one file; throws InputError naming the file when it cannot be read, is
-// not JSON, is not an attnbench result, is a newer schema version, or lacks the array its kind
-// needs (verify: records, bench: benchmarks, properties: records, peers: results).
+// An attnbench file that is not a result (a gate baseline or configuration, a cases manifest):
+// `attnbench report` skips it with a note, where a glob such as results/*.json picked it up.
+class NotAResult : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Reads and classifies one file; throws InputError naming the file when it is not a regular file
+// (a device or FIFO is never read from), cannot be read, is not JSON, is not an attnbench result
+// (NotAResult for attnbench's other files), is a newer schema version, lacks the array its kind
+// needs (verify: records, bench: benchmarks, properties: records, peers: results), or holds a
+// record whose status (verify: pass, fail, skip) or verdict (properties) it does not know.
 ResultFile load_result_file(const std::string& path);
 // The same from a string (the path is only used in messages).
 ResultFile parse_result_file(const std::string& path, const std::string& text);

@@ -6,11 +6,15 @@
 #include <fstream>
 #include <map>
 #include <stdexcept>
+#include <utility>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 #include "core/error.hpp"
+#include "core/result_file.hpp"
 
 namespace attn {
 namespace {
@@ -106,7 +110,7 @@ void print_skips(std::ostream& os, const VerifyRun& run) {
 
 }  // namespace
 
-nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context) {
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context, std::string_view command) {
   nlohmann::json records = nlohmann::json::array();
   for (const Record& r : run.records) {
     const CaseContext& c = *r.context;
@@ -153,6 +157,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
                                 {"exercised", c.exercised}, {"not_exercised", c.missing}};
   }
   return {{"schema", "attnbench.verify"},
+          {"command", command},
           {"schema_version", verify_schema_version},
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
@@ -162,19 +167,26 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& document) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path temporary = target.string() + ".tmp";
+  write_result_file(path, document.dump(2) + '\n', "results");
+}
+
+void ResultsFile::save(const nlohmann::json& document) {
   try {
-    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-    {
-      std::ofstream file(temporary);
-      if (!file) throw InputError("cannot open " + temporary.string() + " for writing");
-      file << document.dump(2) << '\n';
-      if (!file) throw InputError("error writing " + temporary.string());
-    }
-    std::filesystem::rename(temporary, target);
-  } catch (const std::filesystem::filesystem_error& e) {
-    throw InputError(std::string("cannot write results to '") + path + "': " + e.what());
+    write_json_file(path_, document);
+  } catch (const InputError& e) {
+    if (!std::exchange(warned_, true))
+      fmt::print(stderr, "attnbench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
+  }
+}
+
+void ResultsFile::finish(const nlohmann::json& document) {
+  try {
+    write_json_file(path_, document);
+    return;
+  } catch (const InputError& e) {
+    const std::string rescue = write_rescue_file(path_, document.dump(2) + '\n');
+    if (rescue.empty()) throw InputError(fmt::format("{}; the results could not be saved anywhere else either", e.what()));
+    throw InputError(fmt::format("{}; the results were saved to {} instead", e.what(), rescue));
   }
 }
 

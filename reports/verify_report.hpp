@@ -12,9 +12,30 @@ namespace attn {
 
 inline constexpr int verify_schema_version = 1;
 
-nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context);
-// Writes atomically (temporary file, then rename), so a reader never sees half a file.
+// `command` (verify, check, validate) is written beside the schema: a report merging a glob of
+// files says which were the file route's or a plugin's.
+nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context,
+                              std::string_view command = "verify");
+// Writes atomically (temporary file, then rename), so a reader never sees half a file; only a
+// regular file is ever replaced (core/result_file.hpp).
 void write_json_file(const std::string& path, const nlohmann::json& document);
+
+// A run's results file, saved after every case: the path was checked before the run, but may
+// turn into a link, a device or a full disk while it goes on. Such a failed save does not end the
+// run (it is reported once); the last save, if it fails too, puts the results in a new file
+// beside the path (or in the temporary folder) and throws InputError naming both, so nothing
+// measured is lost.
+class ResultsFile {
+ public:
+  explicit ResultsFile(std::string path) : path_(std::move(path)) {}
+  void save(const nlohmann::json& document);    // during the run
+  void finish(const nlohmann::json& document);  // at the end
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool warned_ = false;
+};
 
 void print_verify_header(std::ostream& os);
 void print_verify_row(std::ostream& os, const Record& record);

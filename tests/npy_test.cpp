@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -195,7 +196,62 @@ TEST_F(NpyFiles, MissingAndDirectoryNamed) {
   EXPECT_EQ(npy::read_file(dir_ / "a.npy"), a);
 }
 
+std::string read_error(const std::filesystem::path& path) {
+  try {
+    (void)npy::read_file(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(read without an error)";
+}
+
+// The reader takes no more than the header promises: what is not a regular file is never read,
+// a size that disagrees with the header is refused before the data is read, and a promise larger
+// than the memory here is refused before it is allocated.
+TEST_F(NpyFiles, ReadsAtMostWhatTheHeaderPromises) {
+  namespace fs = std::filesystem;
+  fs::create_symlink("/dev/zero", dir_ / "zero.npy");
+  EXPECT_NE(read_error(dir_ / "zero.npy").find("zero.npy: not a regular file"), std::string::npos) << read_error(dir_ / "zero.npy");
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.npy").c_str(), 0600), 0);  // no writer: a blocking open would hang here
+  EXPECT_NE(read_error(dir_ / "fifo.npy").find("fifo.npy: not a regular file"), std::string::npos) << read_error(dir_ / "fifo.npy");
+
+  const Array a = array_of(ElementType::f32, {4, 8});
+  npy::write_file(dir_ / "a.npy", a);
+  const auto whole = fs::file_size(dir_ / "a.npy");
+  fs::copy_file(dir_ / "a.npy", dir_ / "long.npy");
+  std::ofstream(dir_ / "long.npy", std::ios::app | std::ios::binary) << std::string(1000, 'x');
+  EXPECT_NE(read_error(dir_ / "long.npy").find("but the file holds 1128 data bytes"), std::string::npos) << read_error(dir_ / "long.npy");
+  fs::copy_file(dir_ / "a.npy", dir_ / "short.npy");
+  fs::resize_file(dir_ / "short.npy", whole - 5);
+  EXPECT_NE(read_error(dir_ / "short.npy").find("but the file holds 123 data bytes"), std::string::npos) << read_error(dir_ / "short.npy");
+  fs::copy_file(dir_ / "a.npy", dir_ / "header_only.npy");
+  fs::resize_file(dir_ / "header_only.npy", 20);
+  EXPECT_NE(read_error(dir_ / "header_only.npy").find("truncated header"), std::string::npos) << read_error(dir_ / "header_only.npy");
+
+  // 2^40 bytes promised, and a sparse file of exactly that size: refused for memory, not allocated.
+  Array huge;
+  huge.type = ElementType::f32;
+  huge.shape = {std::int64_t(1) << 38};
+  const auto bytes = npy::serialize(Array{huge.type, {1}, std::vector<std::byte>(4)}, 1);
+  std::string header(reinterpret_cast<const char*>(bytes.data()), bytes.size() - 4);
+  const auto at = header.find("(1,)");
+  ASSERT_NE(at, std::string::npos) << header;
+  header.replace(at, 4, "(274877906944,)");
+  header.erase(header.find_last_not_of(" \n") + 1);  // the padding is recomputed below
+  const std::size_t padded = (header.size() + 1 + 63) / 64 * 64;
+  header.append(padded - header.size() - 1, ' ').push_back('\n');
+  const std::uint16_t length = std::uint16_t(header.size() - 10);
+  header[8] = char(length & 0xff), header[9] = char(length >> 8);
+  std::ofstream(dir_ / "huge.npy", std::ios::binary) << header;
+  std::error_code ec;
+  fs::resize_file(dir_ / "huge.npy", header.size() + (std::uintmax_t(1) << 40), ec);
+  if (ec) GTEST_SKIP() << "no sparse file of 1 TiB here: " << ec.message();
+  const std::string message = read_error(dir_ / "huge.npy");
+  EXPECT_NE(message.find("huge.npy (1099511627776 bytes of data) needs about 1 TiB of memory"), std::string::npos) << message;
+}
+
 Problem small(DType dtype, std::string extra = "") {
+  if (extra.find("causal=") == std::string::npos) extra += " causal=none";
   return parse_problem(fmt::format("b=2 hq=2 hkv=1 nq=5 nk=7 dk=4 dv=3 dtype={} {} regime=diffuse seed=11", to_string(dtype), extra));
 }
 

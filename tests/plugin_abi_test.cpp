@@ -48,7 +48,7 @@ attnbench_plugin_v1 description() {
 }
 
 TEST(PluginAbi, ProblemBecomesTheCStruct) {
-  const Problem p = parse_problem("b=2 hq=4 hkv=2 nq=5 nk=7 dk=16 dv=24 dtype=f16 causal=bottom_right pad=3,7 seed=9");
+  const Problem p = parse_problem("b=2 hq=4 hkv=2 nq=5 nk=7 dk=16 dv=24 dtype=f16 causal=bottom_right pad=3,7 regime=diffuse seed=9");
   const attnbench_problem a = to_abi(p);
   EXPECT_EQ(a.struct_size, sizeof(attnbench_problem));
   EXPECT_EQ(a.dtype, ATTNBENCH_DTYPE_F16);
@@ -71,7 +71,7 @@ TEST(PluginAbi, ProblemBecomesTheCStruct) {
 }
 
 TEST(PluginAbi, ExplicitScaleAndMasksCarryOver) {
-  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=8 dv=8 dtype=f32 scale=0.5 bool=0.5@h bias=1@shared");
+  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=8 dv=8 dtype=f32 causal=none scale=0.5 bool=0.5@h bias=1@shared regime=diffuse seed=0");
   const attnbench_problem a = to_abi(p);
   EXPECT_DOUBLE_EQ(a.scale, 0.5);
   EXPECT_EQ(a.has_bool_mask, 1);
@@ -93,7 +93,7 @@ TEST(PluginAbi, LayoutStridesInElements) {
 }
 
 TEST(PluginAbi, BroadcastDimensionsGetStrideZero) {
-  const Problem p = parse_problem("b=2 hq=3 hkv=3 nq=4 nk=5 dk=8 dv=8 dtype=f32");
+  const Problem p = parse_problem("b=2 hq=3 hkv=3 nq=4 nk=5 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=0");
   EXPECT_EQ(broadcast_strides(p, Broadcast::shared), (Strides{0, 0, 5, 1}));
   EXPECT_EQ(broadcast_strides(p, Broadcast::per_batch), (Strides{20, 0, 5, 1}));
   EXPECT_EQ(broadcast_strides(p, Broadcast::per_head), (Strides{0, 20, 5, 1}));
@@ -112,14 +112,14 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   EXPECT_EQ(caps.dtypes, (std::vector<DType>{DType::f32, DType::f16}));
   EXPECT_TRUE(caps.returns_lse);
   EXPECT_EQ(caps.device, "cpu");
-  EXPECT_TRUE(check_capabilities(info, parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=top_left")).ok);
+  EXPECT_TRUE(check_capabilities(info, parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=top_left regime=diffuse seed=0")).ok);
   auto reason = [&](const char* repro) { return check_capabilities(info, parse_problem(repro)).reason; };
-  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f64"), "dtype f64 not declared");
-  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=8 dv=8 dtype=f32"), "head dim d_k=8 not declared (declared: 16 to 128)");
-  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=32 dtype=f32"), "d_k != d_v not declared");
-  EXPECT_EQ(reason("b=1 hq=2 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32"), "GQA/MQA (h_kv < h_q) not declared");
-  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=bottom_right"), "causal bottom-right mask not declared");
-  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 bias=1@shared"), "additive bias not declared");
+  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f64 causal=none regime=diffuse seed=0"), "dtype f64 not declared");
+  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=0"), "head dim d_k=8 not declared (declared: 16 to 128)");
+  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=32 dtype=f32 causal=none regime=diffuse seed=0"), "d_k != d_v not declared");
+  EXPECT_EQ(reason("b=1 hq=2 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0"), "GQA/MQA (h_kv < h_q) not declared");
+  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=bottom_right regime=diffuse seed=0"), "causal bottom-right mask not declared");
+  EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none bias=1@shared regime=diffuse seed=0"), "additive bias not declared");
 }
 
 TEST(PluginAbi, DescriptionIsCheckedAndSurvivesJson) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -265,13 +267,53 @@ TEST(ProblemRepro, BuiltInCaseSetsRoundTrip) {
   }
 }
 
-// Keys may come in any order and missing keys take their defaults.
-TEST(ProblemRepro, ParsesKeysInAnyOrderWithDefaults) {
+const char* const required_fields[] = {"b=2", "hq=1", "hkv=1", "nq=1", "nk=1", "dk=64", "dv=64", "dtype=f32", "causal=none", "regime=diffuse", "seed=9"};
+
+// `tokens` with every required field it does not name added, so a malformed token is what fails,
+// not a missing field.
+std::string complete(const std::string& tokens) {
+  std::set<std::string> keys;
+  std::istringstream stream(tokens);
+  for (std::string token; stream >> token;) keys.insert(token.substr(0, token.find('=')));
+  std::string out = tokens;
+  for (std::string_view field : required_fields)
+    if (!keys.contains(std::string(field.substr(0, field.find('='))))) out.append(" ").append(field);
+  return out;
+}
+
+TEST(ProblemRepro, ParsesKeysInAnyOrder) {
   Problem expected;
   expected.batch = 2;
   expected.seed = 9;
-  EXPECT_EQ(parse_problem("seed=9 b=2"), expected);
-  EXPECT_EQ(parse_problem("  b=2 \t seed=9  "), expected);
+  EXPECT_EQ(parse_problem("seed=9 regime=diffuse causal=none dtype=f32 dv=64 dk=64 nk=1 nq=1 hkv=1 hq=1 b=2"), expected);
+  EXPECT_EQ(parse_problem("  b=2 \t hq=1 hkv=1 nq=1 nk=1 dk=64 dv=64 dtype=f32 causal=none regime=diffuse seed=9  "), expected);
+}
+
+// A field left out is never filled in: the message lists every one missing.
+TEST(ProblemRepro, MissingFieldsAreNamed) {
+  const std::string message = expect_input_error([] { (void)parse_problem("b=1 hq=2"); }, "hkv");
+  EXPECT_NE(message.find("lacks hkv nq nk dk dv dtype causal regime seed"), std::string::npos) << message;
+  for (std::string field : required_fields) {
+    const std::string key = field.substr(0, field.find('='));
+    std::string repro;
+    for (std::string other : required_fields)
+      if (other != field) repro += other + " ";
+    SCOPED_TRACE("without " + key);
+    const std::string without = expect_input_error([&] { (void)parse_problem(repro); }, key);
+    EXPECT_NE(without.find("lacks " + key + " ("), std::string::npos) << without;
+  }
+  // The optional fields may be left out: their defaults are what repro() leaves unprinted.
+  EXPECT_FALSE(parse_problem(complete("")).scale.has_value());
+  EXPECT_EQ(parse_problem(complete("")).layout, Layout::bhsd);
+}
+
+// A case file may note something after a case; the comment is not part of it.
+TEST(ProblemRepro, TrailingCommentIsIgnored) {
+  const Problem plain = parse_problem(complete(""));
+  EXPECT_EQ(parse_problem(complete("") + " # from the nightly log"), plain);
+  EXPECT_EQ(parse_problem(complete("") + "#no space"), plain);
+  expect_input_error([] { (void)parse_problem("# only a comment"); }, "empty");
+  expect_input_error([] { (void)parse_problem("b=2 # hq=1 hkv=1 nq=1 nk=1 dk=64 dv=64 dtype=f32 causal=none regime=diffuse seed=9"); }, "hq");
 }
 
 struct Malformed {
@@ -280,9 +322,13 @@ struct Malformed {
 };
 
 TEST(ProblemRepro, MalformedStringsThrowNamingTheToken) {
+  const Malformed blank[] = {{"", "empty"}, {"   ", "empty"}, {"\t\n", "empty"}};
+  for (const auto& c : blank) {
+    SCOPED_TRACE(std::string("repro: '") + c.repro + "'");
+    expect_input_error([&] { (void)parse_problem(c.repro); }, c.names);
+  }
+  // Each completed with the fields it lacks: the message is about the token, not a missing field.
   const Malformed cases[] = {
-      {"", "empty"},
-      {"   ", "empty"},
       {"b=", "b"},                      // no value
       {"=1", "key"},                    // no key
       {"b", "b"},                       // no '='
@@ -313,8 +359,10 @@ TEST(ProblemRepro, MalformedStringsThrowNamingTheToken) {
       {"b=2 pad=1", "pad"},             // one length per batch expected
   };
   for (const auto& c : cases) {
-    SCOPED_TRACE(std::string("repro: '") + c.repro + "'");
-    expect_input_error([&] { (void)parse_problem(c.repro); }, c.names);
+    const std::string repro = complete(c.repro);
+    SCOPED_TRACE("repro: '" + repro + "'");
+    const std::string message = expect_input_error([&] { (void)parse_problem(repro); }, c.names);
+    EXPECT_EQ(message.find("lacks"), std::string::npos) << message;
   }
 }
 
@@ -347,7 +395,7 @@ TEST(ProblemJson, EveryBuiltInCaseRoundTrips) {
 
 TEST(ProblemJson, MissingOrMalformedReproThrows) {
   EXPECT_THROW((void)nlohmann::json::object().get<Problem>(), InputError);
-  const nlohmann::json not_a_string = {{"repro", 3}}, invalid = {{"repro", "b=0"}};
+  const nlohmann::json not_a_string = {{"repro", 3}}, invalid = {{"repro", "b=0 hq=1 hkv=1 nq=1 nk=1 dk=64 dv=64 dtype=f32 causal=none regime=diffuse seed=9"}};
   EXPECT_THROW((void)not_a_string.get<Problem>(), InputError);
   EXPECT_THROW((void)invalid.get<Problem>(), InputError);
   EXPECT_THROW((void)nlohmann::json::array().get<Problem>(), InputError);

@@ -2,7 +2,9 @@
 # Result files and `attnbench report` end to end: verify, bench and properties with --json and
 # --shard; the shards partition the cases (families) and `report` merges them into the unsharded
 # run's records; a verify and a bench run killed midway leave valid JSON with what finished;
-# bad input (missing file, malformed JSON, a foreign schema, a bad --shard) exits 2 naming it.
+# bad input (missing file, malformed JSON, a foreign schema, an unknown record status, a link to
+# /dev/zero or a FIFO, a bad --shard) exits 2 naming it; attnbench's files that are not results
+# (a gate baseline, a cases manifest) are skipped with a note.
 # Usage: report_cli.sh path/to/attnbench [OUTDIR]   (OUTDIR keeps the report for report_chromium)
 set -u
 
@@ -21,11 +23,11 @@ expect_err() {
 
 # Five tiny cases, every dtype.
 cat >cases.txt <<'CASES'
-b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1
+b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1
 b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=4 dtype=f16 causal=top_left regime=peaked seed=2
-b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 pad=3,7 regime=saturated seed=3
+b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 causal=none pad=3,7 regime=saturated seed=3
 b=1 hq=1 hkv=1 nq=6 nk=6 dk=4 dv=4 dtype=f64 causal=bottom_right regime=sparse_int seed=4
-b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 regime=large seed=5
+b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 causal=none regime=large seed=5
 CASES
 
 # --- verify: whole, and in three shards ---------------------------------------------------------
@@ -130,6 +132,57 @@ python3 -c "import json; d=json.load(open('bench.json')); d['attnbench']['contex
 run mixed report verify.json old.json --out bad
 expect_rc 2
 expect_err "--allow-mixed-revisions"
+# A status the report does not know (the gate refuses it too): exit 2 naming file and record.
+python3 -c "import json; d=json.load(open('verify.json')); d['records'][3]['status']='banana'; json.dump(d, open('banana.json','w'))"
+run banana report banana.json --out bad
+expect_rc 2
+expect_err "banana.json: record 3 ("
+expect_err "unknown status 'banana'"
+# Not a file to read from: a link to /dev/zero or a FIFO is refused, not read without end.
+ln -s /dev/zero zero.json
+mkfifo fifo.json
+for input in zero fifo; do
+  timeout 20 "$bin" report "$input.json" --out bad >"report_$input.out" 2>"report_$input.err"
+  rc=$? last=report_$input  # as run does, under a timeout: a read without end must not hang the test
+  expect_rc 2
+  expect_err "$input.json: not a regular file"
+  timeout 20 "$bin" gate --write-baseline "gate_$input.json" "$input.json" >"gate_$input.out" 2>"gate_$input.err"
+  rc=$? last=gate_$input
+  expect_rc 2
+  expect_err "$input.json: not a regular file"
+done
+
+# --- inputs are chosen by schema: what a glob such as results/*.json picks up besides results ----
+# A gate baseline and a cases manifest are skipped with a note; check's results (the file
+# route's) are merged as their own implementation, and the report says so.
+mkdir -p glob
+cp verify.json bench.json properties.json glob/
+run glob_baseline gate --write-baseline glob/baseline.json verify.json
+expect_rc 0
+run glob_cases cases --out glob_cases --case "$(head -1 cases.txt)"
+expect_rc 0
+cp glob_cases/manifest.json glob/cases.json
+run glob_check_outputs verify --impl cpu_naive --case "$(head -1 cases.txt)" --json ''
+expect_rc 0
+python3 - <<'PY'
+import json
+d = json.load(open("verify.json"))
+d["command"] = "check"
+for r in d["records"]:
+    r["implementation"] = "files:out"
+json.dump(d, open("glob/check.json", "w"))
+PY
+run glob report glob/*.json --out glob_report
+expect_rc 0
+expect_err "note: skipped glob/baseline.json: a gate baseline"
+expect_err "note: skipped glob/cases.json: a cases directory's manifest"
+expect_err "glob/check.json holds \`attnbench check\` results"
+check "the report lists check.json as check's" grep -qF "verify (check)" glob_report/report.md
+check "the report lists the baseline nowhere" bash -c "! grep -qF baseline.json glob_report/report.md"
+run only_baseline report glob/baseline.json --out bad
+expect_rc 2
+expect_err "none of the files given is a result file"
+
 for bad in 0/3 4/3 x 1/0; do
   run "shard_${bad//\//_of_}" verify --cases cases.txt --shard "$bad" --json ''
   expect_rc 2
@@ -141,7 +194,7 @@ expect_err "--shard"
 
 # --- a run killed midway keeps what it measured ---------------------------------------------------
 # verify: 40 cases large enough that the run takes seconds; killed once the file holds a record.
-for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=96 nk=96 dk=32 dv=32 dtype=f32 regime=diffuse seed=$s"; done >slow_cases.txt
+for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=96 nk=96 dk=32 dv=32 dtype=f32 causal=none regime=diffuse seed=$s"; done >slow_cases.txt
 "$bin" verify --impl cpu_naive --cases slow_cases.txt --threads 1 --json killed_verify.json >killed_verify.out 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
@@ -176,6 +229,43 @@ print(f"  bench killed after {len(d['benchmarks'])} benchmark(s), complete={d['a
 PY
 run report_killed report killed_verify.json killed_bench.json --out killed
 expect_rc 0
+
+# --- a results path that turns into a link while the run goes on: nothing measured is lost ----
+# The run goes on; its last save puts everything in PATH.rescued-PID.json beside the path, exit 2
+# says so, and the link is left as it was.
+moved() {  # moved NAME ARGS...: runs attnbench ARGS in the background, replaces NAME.json by a link once written
+  local name=$1
+  shift
+  "$bin" "$@" --json "$tmp/$name.json" >"$name.out" 2>"$name.err" &
+  local pid=$!
+  for _ in $(seq 1 1200); do
+    grep -qs "$marker" "$name.json" && break
+    sleep 0.05
+  done
+  rm -f "$name.json" && ln -s /dev/null "$name.json"
+  wait "$pid"
+  rc=$? last=$name
+}
+# Seconds of cases after the first is saved: the link comes long before the end.
+for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=256 nk=256 dk=32 dv=32 dtype=f32 causal=none regime=diffuse seed=$s"; done >slower_cases.txt
+marker='"case_index"'
+moved moved_verify verify --impl cpu_naive --cases slower_cases.txt --threads 1
+expect_rc 2
+expect_err "the results were saved to $tmp/moved_verify.json.rescued-"
+marker='"run_type"'
+moved moved_bench bench --impl cpu_naive --dtype f32 --masks none --min-n 64 --max-n 1024 --threads 1
+expect_rc 2
+expect_err "the results were saved to $tmp/moved_bench.json.rescued-"
+checks=$((checks + 1))
+python3 - <<'PY' || fail "moved: the rescued results are incomplete or the links were replaced"
+import glob, json, os
+for name, kind, key, count in (("moved_verify", "attnbench.verify", "records", 40), ("moved_bench", "attnbench.bench", "benchmarks", 5)):
+    assert os.readlink(name + ".json") == "/dev/null", name
+    (rescued,) = glob.glob(name + ".json.rescued-*.json")
+    d = json.load(open(rescued))
+    assert d["schema"] == kind and len(d[key]) >= count, (name, len(d[key]))
+print("  results rescued from paths that became links mid-run: complete")
+PY
 
 if [ -n "$keep" ]; then
   mkdir -p "$keep" && cp whole/report.html whole/report.md "$keep/"

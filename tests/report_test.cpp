@@ -42,11 +42,11 @@ std::string message_of(const std::function<void()>& f) {
 // Small cases: cheap enough for the asan build.
 std::vector<Problem> tiny_cases() {
   std::vector<Problem> cases;
-  const char* repros[] = {"b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1",
+  const char* repros[] = {"b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1",
                           "b=1 hq=2 hkv=1 nq=4 nk=4 dk=8 dv=4 dtype=f16 causal=top_left regime=peaked seed=2",
-                          "b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 pad=3,7 regime=saturated seed=3",
+                          "b=2 hq=1 hkv=1 nq=5 nk=7 dk=4 dv=8 dtype=bf16 causal=none pad=3,7 regime=saturated seed=3",
                           "b=1 hq=1 hkv=1 nq=6 nk=6 dk=4 dv=4 dtype=f64 causal=bottom_right regime=sparse_int seed=4",
-                          "b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 regime=large seed=5"};
+                          "b=1 hq=1 hkv=1 nq=2 nk=9 dk=16 dv=4 dtype=f32 causal=none regime=large seed=5"};
   for (const char* r : repros) cases.push_back(parse_problem(r));
   return cases;
 }
@@ -167,7 +167,7 @@ TEST(Schema, EveryKindCarriesSchemaVersionAndContext) {
   v.kind = PropertyVerdict::Kind::failed;
   v.cases = 3;
   v.message = "row 2 sums to 1.5";
-  v.repro = "b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=1";
+  v.repro = "b=1 hq=1 hkv=1 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1";
   Registry registry;
   register_builtin_implementations(registry);
   props.add(v, property_suite()[0], *registry.find("cpu_naive"));
@@ -251,6 +251,45 @@ TEST(BadInput, NamesTheFile) {
             std::string::npos);
 }
 
+// A record whose status the report does not know is refused, as the gate refuses it, naming the
+// file and the record; so is a properties verdict it does not know.
+TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
+  json doc = verify_document(std::nullopt);
+  ASSERT_GE(doc["records"].size(), 2u);
+  doc["records"][1]["status"] = "banana";
+  const std::string m = message_of([&] { parse_result_file("v.json", doc.dump()); });
+  const std::string which = fmt::format("v.json: record 1 ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
+                                        doc["records"][1]["case_index"].dump());
+  EXPECT_NE(m.find(which), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown status 'banana' (expected fail, pass, skip)"), std::string::npos) << m;
+  doc["records"][1].erase("status");
+  EXPECT_NE(message_of([&] { parse_result_file("v.json", doc.dump()); }).find("no status"), std::string::npos);
+  const std::string p = message_of([] {
+    parse_result_file("p.json", R"({"schema": "attnbench.properties", "records": [{"property": 3, "implementation": "x", "verdict": "maybe"}]})");
+  });
+  EXPECT_NE(p.find("p.json: record 0 (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
+}
+
+// attnbench's files that are not results are told apart from foreign JSON: `report` skips them.
+TEST(BadInput, AttnbenchFilesThatAreNotResultsAreNamed) {
+  for (const char* schema : {"attnbench.gate-baseline", "attnbench.gate-config", "attnbench.cases"}) {
+    SCOPED_TRACE(schema);
+    try {
+      parse_result_file("x.json", json{{"schema", schema}, {"schema_version", 1}}.dump());
+      ADD_FAILURE() << "accepted";
+    } catch (const NotAResult& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("x.json: ")), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(schema), std::string::npos) << e.what();
+    }
+  }
+  // The command that wrote a verify-shaped file is kept and shown.
+  json doc = verify_document(std::nullopt);
+  doc["command"] = "check";
+  const MergedResults m = merge_results({parse_result_file("check.json", doc.dump())});
+  ASSERT_EQ(m.file_kinds.size(), 1u);
+  EXPECT_EQ(m.file_kinds[0], "verify (check)");
+}
+
 TEST(Report, HasEverySectionAndSelfContainedHtml) {
   json verify_doc = verify_document(std::nullopt);
   verify_doc["context"]["git_revision"] = "abc1234def56";
@@ -304,12 +343,12 @@ TEST(ScaleStudy, ScaledScoresKeepUnitVarianceAndSpreadWeights) {
 }
 
 TEST(ScaleStudy, CaseRegimesMatchTheirNames) {
-  const CaseRegime diffuse = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=diffuse seed=9"));
-  const CaseRegime peaked = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 regime=peaked seed=9"));
+  const CaseRegime diffuse = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 causal=none regime=diffuse seed=9"));
+  const CaseRegime peaked = case_regime(parse_problem("b=1 hq=2 hkv=2 nq=16 nk=256 dk=64 dv=8 dtype=f32 causal=none regime=peaked seed=9"));
   EXPECT_NEAR(diffuse.score_std, 1.0, 0.25);
   EXPECT_NEAR(peaked.score_std, 8.0, 2.0);
   EXPECT_GT(diffuse.entropy_fraction, peaked.entropy_fraction);
-  const CaseRegime saturated = case_regime(parse_problem("b=1 hq=1 hkv=1 nq=8 nk=64 dk=64 dv=8 dtype=f32 regime=saturated seed=9"));
+  const CaseRegime saturated = case_regime(parse_problem("b=1 hq=1 hkv=1 nq=8 nk=64 dk=64 dv=8 dtype=f32 causal=none regime=saturated seed=9"));
   EXPECT_GT(saturated.max_weight, 0.9);
 }
 

@@ -91,7 +91,7 @@ expect_in foreign.err "foreign: not empty and not a cases directory"
 checks=$((checks + 1))
 [ -f foreign/notes.txt ] || fail "cases removed a file it did not write"
 # An earlier cases directory is replaced, stale cases included.
-run rewrite cases --out cases --case "b=1 hq=1 hkv=1 nq=3 nk=3 dk=4 dv=4 dtype=f32 regime=diffuse seed=1"
+run rewrite cases --out cases --case "b=1 hq=1 hkv=1 nq=3 nk=3 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=1"
 expect_rc 0
 checks=$((checks + 1))
 [ ! -e cases/q_0004.npy ] || fail "a rewritten cases directory kept a stale case"
