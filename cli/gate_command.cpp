@@ -10,28 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/result_file.hpp"
 #include "reports/gate.hpp"
 #include "reports/verify_report.hpp"
 
 namespace attn::cli {
 namespace {
-
-nlohmann::json read_json(const std::string& path) {
-  // Only a regular file (a link to one is fine): /dev/zero or a FIFO would be read without end.
-  std::error_code ec;
-  if (const auto status = std::filesystem::status(path, ec); !ec && status.type() != std::filesystem::file_type::regular)
-    throw InputError(fmt::format("{}: not a regular file", path));
-  std::ifstream file(path);
-  if (!file) throw InputError(fmt::format("{}: cannot open", path));
-  std::stringstream text;
-  text << file.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(fmt::format("{}: malformed JSON: {}", path, e.what()));
-  }
-}
 
 void write_text(const std::string& path, const std::string& text) { write_result_file(path, text); }
 
@@ -55,7 +40,7 @@ GateCommand::GateCommand(CLI::App& app) {
 
 int GateCommand::run() const {
   gate::Results current;
-  for (const auto& path : result_paths_) gate::add_results(current, read_json(path), path);
+  for (const auto& path : result_paths_) gate::add_results(current, read_json_file(path), path);
 
   if (!write_baseline_path_.empty()) {
     if (!config_path_.empty() || !baseline_paths_.empty()) throw InputError("--write-baseline takes RESULTS only (no --config, no --baseline)");
@@ -66,9 +51,9 @@ int GateCommand::run() const {
   }
   if (config_path_.empty()) throw InputError("gate: --config is required (or --write-baseline)");
   if (baseline_paths_.empty()) throw InputError("gate: --baseline is required (or --write-baseline)");
-  const gate::Config config = gate::parse_config(read_json(config_path_), config_path_);
+  const gate::Config config = gate::parse_config(read_json_file(config_path_), config_path_);
   gate::Results baseline;
-  for (const auto& path : baseline_paths_) gate::add_results(baseline, read_json(path), path);
+  for (const auto& path : baseline_paths_) gate::add_results(baseline, read_json_file(path), path);
 
   const gate::Report report = gate::evaluate(config, baseline, current);
   for (const auto& o : report.outcomes) fmt::print("{}\n", gate::format_outcome(o));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/mask.hpp"
 #include "core/result_file.hpp"
 
@@ -243,17 +244,7 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
   const std::string name = path.string();
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("{}: no such directory", dir.string()));
-  // A FIFO or a device in its place would be read without end (a link to a regular file is fine).
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw InputError(fmt::format("{}: not a regular file", name));
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: no manifest (write the cases directory with `attnbench cases --out`)", name));
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
-  }
+  const nlohmann::json manifest = read_json_file(path, "no manifest (write the cases directory with `attnbench cases --out`)");
   CaseDirectory directory;
   directory.dir = dir;
   try {

@@ -1,10 +1,11 @@
 #include "core/case_sets.hpp"
 
-#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace attn {
 namespace {
@@ -151,8 +152,7 @@ std::vector<Problem> load_cases(std::string_view name_or_path) {
   if (name_or_path == "default") return default_cases();
   if (name_or_path == "quick") return quick_cases();
   const std::string path(name_or_path);
-  std::ifstream file(path);
-  if (!file) throw InputError(fmt::format("cannot open case file '{}' (expected default, quick or a readable file)", path));
+  std::istringstream file(read_input_file(path, "no such case file (expected default, quick or a file of repro strings)"));
   std::vector<Problem> cases;
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {

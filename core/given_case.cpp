@@ -9,6 +9,7 @@
 
 #include "core/case_files.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/mask.hpp"
 #include "core/npy.hpp"
 
@@ -37,17 +38,7 @@ struct Settings {
 
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw InputError(fmt::format("{}: missing (write at least {{}}; keys: scale, causal, dtype)", name));
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot be read", name));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
-  }
+  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, causal, dtype)");
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace attn {
 namespace {
@@ -149,18 +150,7 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
 }
 
 Capabilities read_capabilities_file(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw InputError(fmt::format("{}: no such file (the capabilities declaration)", name));
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot be read", name));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", name, e.what()));
-  }
-  return capabilities_from_json(j, name);
+  return capabilities_from_json(read_json_file(path, "no such file (the capabilities declaration)"), path.string());
 }
 
 nlohmann::json capabilities_to_json(const Capabilities& caps) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace attn {
 namespace {
@@ -168,16 +169,7 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
 }
 
 ResultFile load_result_file(const std::string& path) {
-  // Only a regular file (a link to one is fine): /dev/zero or a FIFO would be read without end.
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!ec && status.type() != std::filesystem::file_type::regular)
-    throw InputError(fmt::format("{}: not a regular file (a result file is JSON written by attnbench)", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read the file (missing or unreadable)", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_result_file(path, text.str());
+  return parse_result_file(path, read_input_file(path));
 }
 
 bool MergedResults::has(std::string_view kind) const { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); }

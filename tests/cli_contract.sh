@@ -159,6 +159,8 @@ bad_input zero_batch "b must be positive" verify --case "b=0 $shape dtype=f32 $r
 bad_input negative_sampling "--sample-rows-above must be a non-negative" verify --case "b=1 $shape dtype=f32 $rest" --sample-rows-above -5 --json ''
 bad_input heads "hq = 3 is not a multiple of hkv = 2" verify --case "b=1 hq=3 hkv=2 nq=4 nk=4 dk=8 dv=8 dtype=f32 $rest" --json ''
 bad_input garbage "'garbage'" verify --case 'garbage' --json ''
+bad_input case_file_device "/dev/zero: not a regular file" verify --cases /dev/zero --json ''  # a device is refused, never read without end
+bad_input case_file_missing "nosuch.txt: no such case file" verify --cases nosuch.txt --json ''
 bad_input unknown_key "unknown repro key 'frobnicate'" verify --case "b=1 $shape dtype=f32 $rest frobnicate=2" --json ''
 bad_input bad_dtype "unknown dtype 'f8'" verify --case "b=1 $shape dtype=f8 $rest" --json ''
 # Fields are never filled in silently: a partial string says what it lacks; an empty or blank one

@@ -119,7 +119,7 @@ expect_err "shard(s) 2 of 3 missing"
 # --- bad input: exit 2, naming the file --------------------------------------------------------
 run missing report nosuch.json --out bad
 expect_rc 2
-expect_err "nosuch.json: cannot read"
+expect_err "nosuch.json: no such file"
 printf '{"schema": "attnbench.verify", "records": [' >truncated.json
 run malformed report truncated.json --out bad
 expect_rc 2
