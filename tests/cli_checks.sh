@@ -1,9 +1,24 @@
 # Sourced by the shell tests of the attnbench command (cli_contract.sh, report_cli.sh,
-# file_route/file_route.sh): counting checks and failures, running attnbench with its streams
-# kept, and the exit-code check. Set bin (the attnbench path) and cd into a scratch directory
-# first; the streams of run NAME land in NAME.out and NAME.err there.
+# file_route/*.sh): counting checks and failures, running attnbench with its streams kept, and
+# the exit-code check. Set bin (the attnbench path) and cd into a scratch directory first
+# (enter_scratch_dir); the streams of run NAME land in NAME.out and NAME.err there.
 failures=0
 checks=0
+
+absolute() {  # absolute PATH: PATH made absolute against the directory the test started in
+  case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac
+}
+
+enter_scratch_dir() {  # a fresh directory, removed on exit, as the working directory ($tmp)
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  cd "$tmp" || exit 2
+}
+
+expect_file_has() {  # expect_file_has FILE TEXT: FILE contains TEXT (a fixed string)
+  checks=$((checks + 1))
+  grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
+}
 
 fail() {
   echo "FAIL: $*"

@@ -11,18 +11,11 @@ set -u
 
 bin=${1:?usage: declare.sh ATTNBENCH STANDIN}
 standin=${2:?usage: declare.sh ATTNBENCH STANDIN}
-case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
-case $standin in /*) ;; *) standin=$PWD/$standin ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 2
-
 . "$here/../cli_checks.sh"
-expect_in() {  # expect_in FILE TEXT
-  checks=$((checks + 1))
-  grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
-}
+bin=$(absolute "$bin")
+standin=$(absolute "$standin")
+enter_scratch_dir
 json_check() {  # json_check WHAT FILE PYTHON: the Python (with doc = the JSON file) asserts
   checks=$((checks + 1))
   python3 -c "import json, sys
@@ -38,9 +31,9 @@ EOF
 # --- projected: every case written as its projection, and checked as it -----------------------
 run cases cases --out cases --cases "$here/cases.txt" --declare narrow.json
 expect_rc 0
-expect_in cases.out "5 case(s) written to cases (5 projected onto narrow.json, 0 skipped"
-expect_in cases.out "projected (dtype f32 -> f64) from b=1 hq=2 hkv=2 nq=17"
-expect_in cases.out "projected (dtype f32 -> f64, h_kv 1 -> 2, bias dropped) from"
+expect_file_has cases.out "5 case(s) written to cases (5 projected onto narrow.json, 0 skipped"
+expect_file_has cases.out "projected (dtype f32 -> f64) from b=1 hq=2 hkv=2 nq=17"
+expect_file_has cases.out "projected (dtype f32 -> f64, h_kv 1 -> 2, bias dropped) from"
 json_check "the manifest does not keep the declaration and each case's projection" cases/manifest.json '
 cases = {c["index"]: c for c in doc["cases"]}
 assert doc["declaration"]["dtypes"] == ["f64"] and doc["declaration"]["gqa"] is False, doc["declaration"]
@@ -54,8 +47,8 @@ assert all(c["fully_masked_rows"] == "zeros" for c in cases.values())'
 # check takes the manifest's declaration: the projections are found, none is skipped.
 run projected check --cases cases --outputs out --threads 1 --json projected.json
 expect_rc 0
-expect_in projected.out "declared by cases/manifest.json (its declaration): fully masked rows zeros"
-expect_in projected.out "5 passed, 0 failed, 0 skipped over 5 cases"
+expect_file_has projected.out "declared by cases/manifest.json (its declaration): fully masked rows zeros"
+expect_file_has projected.out "5 passed, 0 failed, 0 skipped over 5 cases"
 json_check "check.json does not say what each case was projected from" projected.json '
 records = doc["records"]
 assert len(records) == 5 and all("projected_from" in r for r in records), records
@@ -64,32 +57,32 @@ assert all(r["status"] == "pass" for r in records)'
 "$standin" cases wrong --wrong-value 2 || fail "the stand-in failed"
 run wrong check --cases cases --outputs wrong --threads 1 --json ""
 expect_rc 1
-expect_in wrong.out "4 passed, 1 failed, 0 skipped over 5 cases"
-expect_in wrong.out "FAIL files:wrong on case 2"
+expect_file_has wrong.out "4 passed, 1 failed, 0 skipped over 5 cases"
+expect_file_has wrong.out "FAIL files:wrong on case 2"
 
 # --- skipped: --no-projection writes only what is declared; check skips the rest --------------
 run skipcases cases --out skipcases --cases "$here/cases.txt" --declare narrow.json --no-projection
 expect_rc 0
-expect_in skipcases.out "0 case(s) written to skipcases (0 projected onto narrow.json, 5 skipped"
-expect_in skipcases.out "case    0: skipped: dtype f32 not declared"
-expect_in skipcases.out "case    2: skipped: dtype f16 not declared"
+expect_file_has skipcases.out "0 case(s) written to skipcases (0 projected onto narrow.json, 5 skipped"
+expect_file_has skipcases.out "case    0: skipped: dtype f32 not declared"
+expect_file_has skipcases.out "case    2: skipped: dtype f16 not declared"
 # Case 1 is f64 but GQA with a bottom-right mask: not declared either.
-expect_in skipcases.out "case    1: skipped: GQA/MQA (h_kv < h_q) not declared"
+expect_file_has skipcases.out "case    1: skipped: GQA/MQA (h_kv < h_q) not declared"
 cat >f64_gqa.json <<'EOF'
 {"dtypes": ["f64"], "masks": ["causal_bottom_right"], "different_dk_dv": true}
 EOF
 run skipcases cases --out skipcases --cases "$here/cases.txt" --declare f64_gqa.json --no-projection
 expect_rc 0
-expect_in skipcases.out "1 case(s) written to skipcases (0 projected onto f64_gqa.json, 4 skipped"
+expect_file_has skipcases.out "1 case(s) written to skipcases (0 projected onto f64_gqa.json, 4 skipped"
 checks=$((checks + 1))
 [ ! -e skipcases/q_0000.npy ] && [ -e skipcases/q_0001.npy ] || fail "--no-projection wrote a skipped case or lost the declared one"
 "$standin" skipcases skipout || fail "the stand-in failed on the declared case"
 run skipped check --cases skipcases --outputs skipout --threads 1 --json skipped.json
 expect_rc 0
-expect_in skipped.out "1 passed, 0 failed, 4 skipped over 5 cases"
+expect_file_has skipped.out "1 passed, 0 failed, 4 skipped over 5 cases"
 # One line for the skipping implementation, its reasons most frequent first.
-expect_in skipped.out "skipped 4 of 5 cases for files:skipout: dtype f32 not declared (2); "
-expect_in skipped.out "dtype bf16 not declared (1)"
+expect_file_has skipped.out "skipped 4 of 5 cases for files:skipout: dtype f32 not declared (2); "
+expect_file_has skipped.out "dtype bf16 not declared (1)"
 json_check "check.json does not record the skips with their reasons" skipped.json '
 statuses = {r["case_index"]: (r["status"], r.get("skip_reason", "")) for r in doc["records"]}
 assert statuses[1] == ("pass", ""), statuses
@@ -98,7 +91,7 @@ assert statuses[3] == ("skip", "dtype bf16 not declared"), statuses'
 rm skipout/out_0001.npy
 run skipmissing check --cases skipcases --outputs skipout --threads 1 --json ""
 expect_rc 1
-expect_in skipmissing.out "skipout/out_0001.npy: no such file"
+expect_file_has skipmissing.out "skipout/out_0001.npy: no such file"
 
 # --- check --declare on a directory written without one: the undeclared cases are skipped -----
 run plain cases --out plain --cases "$here/cases.txt"
@@ -107,12 +100,12 @@ expect_rc 0
 rm plainout/out_0000.npy plainout/out_0002.npy  # undeclared (f32, f16): their absence is no failure
 run plaindeclared check --cases plain --outputs plainout --declare f64_gqa.json --threads 1 --json ""
 expect_rc 0
-expect_in plaindeclared.out "declared by f64_gqa.json"
-expect_in plaindeclared.out "1 passed, 0 failed, 4 skipped over 5 cases"
+expect_file_has plaindeclared.out "declared by f64_gqa.json"
+expect_file_has plaindeclared.out "1 passed, 0 failed, 4 skipped over 5 cases"
 # Without the declaration every case is expected, as before.
 run plainundeclared check --cases plain --outputs plainout --threads 1 --json ""
 expect_rc 1
-expect_in plainundeclared.out "plainout/out_0000.npy: no such file"
+expect_file_has plainundeclared.out "plainout/out_0000.npy: no such file"
 
 # --- fully masked rows by the declared policy (case 3 has a fully masked batch) ----------------
 cat >nanrows.json <<'EOF'
@@ -125,21 +118,21 @@ assert all(c["fully_masked_rows"] == "nan" for c in doc["cases"])'
 "$standin" nancases nanout || fail "the stand-in failed"
 run nanpass check --cases nancases --outputs nanout --threads 1 --json ""
 expect_rc 0
-expect_in nanpass.out "declared by nancases/manifest.json (its declaration): fully masked rows nan"
-expect_in nanpass.out "5 passed, 0 failed, 0 skipped over 5 cases"
+expect_file_has nanpass.out "declared by nancases/manifest.json (its declaration): fully masked rows nan"
+expect_file_has nanpass.out "5 passed, 0 failed, 0 skipped over 5 cases"
 # The same NaN rows against a declaration of zeros: cases 3 and 4 fail, naming the policy.
 cat >zerorows.json <<'EOF'
 {"dtypes": ["f64", "f32", "f16", "bf16"], "fully_masked": "zeros"}
 EOF
 run nanfail check --cases nancases --outputs nanout --declare zerorows.json --threads 1 --json ""
 expect_rc 1
-expect_in nanfail.out "3 passed, 2 failed, 0 skipped over 5 cases"  # case 4 has a fully masked row too
-expect_in nanfail.out "fully masked rows break the declared policy (zeros)"
+expect_file_has nanfail.out "3 passed, 2 failed, 0 skipped over 5 cases"  # case 4 has a fully masked row too
+expect_file_has nanfail.out "fully masked rows break the declared policy (zeros)"
 # Zeros written where NaN is declared fail too.
 "$standin" nancases zeroout --fully-masked zeros || fail "the stand-in failed"
 run zerofail check --cases nancases --outputs zeroout --threads 1 --json ""
 expect_rc 1
-expect_in zerofail.out "fully masked rows break the declared policy (nan)"
+expect_file_has zerofail.out "fully masked rows break the declared policy (nan)"
 # "any": whatever a fully masked row holds (here 7s) passes, and only there: a wrong value elsewhere still fails.
 "$standin" nancases junkout --fully-masked junk || fail "the stand-in failed"
 cat >anyrows.json <<'EOF'
@@ -147,27 +140,27 @@ cat >anyrows.json <<'EOF'
 EOF
 run anypass check --cases nancases --outputs junkout --declare anyrows.json --threads 1 --json ""
 expect_rc 0
-expect_in anypass.out "declared by anyrows.json: fully masked rows any"
-expect_in anypass.out "5 passed, 0 failed, 0 skipped over 5 cases"
+expect_file_has anypass.out "declared by anyrows.json: fully masked rows any"
+expect_file_has anypass.out "5 passed, 0 failed, 0 skipped over 5 cases"
 run junkfail check --cases nancases --outputs junkout --declare zerorows.json --threads 1 --json ""
 expect_rc 1
-expect_in junkfail.out "fully masked rows break the declared policy (zeros): 16 hold finite non-zero values"
+expect_file_has junkfail.out "fully masked rows break the declared policy (zeros): 16 hold finite non-zero values"
 "$standin" nancases junkwrong --fully-masked junk --wrong-value 0 || fail "the stand-in failed"
 run anywrong check --cases nancases --outputs junkwrong --declare anyrows.json --threads 1 --json ""
 expect_rc 1
-expect_in anywrong.out "4 passed, 1 failed, 0 skipped over 5 cases"
+expect_file_has anywrong.out "4 passed, 1 failed, 0 skipped over 5 cases"
 
 # --- malformed declarations: exit 2 naming the fault, for cases and check alike ----------------
 bad() {  # bad NAME CONTENT EXPECTED
   printf '%s\n' "$2" >"$1.json"
   run "$1" cases --out "$1.cases" --cases "$here/cases.txt" --declare "$1.json"
   expect_rc 2
-  expect_in "$1.err" "$3"
+  expect_file_has "$1.err" "$3"
   checks=$((checks + 1))
   [ ! -e "$1.cases/manifest.json" ] || fail "cases wrote $1.cases despite a malformed declaration"
   run "$1.check" check --cases cases --outputs out --declare "$1.json" --json ""
   expect_rc 2
-  expect_in "$1.check.err" "$3"
+  expect_file_has "$1.check.err" "$3"
 }
 bad notjson '{"dtypes": ["f64"' "notjson.json: not valid JSON"
 bad nodtypes '{"masks": []}' "nodtypes.json: 'dtypes' is missing"
@@ -180,12 +173,12 @@ bad badlayout '{"dtypes": ["f32"], "layouts": ["bshd"]}' "badlayout.json: 'layou
 bad baddims '{"dtypes": ["f32"], "min_head_dim": 64, "max_head_dim": 32}' "baddims.json: head dims [64, 32] is empty"
 run nofile cases --out nofile.cases --cases "$here/cases.txt" --declare absent.json
 expect_rc 2
-expect_in nofile.err "absent.json: no such file (the capabilities declaration)"
+expect_file_has nofile.err "absent.json: no such file (the capabilities declaration)"
 # A manifest whose declaration is malformed is bad input too.
 cp -r cases badmanifest
 python3 -c "import json; p='badmanifest/manifest.json'; d=json.load(open(p)); d['declaration']['dtypes']=['f8']; json.dump(d, open(p,'w'))"
 run badmanifest check --cases badmanifest --outputs out --json ""
 expect_rc 2
-expect_in badmanifest.err "badmanifest/manifest.json (its declaration): 'dtypes': unknown dtype 'f8'"
+expect_file_has badmanifest.err "badmanifest/manifest.json (its declaration): 'dtypes': unknown dtype 'f8'"
 
 finish file_route_declare

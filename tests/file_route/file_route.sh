@@ -9,23 +9,16 @@ set -u
 
 bin=${1:?usage: file_route.sh ATTNBENCH STANDIN}
 standin=${2:?usage: file_route.sh ATTNBENCH STANDIN}
-case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
-case $standin in /*) ;; *) standin=$PWD/$standin ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 2
-
 . "$here/../cli_checks.sh"
-expect_in() {  # expect_in FILE TEXT
-  checks=$((checks + 1))
-  grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
-}
+bin=$(absolute "$bin")
+standin=$(absolute "$standin")
+enter_scratch_dir
 
 # --- cases -> the stand-in -> check ------------------------------------------------------------
 run cases cases --out cases --cases "$here/cases.txt"
 expect_rc 0
-expect_in cases.out "5 case(s) written to cases"
+expect_file_has cases.out "5 case(s) written to cases"
 for f in manifest.json q_0000.npy k_0001.npy v_0002.npy mask_0003.npy mask_0004.npy bias_0004.npy; do
   checks=$((checks + 1))
   [ -f "cases/$f" ] || fail "cases/$f was not written"
@@ -36,8 +29,8 @@ checks=$((checks + 1))
 "$standin" cases good || fail "the stand-in failed on the good run"
 run good check --cases cases --outputs good --threads 1 --json good.json
 expect_rc 0
-expect_in good.out "5 passed, 0 failed, 0 skipped over 5 cases"
-expect_in good.json '"implementation": "files:good"'
+expect_file_has good.out "5 passed, 0 failed, 0 skipped over 5 cases"
+expect_file_has good.json '"implementation": "files:good"'
 # The LSE is checked when the outputs have it: without the files the same outputs pass too.
 "$standin" cases nolse --no-lse || fail "the stand-in failed without lse"
 run nolse check --cases cases --outputs nolse --threads 1 --json ""
@@ -49,11 +42,11 @@ rm bad/out_0001.npy
 truncate -s 200 bad/out_0003.npy
 run bad check --cases cases --outputs bad --threads 1 --json bad.json
 expect_rc 1
-expect_in bad.out "1 passed, 4 failed, 0 skipped over 5 cases"
-expect_in bad.out "bad/out_0001.npy: no such file"
-expect_in bad.out "bad/out_0003.npy: header says shape (2, 2, 8, 16) = 512 elements of 4 bytes but the file holds 72 data bytes"
-expect_in bad.out "bad/out_0002.npy: shape (1, 2, 15, 16) but the case expects (1, 2, 16, 16)"
-expect_in bad.out "FAIL files:bad on case 4"
+expect_file_has bad.out "1 passed, 4 failed, 0 skipped over 5 cases"
+expect_file_has bad.out "bad/out_0001.npy: no such file"
+expect_file_has bad.out "bad/out_0003.npy: header says shape (2, 2, 8, 16) = 512 elements of 4 bytes but the file holds 72 data bytes"
+expect_file_has bad.out "bad/out_0002.npy: shape (1, 2, 15, 16) but the case expects (1, 2, 16, 16)"
+expect_file_has bad.out "FAIL files:bad on case 4"
 checks=$((checks + 1))
 python3 - bad.json <<'PY' || fail "bad.json does not record the five verdicts"
 import json, sys
@@ -68,26 +61,26 @@ cp -r cases edited
 printf '\x01' | dd of=edited/q_0002.npy bs=1 seek=200 conv=notrunc status=none
 run edited check --cases edited --outputs good --json ""
 expect_rc 2
-expect_in edited.err "edited/q_0002.npy: does not hold case 2's q (element"
+expect_file_has edited.err "edited/q_0002.npy: does not hold case 2's q (element"
 
 cp -r cases nomanifest && rm nomanifest/manifest.json
 run nomanifest check --cases nomanifest --outputs good --json ""
 expect_rc 2
-expect_in nomanifest.err "nomanifest/manifest.json: no manifest"
+expect_file_has nomanifest.err "nomanifest/manifest.json: no manifest"
 
 cp -r cases broken && echo '{"schema": "attnbench.cases", "version": 1, "cases": [' >broken/manifest.json
 run broken check --cases broken --outputs good --json ""
 expect_rc 2
-expect_in broken.err "broken/manifest.json: not valid JSON"
+expect_file_has broken.err "broken/manifest.json: not valid JSON"
 
 run nooutputs check --cases cases --outputs absent --json ""
 expect_rc 2
-expect_in nooutputs.err "absent: no such directory"
+expect_file_has nooutputs.err "absent: no such directory"
 
 mkdir foreign && echo keep >foreign/notes.txt
 run foreign cases --out foreign --cases "$here/cases.txt"
 expect_rc 2
-expect_in foreign.err "foreign: not empty and not a cases directory"
+expect_file_has foreign.err "foreign: not empty and not a cases directory"
 checks=$((checks + 1))
 [ -f foreign/notes.txt ] || fail "cases removed a file it did not write"
 # An earlier cases directory is replaced, stale cases included.

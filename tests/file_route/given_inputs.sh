@@ -10,31 +10,24 @@ set -u
 
 bin=${1:?usage: given_inputs.sh ATTNBENCH WRITER}
 writer=${2:?usage: given_inputs.sh ATTNBENCH WRITER}
-case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
-case $writer in /*) ;; *) writer=$PWD/$writer ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 2
-
 . "$here/../cli_checks.sh"
-expect_in() {  # expect_in FILE TEXT
-  checks=$((checks + 1))
-  grep -qF -- "$2" "$1" || { fail "$1 lacks '$2'"; tail -n 25 "$1" | sed 's/^/    ! /'; }
-}
+bin=$(absolute "$bin")
+writer=$(absolute "$writer")
+enter_scratch_dir
 
 # --- exact outputs pass ------------------------------------------------------------------------
 for scenario in masked padq bf16; do
   "$writer" "$scenario" "$scenario" exact || fail "the writer failed on $scenario"
   run "good_$scenario" check --inputs "$scenario" --threads 1 --json "good_$scenario.json"
   expect_rc 0
-  expect_in "good_$scenario.out" "1 passed, 0 failed, 0 skipped over 1 cases"
-  expect_in "good_$scenario.out" "inputs: the tensors in $scenario"
-  expect_in "good_$scenario.json" "\"inputs_from\": \"the tensors in $scenario\""
+  expect_file_has "good_$scenario.out" "1 passed, 0 failed, 0 skipped over 1 cases"
+  expect_file_has "good_$scenario.out" "inputs: the tensors in $scenario"
+  expect_file_has "good_$scenario.json" "\"inputs_from\": \"the tensors in $scenario\""
 done
-expect_in good_masked.out "f32 b2 h4/2 n6x9 d16/8 causal_br+pad+bool+bias"
-expect_in good_padq.out "f16 b2 h2/1 n5 d8 causal_tl+padq"
-expect_in good_bf16.out "bf16 b1 h2 n4x7 d32/16 nomask"
+expect_file_has good_masked.out "f32 b2 h4/2 n6x9 d16/8 causal_br+pad+bool+bias"
+expect_file_has good_padq.out "f16 b2 h2/1 n5 d8 causal_tl+padq"
+expect_file_has good_bf16.out "bf16 b1 h2 n4x7 d32/16 nomask"
 # The LSE was judged too, and the fully masked rows were there.
 checks=$((checks + 1))
 python3 - good_padq.json <<'PY' || fail "good_padq.json: the LSE or the fully masked rows were not checked"
@@ -49,14 +42,14 @@ PY
 mkdir -p outs && cp masked/out.npy outs/out.npy && rm masked/out.npy
 run two check --inputs bf16 --inputs masked --outputs bf16 --outputs outs --json ""
 expect_rc 0
-expect_in two.out "2 passed, 0 failed, 0 skipped over 2 cases"
+expect_file_has two.out "2 passed, 0 failed, 0 skipped over 2 cases"
 
 # --- one element off by 1e-3 fails -------------------------------------------------------------
 "$writer" off masked off || fail "the writer failed on off"
 run off check --inputs off --json off.json
 expect_rc 1
-expect_in off.out "0 passed, 1 failed"
-expect_in off.out "rerun: attnbench check --inputs off (the case is the tensors in off; its repro string cannot regenerate them)"
+expect_file_has off.out "0 passed, 1 failed"
+expect_file_has off.out "rerun: attnbench check --inputs off (the case is the tensors in off; its repro string cannot regenerate them)"
 checks=$((checks + 1))
 ! grep -q "attnbench verify --impl" off.out || fail "off.out offers a rerun that would generate other tensors"
 
@@ -65,7 +58,7 @@ bad() {  # bad MODE SCENARIO TEXT
   "$writer" "bad_$1" "$2" "$1" || fail "the writer failed on $1"
   run "bad_$1" check --inputs "bad_$1" --json ""
   expect_rc 2
-  expect_in "bad_$1.err" "$3"
+  expect_file_has "bad_$1.err" "$3"
 }
 bad unknown-key masked "bad_unknown-key/settings.json: unknown key 'softcap'"
 bad bad-causal masked "bad_bad-causal/settings.json: causal must be"
@@ -77,15 +70,15 @@ bad lens-range padq "bad_lens-range/valid_lens.npy: element 0 = 6 is outside [0,
 "$writer" noout masked exact && rm noout/out.npy
 run noout check --inputs noout --json ""
 expect_rc 2
-expect_in noout.err "noout/out.npy: missing"
+expect_file_has noout.err "noout/out.npy: missing"
 run mixed check --inputs padq --inputs bf16 --json ""
 expect_rc 2
-expect_in mixed.err "the tensors in padq has an lse.npy and the tensors in bf16 has none"
+expect_file_has mixed.err "the tensors in padq has an lse.npy and the tensors in bf16 has none"
 run both check --inputs masked --cases masked --outputs masked
 expect_rc 2
 run count check --inputs masked --inputs bf16 --outputs outs
 expect_rc 2
-expect_in count.err "1 --outputs for 2 --inputs"
+expect_file_has count.err "1 --outputs for 2 --inputs"
 
 echo "given_inputs: $checks checks, $failures failures"
 [ "$failures" -eq 0 ]
