@@ -235,8 +235,8 @@ if grep -q "no case ran for cuda_fused" "$tmp/nothing_ran.out"; then
   # Skips are one line per implementation with the reason, not one table row per case.
   expect_in out "skipped every case for cuda_fused: "
   checks=$((checks + 1))
-  if [ "$(grep -c "cuda_fused" "$tmp/nothing_ran.out")" -gt 6 ]; then
-    fail "nothing_ran: the skipped implementation fills the console"
+  if grep -q "^cuda_fused " "$tmp/nothing_ran.out"; then  # a table row starts with the implementation's name
+    fail "nothing_ran: the skipped implementation fills the table, a row per case"
     show
   fi
   run nothing_ran_allowed verify --impl cuda_fused --cases quick --json '' --allow-empty
