@@ -37,13 +37,11 @@ void expect_same(const Capabilities& a, const Capabilities& b) {
 
 TEST(CapabilityDeclaration, MeansWhatAPluginsDescriptionMeans) {
   plugin::PluginInfo info;
-  info.dtypes = ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F32) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F16);
-  info.layouts = ATTNBENCH_LAYOUT_BHSD;
-  info.masks = ATTNBENCH_MASK_CAUSAL_TOP_LEFT | ATTNBENCH_MASK_PADDING_PER_QUERY | ATTNBENCH_MASK_BIAS;
+  info.dtypes = {{ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f32)}, {ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f16)}};
+  info.layouts = ATTNBENCH_ACCEPTS_BHSD;
+  info.features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_LSE;
   info.head_dims = {64, 128};
   info.fully_masked = FullyMaskedPolicy::nan;
-  info.returns_lse = true;
-  info.deterministic = false;
   const Capabilities from_plugin = plugin::to_capabilities(info);
   const Capabilities from_json = capabilities_from_json(nlohmann::json::parse(R"({
       "dtypes": ["f32", "f16"], "layouts": ["bhsd"], "masks": ["causal_top_left", "padding_per_query", "bias"],

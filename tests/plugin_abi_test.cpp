@@ -1,7 +1,7 @@
-// The plugin ABI's harness side without a worker: a problem as the C struct, the layouts'
-// strides, broadcast strides of the mask and bias, capabilities and support, the description's
-// checks and reserved names, the guarded arena's plan and fault descriptions, the message channel,
-// and the worker's process tree and memory sizes.
+// The plugin ABI's harness side without a worker: the problem as data and as the C struct, the
+// layouts' strides, broadcast strides of the mask and bias, DLPack dtypes, capabilities and
+// support, the description's checks and reserved names, the version 1 shim, the guarded arena's
+// plan and fault descriptions, the message channel, and the worker's process tree and memory sizes.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "impls/plugin/abi_v1_shim.hpp"
+#include "impls/plugin/call_description.hpp"
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/plugin/worker_channel.hpp"
@@ -25,33 +27,40 @@
 namespace attn::plugin {
 namespace {
 
-int dummy_run(const attnbench_problem*, const attnbench_tensor*, const attnbench_tensor*, const attnbench_tensor*, const attnbench_tensor*,
-              const attnbench_tensor*, const attnbench_tensor*, const attnbench_tensor*, char*, size_t) {
-  return 0;
-}
+int dummy_run(const attnbench_call*, char*, size_t) { return 0; }
 
-attnbench_plugin_v1 description() {
-  attnbench_plugin_v1 d{};
-  d.abi_version = ATTNBENCH_PLUGIN_ABI_VERSION;
+const attnbench_role_dtype f32_f16[] = {{ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 32, 1}}, {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 16, 1}}};
+
+attnbench_plugin_v2 description() {
+  attnbench_plugin_v2 d{};
+  d.abi_version = ATTNBENCH_ABI_VERSION;
+  d.struct_size = sizeof(attnbench_plugin_v2);
   d.name = "test";
   d.version = "0.1";
   d.description = "a description";
-  d.capabilities.dtypes = ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F32) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F16);
-  d.capabilities.layouts = ATTNBENCH_LAYOUT_BSHD;
-  d.capabilities.masks = ATTNBENCH_MASK_CAUSAL_TOP_LEFT | ATTNBENCH_MASK_BOOL;
-  d.capabilities.min_head_dim = 16;
-  d.capabilities.max_head_dim = 128;
-  d.capabilities.returns_lse = 1;
-  d.capabilities.device_type = ATTNBENCH_DEVICE_HOST;
+  attnbench_plugin_caps& c = d.capabilities;
+  c.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);
+  c.dtypes = f32_f16;
+  c.dtype_count = 2;
+  c.layouts = ATTNBENCH_ACCEPTS_BSHD;
+  c.features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_BOOL_MASK | ATTNBENCH_FEATURE_LSE | ATTNBENCH_FEATURE_DETERMINISTIC;
+  c.min_head_dim = 16;
+  c.max_head_dim = 128;
+  c.device_type = ATTNBENCH_DL_CPU;
   d.run = dummy_run;
   return d;
 }
 
-TEST(PluginAbi, ProblemBecomesTheCStruct) {
+TEST(PluginAbi, ProblemCrossesAsDataAndBecomesTheCStruct) {
   const Problem p = parse_problem("b=2 hq=4 hkv=2 nq=5 nk=7 dk=16 dv=24 dtype=f16 causal=bottom_right pad=3,7 regime=diffuse seed=9");
-  const attnbench_problem a = to_abi(p);
-  EXPECT_EQ(a.struct_size, sizeof(attnbench_problem));
-  EXPECT_EQ(a.dtype, ATTNBENCH_DTYPE_F16);
+  // What the harness sends, read back as the worker reads it: no repro string on the way.
+  const CallDescription d = nlohmann::json(describe_call(p)).get<CallDescription>();
+  const std::vector<TensorSpec> specs = nlohmann::json(plan_tensors(p, Layout::bshd, true)).get<std::vector<TensorSpec>>();
+  int context = 0;
+  const AbiCall abi(d, specs, &context);
+  const attnbench_call& a = abi.call();
+  EXPECT_EQ(a.struct_size, sizeof(attnbench_call));
+  EXPECT_EQ(a.operation, ATTNBENCH_OP_FORWARD);
   EXPECT_EQ(a.batch, 2);
   EXPECT_EQ(a.h_q, 4);
   EXPECT_EQ(a.h_kv, 2);
@@ -60,24 +69,54 @@ TEST(PluginAbi, ProblemBecomesTheCStruct) {
   EXPECT_EQ(a.d_k, 16);
   EXPECT_EQ(a.d_v, 24);
   EXPECT_DOUBLE_EQ(a.scale, 0.25);
-  EXPECT_EQ(a.causal, ATTNBENCH_CAUSAL_BOTTOM_RIGHT);
-  EXPECT_EQ(a.padding, ATTNBENCH_PADDING_PER_BATCH);
+  EXPECT_EQ(a.window.left, ATTNBENCH_WINDOW_UNBOUNDED);
+  EXPECT_EQ(a.window.right, 0);
+  EXPECT_EQ(a.window.align, ATTNBENCH_ALIGN_BOTTOM_RIGHT);
+  EXPECT_EQ(a.key_padding, ATTNBENCH_KEY_PADDING_PER_BATCH);
   ASSERT_EQ(a.valid_len_count, 2);
-  EXPECT_EQ(a.valid_len, p.padding.valid_len.data());
   EXPECT_EQ(a.valid_len[0], 3);
-  EXPECT_EQ(a.has_bool_mask, 0);
-  EXPECT_EQ(a.has_bias, 0);
+  EXPECT_EQ(a.valid_len[1], 7);
+  EXPECT_EQ(a.accumulation, (DlType{ATTNBENCH_DL_FLOAT, 32, 1}));
   EXPECT_EQ(a.cuda_stream, nullptr);
+  EXPECT_EQ(a.context, &context);
+  EXPECT_EQ(a.tensor_count, ATTNBENCH_ROLE_COUNT);
+  const attnbench_dl_tensor* q = attnbench_call_tensor(&a, ATTNBENCH_ROLE_Q);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->data, nullptr);  // described, not yet placed (what supports() sees)
+  EXPECT_EQ(q->dtype, (DlType{ATTNBENCH_DL_FLOAT, 16, 1}));
+  EXPECT_EQ(q->ndim, 4);
+  EXPECT_EQ(std::vector<std::int64_t>(q->shape, q->shape + 4), (std::vector<std::int64_t>{2, 4, 5, 16}));
+  EXPECT_EQ(std::vector<std::int64_t>(q->strides, q->strides + 4), (std::vector<std::int64_t>{320, 16, 64, 1}));  // BSHD
+  const attnbench_dl_tensor* lse = attnbench_call_tensor(&a, ATTNBENCH_ROLE_LSE);
+  ASSERT_NE(lse, nullptr);
+  EXPECT_EQ(lse->ndim, 3);
+  EXPECT_EQ(lse->dtype, (DlType{ATTNBENCH_DL_FLOAT, 32, 1}));
+  EXPECT_EQ(attnbench_call_tensor(&a, ATTNBENCH_ROLE_MASK), nullptr);
+  EXPECT_EQ(attnbench_call_tensor(&a, ATTNBENCH_ROLE_DQ), nullptr);
+  EXPECT_EQ(attnbench_call_tensor(&a, ATTNBENCH_ROLE_COUNT), nullptr);
 }
 
 TEST(PluginAbi, ExplicitScaleAndMasksCarryOver) {
-  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=8 dv=8 dtype=f32 causal=none scale=0.5 bool=0.5@h bias=1@shared regime=diffuse seed=0");
-  const attnbench_problem a = to_abi(p);
-  EXPECT_DOUBLE_EQ(a.scale, 0.5);
-  EXPECT_EQ(a.has_bool_mask, 1);
-  EXPECT_EQ(a.has_bias, 1);
-  EXPECT_EQ(a.padding, ATTNBENCH_PADDING_NONE);
-  EXPECT_EQ(a.valid_len, nullptr);
+  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=3 dk=8 dv=8 dtype=f64 causal=none scale=0.5 bool=0.5@h bias=1@shared regime=diffuse seed=0");
+  const CallDescription d = describe_call(p);
+  EXPECT_DOUBLE_EQ(d.scale, 0.5);
+  EXPECT_EQ(d.window.left, ATTNBENCH_WINDOW_UNBOUNDED);
+  EXPECT_EQ(d.window.right, ATTNBENCH_WINDOW_UNBOUNDED);
+  EXPECT_EQ(d.key_padding, ATTNBENCH_KEY_PADDING_NONE);
+  EXPECT_TRUE(d.valid_len.empty());
+  EXPECT_EQ(d.accumulation, (DlType{ATTNBENCH_DL_FLOAT, 64, 1}));
+  const std::vector<TensorSpec> specs = plan_tensors(p, Layout::bhsd, false);
+  ASSERT_EQ(specs.size(), 6u);  // q k v out mask bias
+  EXPECT_EQ(specs[4].role, ATTNBENCH_ROLE_MASK);
+  EXPECT_EQ(specs[4].dtype, dl_bool);
+  EXPECT_EQ(specs[4].strides, (Strides{0, 9, 3, 1}));
+  EXPECT_EQ(specs[5].role, ATTNBENCH_ROLE_BIAS);
+  EXPECT_EQ(specs[5].dtype, (DlType{ATTNBENCH_DL_FLOAT, 64, 1}));
+  EXPECT_EQ(specs[5].strides, (Strides{0, 0, 3, 1}));
+  const AbiCall abi(d, specs, nullptr);
+  EXPECT_EQ(abi.call().valid_len, nullptr);
+  EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_LSE), nullptr);
+  EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_BIAS)->shape[3], 3);
 }
 
 TEST(PluginAbi, LayoutStridesInElements) {
@@ -86,9 +125,9 @@ TEST(PluginAbi, LayoutStridesInElements) {
   EXPECT_EQ(layout_strides(s, Layout::bshd), (Strides{105, 7, 21, 1}));
   EXPECT_EQ(storage_elements(s, layout_strides(s, Layout::bshd)), 210);
   EXPECT_EQ(layout_strides(s, Layout::strided), (Strides{3 * 55 + 7, 55, 10, 1}));
-  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_BSHD), std::vector<Layout>{Layout::bshd});
-  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_BHSD), (std::vector<Layout>{Layout::bhsd, Layout::bshd}));
-  EXPECT_EQ(declared_layouts(ATTNBENCH_LAYOUT_STRIDED), std::vector<Layout>{Layout::strided});
+  EXPECT_EQ(declared_layouts(ATTNBENCH_ACCEPTS_BSHD), std::vector<Layout>{Layout::bshd});
+  EXPECT_EQ(declared_layouts(ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_BHSD), (std::vector<Layout>{Layout::bhsd, Layout::bshd}));
+  EXPECT_EQ(declared_layouts(ATTNBENCH_ACCEPTS_STRIDED), std::vector<Layout>{Layout::strided});
   EXPECT_TRUE(declared_layouts(0).empty());
 }
 
@@ -101,9 +140,22 @@ TEST(PluginAbi, BroadcastDimensionsGetStrideZero) {
   EXPECT_EQ(storage_elements({2, 3, 4, 5}, broadcast_strides(p, Broadcast::per_head)), 60);
 }
 
-TEST(PluginAbi, DtypeCodesRoundTrip) {
-  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16}) EXPECT_EQ(dtype_from_abi(to_abi(d)), d);
-  EXPECT_THROW(dtype_from_abi(ATTNBENCH_DTYPE_BOOL), std::invalid_argument);
+TEST(PluginAbi, DtypesAreDlpacks) {
+  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16}) EXPECT_EQ(dtype_from_dl(to_dl(d)), d);
+  EXPECT_EQ(to_dl(DType::bf16), (DlType{4, 16, 1}));  // kDLBfloat
+  EXPECT_EQ(to_dl(DType::f16), (DlType{2, 16, 1}));   // kDLFloat
+  EXPECT_FALSE(dtype_from_dl(dl_bool));
+  EXPECT_FALSE(dtype_from_dl({ATTNBENCH_DL_FLOAT8_E4M3FN, 8, 1}));
+  // DLPack 1.x's codes, fp8 included.
+  EXPECT_EQ(ATTNBENCH_DL_BOOL, 6);
+  EXPECT_EQ(ATTNBENCH_DL_FLOAT8_E4M3FN, 10);
+  EXPECT_EQ(ATTNBENCH_DL_FLOAT8_E5M2, 12);
+  EXPECT_EQ(ATTNBENCH_DL_FLOAT4_E2M1FN, 17);
+  EXPECT_EQ(dl_name({ATTNBENCH_DL_FLOAT8_E4M3FN, 8, 1}), "fp8_e4m3fn");
+  EXPECT_EQ(dl_name({ATTNBENCH_DL_INT, 32, 1}), "int32");
+  EXPECT_EQ(dl_bytes({ATTNBENCH_DL_FLOAT4_E2M1FN, 4, 1}), 1u);
+  EXPECT_EQ(role_name(ATTNBENCH_ROLE_D_O), "d_o");
+  EXPECT_EQ(role_name(ATTNBENCH_ROLE_BLOCK_TABLE), "block_table");
 }
 
 TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
@@ -120,34 +172,171 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   EXPECT_EQ(reason("b=1 hq=2 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0"), "GQA/MQA (h_kv < h_q) not declared");
   EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=bottom_right regime=diffuse seed=0"), "causal bottom-right mask not declared");
   EXPECT_EQ(reason("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none bias=1@shared regime=diffuse seed=0"), "additive bias not declared");
+  // A dtype counts only when q, k, v and o all take it.
+  attnbench_plugin_v2 d = description();
+  const attnbench_role_dtype q_only[] = {{ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 32, 1}}, {ATTNBENCH_ROLE_Q, {ATTNBENCH_DL_FLOAT, 64, 1}},
+                                         {ATTNBENCH_ROLE_K, {ATTNBENCH_DL_FLOAT8_E4M3FN, 8, 1}}};
+  d.capabilities.dtypes = q_only;
+  d.capabilities.dtype_count = 3;
+  EXPECT_EQ(read_plugin_info(d, "/x.so").data_dtypes(), std::vector<DType>{DType::f32});
+  EXPECT_TRUE(read_plugin_info(d, "/x.so").accepts(ATTNBENCH_ROLE_K, {ATTNBENCH_DL_FLOAT8_E4M3FN, 8, 1}));
+  // Declarations version 1 had no field for.
+  d.capabilities.features |= ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE;
+  d.capabilities.matmul_unit_roundoff = 1.0 / 2048;
+  const Capabilities more = to_capabilities(read_plugin_info(d, "/x.so"));
+  EXPECT_TRUE(more.masked_nonfinite_safe);
+  EXPECT_DOUBLE_EQ(more.matmul_unit_roundoff, 1.0 / 2048);
+  d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
+  EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
+            "operation forward not declared");
 }
 
 TEST(PluginAbi, DescriptionIsCheckedAndSurvivesJson) {
-  attnbench_plugin_v1 d = description();
+  attnbench_plugin_v2 d = description();
   const PluginInfo info = read_plugin_info(d, "/x.so");
   const PluginInfo back = nlohmann::json(info).get<PluginInfo>();
   EXPECT_EQ(back.name, "test");
-  EXPECT_EQ(back.layouts, ATTNBENCH_LAYOUT_BSHD);
+  EXPECT_EQ(back.abi_version, 2u);
+  EXPECT_EQ(back.layouts, ATTNBENCH_ACCEPTS_BSHD);
+  EXPECT_EQ(back.features, info.features);
+  EXPECT_EQ(back.dtypes, info.dtypes);
   EXPECT_EQ(back.min_head_dim, 16);
-  EXPECT_TRUE(back.returns_lse);
+  EXPECT_TRUE(back.has(ATTNBENCH_FEATURE_LSE));
   EXPECT_FALSE(back.cuda);
+  auto refused = [](const attnbench_plugin_v2& bad) {
+    try {
+      read_plugin_info(bad, "/x.so");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
   d.capabilities.device_type = 7;
-  EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+  EXPECT_EQ(refused(d), "capabilities.device_type 7 is neither CPU (1) nor CUDA (2)");
   d = description();
   d.run = nullptr;
-  EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+  EXPECT_EQ(refused(d), "its description has no run function");
   d = description();
-  d.capabilities.dtypes = 0;
-  EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+  d.capabilities.dtype_count = 0;
+  EXPECT_EQ(refused(d), "capabilities.dtypes declares no f64, f32, f16 or bf16 for all of q, k, v and o");
   d = description();
   d.capabilities.min_head_dim = 64;
   d.capabilities.max_head_dim = 32;
-  EXPECT_THROW(read_plugin_info(d, "/x.so"), std::runtime_error);
+  EXPECT_EQ(refused(d), "capabilities: head dims [64, 32] is empty and no list is given");
+  d = description();
+  d.struct_size = 16;
+  EXPECT_NE(refused(d).find("struct_size is 16"), std::string::npos);
+  d = description();
+  d.capabilities.operations = 0;
+  EXPECT_EQ(refused(d), "capabilities.operations declares no operation");
+}
+
+// A version 1 plugin through the shim: what it declared means the same, and each version 2 call
+// reaches its run() as the version 1 problem and views it was written for.
+struct SeenByV1 {
+  attnbench_problem problem{};
+  attnbench_tensor q{}, out{}, lse{};
+  bool had_mask = false, had_bias = false;
+};
+SeenByV1 seen;
+int v1_run(const attnbench_problem* p, const attnbench_tensor* q, const attnbench_tensor*, const attnbench_tensor*, const attnbench_tensor* out,
+           const attnbench_tensor* lse, const attnbench_tensor* mask, const attnbench_tensor* bias, char* error, size_t error_len) {
+  seen.problem = *p;
+  seen.q = *q;
+  seen.out = *out;
+  if (lse != nullptr) seen.lse = *lse;
+  seen.had_mask = mask != nullptr;
+  seen.had_bias = bias != nullptr;
+  std::snprintf(error, error_len, "v1 says hello");
+  return 5;
+}
+int v1_supports(const attnbench_problem* p, char* why, size_t why_len) {
+  std::snprintf(why, why_len, "n_q=%lld", static_cast<long long>(p->n_q));
+  return p->n_q < 4;
+}
+
+TEST(PluginAbiV1Shim, CapabilitiesMeanTheSame) {
+  static const int32_t dims[] = {32, 64};
+  attnbench_plugin_v1 v1{};
+  v1.abi_version = 1;
+  v1.name = "old";
+  v1.version = "1";
+  v1.description = "from before version 2";
+  v1.capabilities.dtypes = ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F32) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_BF16);
+  v1.capabilities.layouts = ATTNBENCH_LAYOUT_BHSD | ATTNBENCH_LAYOUT_STRIDED;
+  v1.capabilities.masks = ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT | ATTNBENCH_MASK_PADDING_PER_QUERY | ATTNBENCH_MASK_BIAS;
+  v1.capabilities.fully_masked_policy = ATTNBENCH_FULLY_MASKED_NAN;
+  v1.capabilities.head_dims = dims;
+  v1.capabilities.head_dim_count = 2;
+  v1.capabilities.gqa = 1;
+  v1.capabilities.returns_lse = 1;
+  v1.capabilities.device_type = ATTNBENCH_DEVICE_HOST;
+  v1.run = v1_run;
+  v1.supports = v1_supports;
+  const V1Shim shim(v1);
+  const PluginInfo info = read_plugin_info(shim.plugin(), "/old.so");
+  EXPECT_EQ(info.abi_version, 1u);
+  EXPECT_EQ(info.name, "old");
+  EXPECT_TRUE(info.has_supports);
+  const Capabilities caps = to_capabilities(info);
+  EXPECT_EQ(caps.dtypes, (std::vector<DType>{DType::f32, DType::bf16}));
+  EXPECT_EQ(caps.layouts, (std::vector<Layout>{Layout::bhsd, Layout::strided}));
+  EXPECT_FALSE(caps.masks.causal_top_left);
+  EXPECT_TRUE(caps.masks.causal_bottom_right);
+  EXPECT_FALSE(caps.masks.padding_per_batch);
+  EXPECT_TRUE(caps.masks.padding_per_query);
+  EXPECT_FALSE(caps.masks.bool_mask);
+  EXPECT_TRUE(caps.masks.bias);
+  EXPECT_TRUE(caps.gqa);
+  EXPECT_FALSE(caps.different_dk_dv);
+  EXPECT_TRUE(caps.returns_lse);
+  EXPECT_FALSE(caps.deterministic);
+  EXPECT_EQ(caps.fully_masked, FullyMaskedPolicy::nan);
+  EXPECT_EQ(caps.head_dims, (std::vector<std::int64_t>{32, 64}));
+
+  // A call: the window back as version 1's causal, the LSE 4-D again, the status and message through.
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 nq=5 nk=7 dk=32 dv=32 dtype=bf16 causal=bottom_right bias=1@h regime=diffuse seed=0");
+  AbiCall abi(describe_call(p), plan_tensors(p, Layout::strided, true), shim.plugin().context);
+  float fake[1];
+  for (std::int32_t role : {ATTNBENCH_ROLE_Q, ATTNBENCH_ROLE_K, ATTNBENCH_ROLE_V, ATTNBENCH_ROLE_O, ATTNBENCH_ROLE_LSE, ATTNBENCH_ROLE_BIAS})
+    abi.tensor(role)->data = fake;
+  char error[64] = {};
+  EXPECT_EQ(shim.plugin().run(&abi.call(), error, sizeof error), 5);
+  EXPECT_STREQ(error, "v1 says hello");
+  EXPECT_EQ(seen.problem.struct_size, sizeof(attnbench_problem));
+  EXPECT_EQ(seen.problem.dtype, ATTNBENCH_DTYPE_BF16);
+  EXPECT_EQ(seen.problem.causal, ATTNBENCH_CAUSAL_BOTTOM_RIGHT);
+  EXPECT_EQ(seen.problem.padding, ATTNBENCH_PADDING_NONE);
+  EXPECT_EQ(seen.problem.n_k, 7);
+  EXPECT_DOUBLE_EQ(seen.problem.scale, p.effective_scale());
+  EXPECT_EQ(seen.problem.has_bool_mask, 0);
+  EXPECT_EQ(seen.problem.has_bias, 1);
+  EXPECT_TRUE(seen.had_bias);
+  EXPECT_FALSE(seen.had_mask);
+  EXPECT_EQ(seen.q.dtype, ATTNBENCH_DTYPE_BF16);
+  EXPECT_EQ(seen.q.device_type, ATTNBENCH_DEVICE_HOST);
+  EXPECT_EQ(seen.q.ndim, 4);
+  EXPECT_EQ(seen.q.strides[2], 32 + 3);  // the strided layout's gaps reach it unchanged
+  EXPECT_EQ(seen.lse.ndim, 4);
+  EXPECT_EQ(seen.lse.shape[3], 1);
+  EXPECT_EQ(seen.lse.dtype, ATTNBENCH_DTYPE_F32);
+  EXPECT_EQ(seen.out.data, fake);
+  // supports() gets the same problem.
+  char why[32] = {};
+  EXPECT_EQ(shim.plugin().supports(&abi.call(), why, sizeof why), 0);
+  EXPECT_STREQ(why, "n_q=5");
+  // What version 1 cannot say is refused, never passed on wrong.
+  abi.call().window.left = 3;
+  EXPECT_NE(shim.plugin().run(&abi.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("ABI version 1 cannot express a sliding window"), std::string::npos);
+  abi.call().window.left = ATTNBENCH_WINDOW_UNBOUNDED;
+  abi.call().operation = ATTNBENCH_OP_BACKWARD;
+  EXPECT_EQ(shim.plugin().supports(&abi.call(), why, sizeof why), 0);
 }
 
 // Names key results everywhere: the ABI's alphabet only, and a built-in's name is reserved.
 TEST(PluginAbi, NamesUseTheDocumentedAlphabet) {
-  attnbench_plugin_v1 d = description();
+  attnbench_plugin_v2 d = description();
   for (const char* good : {"c_cpu_reference", "flash-attn.v2", "K9"}) {
     d.name = good;
     EXPECT_NO_THROW(read_plugin_info(d, "/x.so")) << good;

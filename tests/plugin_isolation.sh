@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The acceptance of the plugin route (impls/plugin): `attnbench validate` on the correct C example
 # plugin passes (verify cases and the property suite, the report written); on each deliberately
-# broken plugin (tests/plugins/bad_plugin.c) it completes the run, keeps every case in
+# broken plugin (tests/plugins/bad_plugin.c, on ABI version 1: the shim) it completes the run, keeps every case in
 # verify.json, exits 1 and names the fault precisely; a plugin that cannot be loaded exits 2
 # with the reason.
 # Usage: plugin_isolation.sh ATTNBENCH EXAMPLE_PLUGIN TEST_PLUGIN_DIR CASE_FILE WORK_DIR
@@ -43,6 +43,14 @@ expect_log example "masks: causal top-left, causal bottom-right, padding per bat
 for f in verify.json properties.json report.md report.html; do [[ -s $work/example/$f ]] || fail "example: no $f"; done
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d['complete'] and all(r['verdict'] in ('held','not_applicable','finding') for r in d['records']) else 1)" \
   "$work/example/properties.json" || fail "example: properties.json is incomplete or has a failure"
+
+# The example as it was built against ABI version 1 (tests/plugins/abi_v1, the header and source
+# before version 2) still loads and passes, through the shim.
+validate example_v1 "$plugins/c_cpu_plugin_v1.so" 0 --property-cases "${ATTN_PLUGIN_PROPERTY_CASES:-3}"
+for c in 0 1 2 3; do expect_record example_v1 $c pass; done
+expect_log example_v1 "(ABI version 1)"
+expect_log example_v1 "attnbench validate: PASSED"
+expect_log example "(ABI version 2)"
 
 # A plugin that takes only BSHD gets BSHD strides (it checks) and its output is read back right.
 validate bshd_only "$plugins/bshd_only_plugin.so" 0 --property-cases 2 --properties 3,12
@@ -97,7 +105,7 @@ expect_log missing "no such file"
 validate no_entry "$plugins/no_entry_point.so" 2
 expect_log no_entry "no entry point: the library does not export attnbench_plugin_get"
 validate wrong_abi "$plugins/wrong_abi_version.so" 2
-expect_log wrong_abi "ABI version mismatch: the plugin describes itself as ABI version 99; this attnbench speaks version 1"
+expect_log wrong_abi "ABI version mismatch: the plugin describes itself as ABI version 99; this attnbench speaks versions 2 and 1"
 validate not_a_library "$cases" 2
 expect_log not_a_library "dlopen failed"
 

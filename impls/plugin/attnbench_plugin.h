@@ -1,30 +1,38 @@
-/* attnbench plugin ABI, version 1: how a third-party attention kernel is handed to attnbench.
+/* attnbench plugin ABI, version 2: how a third-party attention kernel is handed to attnbench.
  *
  * A plugin is a shared library exporting one C function,
  *
- *     const attnbench_plugin_v1* attnbench_plugin_get(uint32_t abi_version);
+ *     const attnbench_plugin_v2* attnbench_plugin_get(uint32_t abi_version);
  *
- * attnbench calls it once with the ABI version it speaks (ATTNBENCH_PLUGIN_ABI_VERSION). The plugin
- * returns a pointer to a static description of itself whose abi_version equals the argument, or
- * NULL when it does not speak that version; attnbench refuses a plugin whose answer carries another
- * version. Only C types cross this boundary: no C++ types, no exceptions, no allocation that one
- * side must free on the other. Plain C99; the header is usable from C and C++ (and nvcc).
+ * attnbench calls it with the newest ABI version it speaks (ATTNBENCH_ABI_VERSION, 2), then, if
+ * the answer is NULL, with older ones (1). The plugin returns a pointer to a static description of
+ * itself whose abi_version equals the argument, or NULL when it does not speak that version.
+ * Version 1 plugins (abi_v1/attnbench_plugin.h) keep working unchanged. Only C types cross this
+ * boundary: no C++ types, no exceptions, no allocation that one side must free on the other.
+ * Plain C99; usable from C, C++ and nvcc. This header is the only file a plugin needs.
  *
- * Ownership, in one sentence: attnbench owns every tensor, every string buffer and the problem;
- * the plugin owns its description (static storage, alive until the library is unloaded) and any
- * scratch memory it allocates and frees within one call.
+ * Ownership: attnbench owns every tensor, every string buffer and the call; the plugin owns its
+ * description (static storage, alive until the library is unloaded) and any scratch memory it
+ * allocates and frees within one call.
  *
  * Isolation: attnbench never calls a plugin in its own process. A worker process
  * (attnbench-plugin-host) loads it and makes each call; a crash, an abort, a hang past the
  * timeout, a CUDA error, a write outside an output or into an input becomes that case's failure.
  *
- * Semantics (attnbench's DESIGN.md): O = softmax(Q K^T * scale + bias, masked) V, per (batch,
- * query head); query head h reads key/value head h / (h_q / h_kv). A masked key is excluded
- * exactly, as if it did not exist. A row with no visible key is "fully masked": the plugin writes
- * what its fully_masked_policy declares (zeros and an LSE of -inf, or NaN).
+ * Semantics (attnbench's DESIGN.md), forward: O = softmax(Q K^T * scale + bias, masked) V, per
+ * (batch, query head); query head h reads key/value head h / (h_q / h_kv). A masked key is
+ * excluded exactly, as if it did not exist. A row with no visible key is "fully masked": the
+ * plugin writes what its fully_masked_policy declares. Backward (not yet requested by attnbench;
+ * the fields are fixed now so that a plugin written today needs no new ABI for it): from Q, K, V,
+ * O, LSE and dO, the gradients dQ, dK, dV.
+ *
+ * Tensors are DLPack's: attnbench_dl_tensor, attnbench_dl_datatype and attnbench_dl_device have
+ * the layout and codes of DLPack 1.x's DLTensor, DLDataType and DLDevice (a pointer to one may be
+ * cast to the other; tests/plugin_dlpack_test checks the layout against dlpack.h). They carry our
+ * prefix so that this header and dlpack.h can be included together.
  */
-#ifndef ATTNBENCH_PLUGIN_H
-#define ATTNBENCH_PLUGIN_H
+#ifndef ATTNBENCH_PLUGIN_V2_H
+#define ATTNBENCH_PLUGIN_V2_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -33,139 +41,267 @@
 extern "C" {
 #endif
 
-#define ATTNBENCH_PLUGIN_ABI_VERSION 1u
-/* The exported entry point's name, for dlsym. */
+#define ATTNBENCH_ABI_VERSION 2u
+#ifndef ATTNBENCH_PLUGIN_ENTRY_POINT
+/* The exported entry point's name, for dlsym (the same in every version). */
 #define ATTNBENCH_PLUGIN_ENTRY_POINT "attnbench_plugin_get"
+#endif
 
-/* Element types (attnbench_tensor.dtype). f16 is IEEE binary16, bf16 the upper half of a binary32;
- * both are stored as their 16-bit patterns. bool is one byte per element, 0 (masked) or 1. */
-typedef enum {
-  ATTNBENCH_DTYPE_F64 = 0,
-  ATTNBENCH_DTYPE_F32 = 1,
-  ATTNBENCH_DTYPE_F16 = 2,
-  ATTNBENCH_DTYPE_BF16 = 3,
-  ATTNBENCH_DTYPE_BOOL = 4
-} attnbench_dtype;
-/* Capability bit of a dtype (attnbench_capabilities.dtypes). */
-#define ATTNBENCH_DTYPE_BIT(dtype) (1u << (unsigned)(dtype))
+/* --- DLPack's vocabulary --------------------------------------------------------------------- */
 
-/* Where a tensor's memory is (DLPack's codes). */
-typedef enum { ATTNBENCH_DEVICE_HOST = 1, ATTNBENCH_DEVICE_CUDA = 2 } attnbench_device;
+/* DLDataTypeCode: attnbench_dl_datatype.code. f16 is {FLOAT, 16, 1}, bf16 {BFLOAT, 16, 1}, f32
+ * {FLOAT, 32, 1}, f64 {FLOAT, 64, 1}; a boolean mask {BOOL, 8, 1} (one byte, 0 masked, 1 visible);
+ * an index array (cu_seqlens, block table) {INT, 32, 1}. The fp8, fp6 and fp4 codes are DLPack's. */
+#define ATTNBENCH_DL_INT 0
+#define ATTNBENCH_DL_UINT 1
+#define ATTNBENCH_DL_FLOAT 2
+#define ATTNBENCH_DL_OPAQUE_HANDLE 3
+#define ATTNBENCH_DL_BFLOAT 4
+#define ATTNBENCH_DL_COMPLEX 5
+#define ATTNBENCH_DL_BOOL 6
+#define ATTNBENCH_DL_FLOAT8_E3M4 7
+#define ATTNBENCH_DL_FLOAT8_E4M3 8
+#define ATTNBENCH_DL_FLOAT8_E4M3B11FNUZ 9
+#define ATTNBENCH_DL_FLOAT8_E4M3FN 10
+#define ATTNBENCH_DL_FLOAT8_E4M3FNUZ 11
+#define ATTNBENCH_DL_FLOAT8_E5M2 12
+#define ATTNBENCH_DL_FLOAT8_E5M2FNUZ 13
+#define ATTNBENCH_DL_FLOAT8_E8M0FNU 14
+#define ATTNBENCH_DL_FLOAT6_E2M3FN 15
+#define ATTNBENCH_DL_FLOAT6_E3M2FN 16
+#define ATTNBENCH_DL_FLOAT4_E2M1FN 17
 
-/* Memory layouts a plugin accepts (attnbench_capabilities.layouts). Shapes are always the logical
- * [batch, heads, sequence, head dim]; strides say where elements are:
- *   BHSD:    dense row-major in that order (attnbench's own layout),
- *   BSHD:    dense with sequence before heads (FlashAttention's, PyTorch's [b, s, h, d]),
- *   STRIDED: any strides, read from the tensor (then attnbench may pass either of the above). */
-#define ATTNBENCH_LAYOUT_BHSD (1u << 0)
-#define ATTNBENCH_LAYOUT_BSHD (1u << 1)
-#define ATTNBENCH_LAYOUT_STRIDED (1u << 2)
+/* DLDeviceType: attnbench_dl_device.device_type (attnbench passes CPU or CUDA). */
+#define ATTNBENCH_DL_CPU 1
+#define ATTNBENCH_DL_CUDA 2
 
-/* Mask kinds a plugin implements (attnbench_capabilities.masks). Every kind composes with every
- * other by intersection; a bias is added to the scaled scores of the visible keys. */
-#define ATTNBENCH_MASK_CAUSAL_TOP_LEFT (1u << 0)     /* query i sees key j iff j <= i */
-#define ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT (1u << 1) /* query i sees key j iff j <= i + n_k - n_q */
-#define ATTNBENCH_MASK_PADDING_PER_BATCH (1u << 2)   /* key j visible iff j < valid_len[b] */
-#define ATTNBENCH_MASK_PADDING_PER_QUERY (1u << 3)   /* key j visible iff j < valid_len[b * n_q + i] */
-#define ATTNBENCH_MASK_BOOL (1u << 4)                /* the mask tensor: key visible iff mask != 0 */
-#define ATTNBENCH_MASK_BIAS (1u << 5)                /* the bias tensor, added to the scaled scores */
+typedef struct {
+  uint8_t code;   /* ATTNBENCH_DL_* */
+  uint8_t bits;   /* of one lane */
+  uint16_t lanes; /* 1 */
+} attnbench_dl_datatype;
 
-typedef enum { ATTNBENCH_CAUSAL_NONE = 0, ATTNBENCH_CAUSAL_TOP_LEFT = 1, ATTNBENCH_CAUSAL_BOTTOM_RIGHT = 2 } attnbench_causal;
-typedef enum { ATTNBENCH_PADDING_NONE = 0, ATTNBENCH_PADDING_PER_BATCH = 1, ATTNBENCH_PADDING_PER_QUERY = 2 } attnbench_padding;
-/* What a fully masked row's output is: zeros (LSE -inf), or NaN (LSE NaN or -inf). */
-typedef enum { ATTNBENCH_FULLY_MASKED_ZEROS = 0, ATTNBENCH_FULLY_MASKED_NAN = 1 } attnbench_fully_masked_policy;
+typedef struct {
+  int32_t device_type; /* ATTNBENCH_DL_CPU or ATTNBENCH_DL_CUDA */
+  int32_t device_id;
+} attnbench_dl_device;
 
-/* A tensor view in the spirit of DLPack: attnbench owns the memory. ndim is 4 for every tensor
- * attnbench passes; shape and strides are in ELEMENTS (not bytes), stride 0 broadcasts (the mask
- * and bias over batch or heads). data is a host pointer (device_type HOST) or a CUDA device
- * pointer on device device_id (device_type CUDA). Outputs arrive filled with a NaN pattern no
- * arithmetic produces, so an element the plugin does not write is detected; they end exactly
- * at a guard page (host) or a canary region (CUDA). data is aligned to the element size only. */
-#define ATTNBENCH_MAX_DIMS 4
+/* A tensor view; attnbench owns the memory. shape and strides have ndim entries, strides are in
+ * ELEMENTS (as DLPack's) and never NULL; stride 0 broadcasts (the mask and bias over batch or
+ * heads). data is a host pointer (CPU) or a CUDA device pointer (CUDA, device_id); byte_offset is
+ * 0. Outputs arrive filled with a NaN pattern no arithmetic produces, so an element the plugin
+ * does not write is detected; they end exactly at a guard page (host) or a canary region (CUDA).
+ * data is aligned to the element size only. */
 typedef struct {
   void* data;
-  int32_t dtype;       /* attnbench_dtype */
-  int32_t device_type; /* attnbench_device */
-  int32_t device_id;
+  attnbench_dl_device device;
   int32_t ndim;
-  int64_t shape[ATTNBENCH_MAX_DIMS];
-  int64_t strides[ATTNBENCH_MAX_DIMS];
-} attnbench_tensor;
+  attnbench_dl_datatype dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} attnbench_dl_tensor;
 
-/* The problem of one call; attnbench owns it, valid for the duration of the call. */
+/* --- roles: which tensor is which --------------------------------------------------------------- */
+
+/* attnbench_call.tensors is indexed by role; an absent role's entry is NULL. Shapes (strides in
+ * the tensor; the layout capability says which strides a plugin accepts for q k v o d_o dq dk dv):
+ *   Q, DQ    [batch, h_q,  n_q, d_k]      K, DK  [batch, h_kv, n_k, d_k]
+ *   V, DV    [batch, h_kv, n_k, d_v]      O, D_O [batch, h_q,  n_q, d_v]
+ *   LSE      [batch, h_q, n_q]            natural-log sum of exp of the scaled, masked scores;
+ *                                         f64 for f64 problems, else f32
+ *   BIAS     [batch, h_q, n_q, n_k]       added to the scaled scores; stride 0 where broadcast
+ *   MASK     [batch, h_q, n_q, n_k]       BOOL, nonzero = visible; stride 0 where broadcast. The
+ *                                         window and the padding are NOT folded into it.
+ *   SINK     [h_q]                        reserved: a per-head logit in every row's denominator
+ *   CU_SEQLENS_Q/K  [batch + 1] INT32     reserved: packed sequences (prefix sums of lengths)
+ *   SEQLENS_K       [batch] INT32         reserved: per-sequence key lengths (paged caches)
+ *   BLOCK_TABLE     [batch, blocks] INT32 reserved: paged K/V (page_size keys per block)
+ * Forward: Q K V (BIAS MASK SINK) in, O (LSE) out. Backward: Q K V O LSE D_O (BIAS MASK SINK) in,
+ * DQ DK DV out. Inputs must not be written. */
+#define ATTNBENCH_ROLE_Q 0
+#define ATTNBENCH_ROLE_K 1
+#define ATTNBENCH_ROLE_V 2
+#define ATTNBENCH_ROLE_O 3
+#define ATTNBENCH_ROLE_LSE 4
+#define ATTNBENCH_ROLE_D_O 5
+#define ATTNBENCH_ROLE_DQ 6
+#define ATTNBENCH_ROLE_DK 7
+#define ATTNBENCH_ROLE_DV 8
+#define ATTNBENCH_ROLE_BIAS 9
+#define ATTNBENCH_ROLE_MASK 10
+#define ATTNBENCH_ROLE_SINK 11
+#define ATTNBENCH_ROLE_CU_SEQLENS_Q 12
+#define ATTNBENCH_ROLE_CU_SEQLENS_K 13
+#define ATTNBENCH_ROLE_SEQLENS_K 14
+#define ATTNBENCH_ROLE_BLOCK_TABLE 15
+#define ATTNBENCH_ROLE_COUNT 16
+/* In attnbench_role_dtype.role only: every role holding the problem's data (q k v o bias d_o dq
+ * dk dv), so a plugin of one dtype declares it once. */
+#define ATTNBENCH_ROLE_DATA (-1)
+
+/* --- the call ----------------------------------------------------------------------------------- */
+
+#define ATTNBENCH_OP_FORWARD 0
+#define ATTNBENCH_OP_BACKWARD 1
+#define ATTNBENCH_OP_BIT(op) (1u << (unsigned)(op))
+
+/* Which keys a query sees, as a window around its diagonal. With delta = 0 (ALIGN_TOP_LEFT) or
+ * n_k - n_q (ALIGN_BOTTOM_RIGHT), query i sees key j iff
+ *     (left  < 0 || j >= i + delta - left) && (right < 0 || j <= i + delta + right);
+ * ATTNBENCH_WINDOW_UNBOUNDED (-1) leaves a side open. No window: {-1, -1}; causal: {-1, 0}. */
+#define ATTNBENCH_WINDOW_UNBOUNDED (-1)
+#define ATTNBENCH_ALIGN_TOP_LEFT 0
+#define ATTNBENCH_ALIGN_BOTTOM_RIGHT 1
 typedef struct {
-  uint32_t struct_size; /* sizeof(attnbench_problem) of attnbench's build: fields may be appended */
-  int32_t dtype;        /* of q, k, v, out and bias (attnbench_dtype) */
+  int64_t left, right;
+  int32_t align;
+  int32_t reserved; /* 0 */
+} attnbench_window;
+
+/* Key padding: key j of batch b (query i) visible iff j < valid_len[b] (PER_BATCH) or
+ * j < valid_len[b * n_q + i] (PER_QUERY). */
+#define ATTNBENCH_KEY_PADDING_NONE 0
+#define ATTNBENCH_KEY_PADDING_PER_BATCH 1
+#define ATTNBENCH_KEY_PADDING_PER_QUERY 2
+
+/* One call (run) or one question (supports); attnbench owns it, valid for the call's duration. */
+typedef struct {
+  uint32_t struct_size; /* sizeof(attnbench_call) of attnbench's build: fields may be appended */
+  int32_t operation;    /* ATTNBENCH_OP_* */
   int64_t batch, h_q, h_kv, n_q, n_k, d_k, d_v;
-  double scale;         /* multiply Q K^T by this (1/sqrt(d_k) unless the case sets another) */
-  int32_t causal;       /* attnbench_causal */
-  int32_t padding;      /* attnbench_padding */
-  /* PER_BATCH: batch entries; PER_QUERY: batch * n_q entries (b * n_q + i); else NULL and 0.
-   * Host memory even for a CUDA plugin (it is also in the mask tensor's terms, see run). */
-  const int64_t* valid_len;
+  double scale; /* multiply Q K^T by this (1/sqrt(d_k) unless the case sets another) */
+  attnbench_window window;
+  int32_t key_padding; /* ATTNBENCH_KEY_PADDING_* */
+  int32_t reserved0;
+  const int64_t* valid_len; /* host memory; batch or batch * n_q entries; NULL when NONE */
   int64_t valid_len_count;
-  int32_t has_bool_mask; /* run's mask tensor is non-NULL */
-  int32_t has_bias;      /* run's bias tensor is non-NULL */
-  /* CUDA plugins: the cudaStream_t to enqueue on (attnbench synchronises it after run returns,
-   * and checks for CUDA errors); NULL for host plugins. */
+  /* Reserved for the variants later versions of attnbench request (each has a feature bit; 0
+   * means off): tanh soft-capping of the scaled scores at +-softcap, dropout with its probability
+   * and seed, packed sequences' longest lengths, the paged caches' page size. */
+  double softcap;
+  double dropout_p;
+  uint64_t dropout_seed;
+  int64_t max_seqlen_q, max_seqlen_k;
+  int64_t page_size;
+  /* The precision attnbench's reference accumulates in: {FLOAT, 64} for f64 data, else {FLOAT,
+   * 32}. Informational: the pass rule is attnbench's (DESIGN.md). */
+  attnbench_dl_datatype accumulation;
+  int32_t reserved1;
+  /* CUDA plugins: the cudaStream_t to enqueue on (attnbench synchronises it after run returns and
+   * checks for CUDA errors); NULL for host plugins. */
   void* cuda_stream;
-} attnbench_problem;
+  void* context; /* the description's context, as given */
+  /* Indexed by ATTNBENCH_ROLE_*, tensor_count entries (ATTNBENCH_ROLE_COUNT of attnbench's build;
+   * read through attnbench_call_tensor). In supports() every tensor is described (dtype, shape,
+   * strides) with data NULL. */
+  int32_t tensor_count;
+  int32_t reserved2;
+  const attnbench_dl_tensor* const* tensors;
+} attnbench_call;
 
-/* What a plugin supports. attnbench skips (with the reason) any case outside it, so declare only
- * what the kernel implements: a declared capability that is wrong is a failure, not a skip. */
+/* The tensor of a role, or NULL when the call has none. */
+static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_call* call, int role) {
+  return role >= 0 && role < call->tensor_count ? call->tensors[role] : NULL;
+}
+
+/* --- capabilities -------------------------------------------------------------------------------- */
+
+/* Features a plugin implements (attnbench_plugin_caps.features). Every mask composes with every
+ * other by intersection; a bias is added to the scaled scores of the visible keys. attnbench
+ * skips (with the reason) any case outside them, so declare only what the kernel implements: a
+ * declared capability that is wrong is a failure, not a skip. */
+#define ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT (1u << 0)     /* window {-1, 0} aligned top-left */
+#define ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT (1u << 1) /* window {-1, 0} aligned bottom-right */
+#define ATTNBENCH_FEATURE_PADDING_PER_BATCH (1u << 2)
+#define ATTNBENCH_FEATURE_PADDING_PER_QUERY (1u << 3)
+#define ATTNBENCH_FEATURE_BOOL_MASK (1u << 4)
+#define ATTNBENCH_FEATURE_BIAS (1u << 5)
+#define ATTNBENCH_FEATURE_SLIDING_WINDOW (1u << 6) /* any window with a bounded side */
+#define ATTNBENCH_FEATURE_GQA (1u << 8)            /* h_kv < h_q (GQA, MQA) */
+#define ATTNBENCH_FEATURE_DIFFERENT_DK_DV (1u << 9)
+#define ATTNBENCH_FEATURE_LSE (1u << 10)           /* fills the LSE (else attnbench passes none) */
+#define ATTNBENCH_FEATURE_DETERMINISTIC (1u << 11) /* bitwise identical results on repeated calls */
+/* Masked keys are kept out entirely: NaN or Inf in a masked K/V row never reaches an output. */
+#define ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE (1u << 12)
+#define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* reserved */
+#define ATTNBENCH_FEATURE_SINK (1u << 17)      /* reserved */
+#define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* reserved */
+#define ATTNBENCH_FEATURE_PACKED (1u << 19)    /* reserved: CU_SEQLENS_Q/K */
+#define ATTNBENCH_FEATURE_PAGED (1u << 20)     /* reserved: BLOCK_TABLE, page_size */
+
+/* Memory layouts a plugin accepts (attnbench_plugin_caps.layouts). Shapes are always logical;
+ * strides say where elements are:
+ *   BHSD:    dense row-major in shape order (attnbench's own layout),
+ *   BSHD:    dense with sequence before heads (FlashAttention's, PyTorch's [b, s, h, d]),
+ *   STRIDED: any strides, read from the tensor (then attnbench may pass either of the above). */
+#define ATTNBENCH_ACCEPTS_BHSD (1u << 0)
+#define ATTNBENCH_ACCEPTS_BSHD (1u << 1)
+#define ATTNBENCH_ACCEPTS_STRIDED (1u << 2)
+
+/* What a fully masked row's output is: zeros (LSE -inf), or NaN (LSE NaN or -inf). */
+#define ATTNBENCH_FULLY_MASKED_AS_ZEROS 0
+#define ATTNBENCH_FULLY_MASKED_AS_NAN 1
+
+/* One dtype a role accepts; a role accepts every dtype listed for it or for ATTNBENCH_ROLE_DATA.
+ * attnbench runs a case of data dtype D when q, k, v and o all accept D. */
 typedef struct {
-  uint32_t dtypes;   /* ATTNBENCH_DTYPE_BIT(...) of the input/output types */
-  uint32_t layouts;  /* ATTNBENCH_LAYOUT_* */
-  uint32_t masks;    /* ATTNBENCH_MASK_* */
-  int32_t fully_masked_policy; /* attnbench_fully_masked_policy */
+  int32_t role; /* ATTNBENCH_ROLE_* or ATTNBENCH_ROLE_DATA */
+  attnbench_dl_datatype dtype;
+} attnbench_role_dtype;
+
+typedef struct {
+  uint32_t operations; /* ATTNBENCH_OP_BIT(...) */
+  uint32_t features;   /* ATTNBENCH_FEATURE_* */
+  uint32_t layouts;    /* ATTNBENCH_ACCEPTS_* */
+  int32_t fully_masked_policy; /* ATTNBENCH_FULLY_MASKED_AS_* */
+  const attnbench_role_dtype* dtypes;
+  int32_t dtype_count;
   /* Head dimensions (d_k and d_v): the listed ones when head_dim_count > 0, else every value in
    * [min_head_dim, max_head_dim]. */
   int32_t min_head_dim, max_head_dim;
-  const int32_t* head_dims;
   int32_t head_dim_count;
-  int32_t different_dk_dv; /* d_k != d_v allowed */
-  int32_t gqa;             /* h_kv < h_q allowed (GQA, MQA) */
-  int32_t returns_lse;     /* run fills lse (else attnbench passes NULL) */
-  int32_t deterministic;   /* bitwise identical results on repeated calls */
-  int32_t device_type;     /* attnbench_device: where run's tensors live */
-} attnbench_capabilities;
+  const int32_t* head_dims;
+  int32_t device_type; /* ATTNBENCH_DL_CPU or ATTNBENCH_DL_CUDA: where run's tensors live */
+  int32_t reserved;
+  /* The unit roundoff its matrix products round to when coarser than the dtype's (2^-11 for
+   * TF32); 0: the dtype's own. The pass rule and the properties' tolerances scale by it. */
+  double matmul_unit_roundoff;
+} attnbench_plugin_caps;
 
-typedef struct attnbench_plugin_v1 {
-  uint32_t abi_version; /* ATTNBENCH_PLUGIN_ABI_VERSION */
-  const char* name;     /* short identifier, [A-Za-z0-9_.-], e.g. "c_cpu_reference" */
+typedef struct attnbench_plugin_v2 {
+  uint32_t abi_version; /* ATTNBENCH_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(attnbench_plugin_v2) */
+  const char* name;     /* short identifier, [A-Za-z0-9_.-], at most 64, e.g. "c_cpu_reference" */
   const char* version;  /* the plugin's own version, free text */
   const char* description; /* one line: the algorithm and its precision */
-  attnbench_capabilities capabilities;
+  attnbench_plugin_caps capabilities;
   /* Optional (may be NULL): finer support than the capabilities say. Returns nonzero when the
-   * problem is supported; else writes why (NUL-terminated, at most why_len bytes) and returns 0. */
-  int (*supports)(const attnbench_problem* problem, char* why, size_t why_len);
-  /* One forward pass; every view is 4-D:
-   *   q    [batch, h_q,  n_q, d_k]    k [batch, h_kv, n_k, d_k]    v [batch, h_kv, n_k, d_v]
-   *   out  [batch, h_q,  n_q, d_v]    written completely, in problem->dtype
-   *   lse  [batch, h_q,  n_q, 1]      f64 for f64 problems, else f32 (natural log); NULL unless
-   *                                   capabilities.returns_lse
-   *   mask [batch, h_q,  n_q, n_k]    bool, strides 0 where broadcast; NULL unless has_bool_mask.
-   *                                   Causality and padding are NOT folded into it: they come as
-   *                                   problem->causal and problem->valid_len.
-   *   bias [batch, h_q,  n_q, n_k]    problem->dtype, strides 0 where broadcast; NULL unless has_bias
-   * q, k, v, mask and bias are inputs: the plugin must not write them. Returns 0 on success; else
-   * nonzero with a NUL-terminated message of at most error_len bytes in error, and that case fails
-   * with it. A CUDA plugin enqueues on problem->cuda_stream and may return before the work ends. */
-  int (*run)(const attnbench_problem* problem, const attnbench_tensor* q, const attnbench_tensor* k,
-             const attnbench_tensor* v, const attnbench_tensor* out, const attnbench_tensor* lse,
-             const attnbench_tensor* mask, const attnbench_tensor* bias, char* error, size_t error_len);
-} attnbench_plugin_v1;
+   * call is supported; else writes why (NUL-terminated, at most why_len bytes) and returns 0. */
+  int (*supports)(const attnbench_call* call, char* why, size_t why_len);
+  /* One call of call->operation. Returns 0 on success; else nonzero with a NUL-terminated
+   * message of at most error_len bytes in error, and that case fails with it. A CUDA plugin
+   * enqueues on call->cuda_stream and may return before the work ends. */
+  int (*run)(const attnbench_call* call, char* error, size_t error_len);
+  void* context; /* handed back as call->context; may be NULL */
+} attnbench_plugin_v2;
 
-/* The entry point a plugin exports (declared here so a plugin's definition is checked). */
+#ifndef ATTNBENCH_PLUGIN_EXPORT
 #if defined(_WIN32)
 #define ATTNBENCH_PLUGIN_EXPORT __declspec(dllexport)
 #else
 #define ATTNBENCH_PLUGIN_EXPORT __attribute__((visibility("default")))
 #endif
-ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v1* attnbench_plugin_get(uint32_t abi_version);
+#endif
+/* The entry point a plugin exports, declared so that a plugin's definition is checked. A program
+ * that includes the headers of two versions (attnbench itself) defines
+ * ATTNBENCH_NO_ENTRY_POINT_DECLARATION: each version declares another return type. */
+#ifndef ATTNBENCH_NO_ENTRY_POINT_DECLARATION
+ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v2* attnbench_plugin_get(uint32_t abi_version);
+#endif
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* ATTNBENCH_PLUGIN_H */
+#endif /* ATTNBENCH_PLUGIN_V2_H */

@@ -1,5 +1,6 @@
 #include "impls/plugin/plugin_abi.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
@@ -20,12 +21,48 @@ std::string head_dims_text(const PluginInfo& info) {
   return fmt::format("{} to {}", info.min_head_dim, info.max_head_dim);
 }
 
+constexpr std::int32_t data_roles[] = {ATTNBENCH_ROLE_Q, ATTNBENCH_ROLE_K, ATTNBENCH_ROLE_V, ATTNBENCH_ROLE_O};
+
+// Every feature bit with its name, for describe_capabilities and the JSON.
+const std::pair<std::uint32_t, const char*> feature_names[] = {
+    {ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT, "causal top-left"},
+    {ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT, "causal bottom-right"},
+    {ATTNBENCH_FEATURE_PADDING_PER_BATCH, "padding per batch"},
+    {ATTNBENCH_FEATURE_PADDING_PER_QUERY, "padding per query"},
+    {ATTNBENCH_FEATURE_BOOL_MASK, "boolean mask"},
+    {ATTNBENCH_FEATURE_BIAS, "additive bias"},
+    {ATTNBENCH_FEATURE_SLIDING_WINDOW, "sliding window"},
+    {ATTNBENCH_FEATURE_SOFTCAP, "soft-cap"},
+    {ATTNBENCH_FEATURE_SINK, "sink"},
+    {ATTNBENCH_FEATURE_DROPOUT, "dropout"},
+    {ATTNBENCH_FEATURE_PACKED, "packed sequences"},
+    {ATTNBENCH_FEATURE_PAGED, "paged K/V"},
+};
+constexpr std::uint32_t mask_features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
+                                        ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY |
+                                        ATTNBENCH_FEATURE_BOOL_MASK | ATTNBENCH_FEATURE_BIAS;
+
 }  // namespace
 
-PluginInfo read_plugin_info(const attnbench_plugin_v1& plugin, const std::string& path) {
+bool PluginInfo::accepts(std::int32_t role, DlType dtype) const {
+  return std::any_of(dtypes.begin(), dtypes.end(),
+                     [&](const RoleDtype& r) { return r.dtype == dtype && (r.role == role || r.role == ATTNBENCH_ROLE_DATA); });
+}
+
+std::vector<DType> PluginInfo::data_dtypes() const {
+  std::vector<DType> out;
+  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
+    if (std::all_of(std::begin(data_roles), std::end(data_roles), [&](std::int32_t role) { return accepts(role, to_dl(d)); })) out.push_back(d);
+  return out;
+}
+
+PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string& path) {
   PluginInfo info;
   info.path = path;
   info.abi_version = plugin.abi_version;
+  if (plugin.struct_size < sizeof(attnbench_plugin_v2))
+    throw std::runtime_error(fmt::format("its struct_size is {}, less than sizeof(attnbench_plugin_v2) = {}", plugin.struct_size,
+                                         sizeof(attnbench_plugin_v2)));
   if (plugin.name == nullptr || plugin.name[0] == '\0') throw std::runtime_error("its description has no name");
   info.name = plugin.name;
   // The documented alphabet, and a length that fits a table: the name keys results in JSON, in
@@ -36,16 +73,20 @@ PluginInfo read_plugin_info(const attnbench_plugin_v1& plugin, const std::string
       throw std::runtime_error(fmt::format("its name '{}' has a character outside [A-Za-z0-9_.-]", info.name));
   info.version = plugin.version != nullptr ? plugin.version : "";
   info.description = plugin.description != nullptr ? plugin.description : "";
-  const attnbench_capabilities& c = plugin.capabilities;
-  info.dtypes = c.dtypes;
+  const attnbench_plugin_caps& c = plugin.capabilities;
+  info.operations = c.operations;
+  info.features = c.features;
   info.layouts = c.layouts;
-  info.masks = c.masks;
-  if ((c.dtypes & 0xFu) == 0) throw std::runtime_error("capabilities.dtypes declares no f64, f32, f16 or bf16");
-  if ((c.layouts & (ATTNBENCH_LAYOUT_BHSD | ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_STRIDED)) == 0)
+  if (c.operations == 0) throw std::runtime_error("capabilities.operations declares no operation");
+  if (c.dtype_count < 0 || (c.dtype_count > 0 && c.dtypes == nullptr))
+    throw std::runtime_error("capabilities.dtypes is NULL with a positive dtype_count");
+  for (std::int32_t i = 0; i < c.dtype_count; ++i) info.dtypes.push_back({c.dtypes[i].role, c.dtypes[i].dtype});
+  if (info.data_dtypes().empty()) throw std::runtime_error("capabilities.dtypes declares no f64, f32, f16 or bf16 for all of q, k, v and o");
+  if ((c.layouts & (ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED)) == 0)
     throw std::runtime_error("capabilities.layouts declares no layout");
-  if (c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_ZEROS && c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_NAN)
+  if (c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_AS_ZEROS && c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_AS_NAN)
     throw std::runtime_error(fmt::format("capabilities.fully_masked_policy {} is unknown", c.fully_masked_policy));
-  info.fully_masked = c.fully_masked_policy == ATTNBENCH_FULLY_MASKED_NAN ? FullyMaskedPolicy::nan : FullyMaskedPolicy::zeros;
+  info.fully_masked = c.fully_masked_policy == ATTNBENCH_FULLY_MASKED_AS_NAN ? FullyMaskedPolicy::nan : FullyMaskedPolicy::zeros;
   if (c.head_dim_count < 0 || (c.head_dim_count > 0 && c.head_dims == nullptr))
     throw std::runtime_error("capabilities.head_dims is NULL with a positive head_dim_count");
   for (std::int32_t i = 0; i < c.head_dim_count; ++i) info.head_dims.push_back(c.head_dims[i]);
@@ -53,35 +94,34 @@ PluginInfo read_plugin_info(const attnbench_plugin_v1& plugin, const std::string
   info.max_head_dim = c.max_head_dim;
   if (info.head_dims.empty() && !(c.min_head_dim >= 1 && c.min_head_dim <= c.max_head_dim))
     throw std::runtime_error(fmt::format("capabilities: head dims [{}, {}] is empty and no list is given", c.min_head_dim, c.max_head_dim));
-  info.different_dk_dv = c.different_dk_dv != 0;
-  info.gqa = c.gqa != 0;
-  info.returns_lse = c.returns_lse != 0;
-  info.deterministic = c.deterministic != 0;
-  if (c.device_type != ATTNBENCH_DEVICE_HOST && c.device_type != ATTNBENCH_DEVICE_CUDA)
-    throw std::runtime_error(fmt::format("capabilities.device_type {} is neither HOST (1) nor CUDA (2)", c.device_type));
-  info.cuda = c.device_type == ATTNBENCH_DEVICE_CUDA;
+  if (!(c.matmul_unit_roundoff >= 0 && c.matmul_unit_roundoff < 1))
+    throw std::runtime_error(fmt::format("capabilities.matmul_unit_roundoff {} is outside [0, 1)", c.matmul_unit_roundoff));
+  info.matmul_unit_roundoff = c.matmul_unit_roundoff;
+  if (c.device_type != ATTNBENCH_DL_CPU && c.device_type != ATTNBENCH_DL_CUDA)
+    throw std::runtime_error(fmt::format("capabilities.device_type {} is neither CPU (1) nor CUDA (2)", c.device_type));
+  info.cuda = c.device_type == ATTNBENCH_DL_CUDA;
   if (plugin.run == nullptr) throw std::runtime_error("its description has no run function");
   info.has_supports = plugin.supports != nullptr;
   return info;
 }
 
 void to_json(nlohmann::json& j, const PluginInfo& i) {
+  nlohmann::json dtypes = nlohmann::json::array();
+  for (const RoleDtype& r : i.dtypes) dtypes.push_back({r.role, r.dtype.code, r.dtype.bits, r.dtype.lanes});
   j = {{"path", i.path},
        {"name", i.name},
        {"version", i.version},
        {"description", i.description},
        {"abi_version", i.abi_version},
-       {"dtypes", i.dtypes},
+       {"operations", i.operations},
+       {"features", i.features},
        {"layouts", i.layouts},
-       {"masks", i.masks},
+       {"dtypes", dtypes},
        {"fully_masked", to_string(i.fully_masked)},
        {"min_head_dim", i.min_head_dim},
        {"max_head_dim", i.max_head_dim},
        {"head_dims", i.head_dims},
-       {"different_dk_dv", i.different_dk_dv},
-       {"gqa", i.gqa},
-       {"returns_lse", i.returns_lse},
-       {"deterministic", i.deterministic},
+       {"matmul_unit_roundoff", i.matmul_unit_roundoff},
        {"device", i.cuda ? "cuda" : "cpu"},
        {"has_supports", i.has_supports}};
 }
@@ -92,17 +132,17 @@ void from_json(const nlohmann::json& j, PluginInfo& i) {
   j.at("version").get_to(i.version);
   j.at("description").get_to(i.description);
   j.at("abi_version").get_to(i.abi_version);
-  j.at("dtypes").get_to(i.dtypes);
+  j.at("operations").get_to(i.operations);
+  j.at("features").get_to(i.features);
   j.at("layouts").get_to(i.layouts);
-  j.at("masks").get_to(i.masks);
+  i.dtypes.clear();
+  for (const auto& r : j.at("dtypes"))
+    i.dtypes.push_back({r.at(0).get<std::int32_t>(), DlType{r.at(1).get<std::uint8_t>(), r.at(2).get<std::uint8_t>(), r.at(3).get<std::uint16_t>()}});
   i.fully_masked = j.at("fully_masked").get<std::string>() == "nan" ? FullyMaskedPolicy::nan : FullyMaskedPolicy::zeros;
   j.at("min_head_dim").get_to(i.min_head_dim);
   j.at("max_head_dim").get_to(i.max_head_dim);
   j.at("head_dims").get_to(i.head_dims);
-  j.at("different_dk_dv").get_to(i.different_dk_dv);
-  j.at("gqa").get_to(i.gqa);
-  j.at("returns_lse").get_to(i.returns_lse);
-  j.at("deterministic").get_to(i.deterministic);
+  j.at("matmul_unit_roundoff").get_to(i.matmul_unit_roundoff);
   i.cuda = j.at("device").get<std::string>() == "cuda";
   j.at("has_supports").get_to(i.has_supports);
 }
@@ -111,80 +151,130 @@ Capabilities to_capabilities(const PluginInfo& info) {
   Capabilities caps;
   caps.summary = fmt::format("plugin {} {} ({}): {}", info.name, info.version, info.path, info.description);
   caps.device = info.cuda ? "cuda" : "cpu";
-  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
-    if (info.dtypes & ATTNBENCH_DTYPE_BIT(to_abi(d))) caps.dtypes.push_back(d);
+  caps.dtypes = info.data_dtypes();
   caps.layouts = declared_layouts(info.layouts);
-  caps.masks = {(info.masks & ATTNBENCH_MASK_CAUSAL_TOP_LEFT) != 0,   (info.masks & ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT) != 0,
-                (info.masks & ATTNBENCH_MASK_PADDING_PER_BATCH) != 0, (info.masks & ATTNBENCH_MASK_PADDING_PER_QUERY) != 0,
-                (info.masks & ATTNBENCH_MASK_BOOL) != 0,              (info.masks & ATTNBENCH_MASK_BIAS) != 0};
-  caps.gqa = info.gqa;
-  caps.different_dk_dv = info.different_dk_dv;
+  caps.masks = {info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT),   info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT),
+                info.has(ATTNBENCH_FEATURE_PADDING_PER_BATCH), info.has(ATTNBENCH_FEATURE_PADDING_PER_QUERY),
+                info.has(ATTNBENCH_FEATURE_BOOL_MASK),         info.has(ATTNBENCH_FEATURE_BIAS)};
+  caps.gqa = info.has(ATTNBENCH_FEATURE_GQA);
+  caps.different_dk_dv = info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV);
   caps.min_head_dim = info.min_head_dim;
   caps.max_head_dim = info.max_head_dim;
   caps.head_dims.assign(info.head_dims.begin(), info.head_dims.end());
-  caps.returns_lse = info.returns_lse;
-  caps.deterministic = info.deterministic;
+  caps.returns_lse = info.has(ATTNBENCH_FEATURE_LSE);
+  caps.deterministic = info.has(ATTNBENCH_FEATURE_DETERMINISTIC);
+  caps.masked_nonfinite_safe = info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE);
+  caps.matmul_unit_roundoff = info.matmul_unit_roundoff;
   caps.fully_masked = info.fully_masked;
   return caps;
 }
 
 std::vector<std::string> describe_capabilities(const PluginInfo& info) {
-  std::vector<std::string> dtypes, layouts, masks;
-  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
-    if (info.dtypes & ATTNBENCH_DTYPE_BIT(to_abi(d))) dtypes.emplace_back(to_string(d));
-  if (info.layouts & ATTNBENCH_LAYOUT_BHSD) layouts.emplace_back("BHSD");
-  if (info.layouts & ATTNBENCH_LAYOUT_BSHD) layouts.emplace_back("BSHD");
-  if (info.layouts & ATTNBENCH_LAYOUT_STRIDED) layouts.emplace_back("strided");
-  const std::pair<std::uint32_t, const char*> mask_names[] = {
-      {ATTNBENCH_MASK_CAUSAL_TOP_LEFT, "causal top-left"},      {ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT, "causal bottom-right"},
-      {ATTNBENCH_MASK_PADDING_PER_BATCH, "padding per batch"}, {ATTNBENCH_MASK_PADDING_PER_QUERY, "padding per query"},
-      {ATTNBENCH_MASK_BOOL, "boolean mask"},                   {ATTNBENCH_MASK_BIAS, "additive bias"}};
-  for (const auto& [bit, name] : mask_names)
-    if (info.masks & bit) masks.emplace_back(name);
+  std::vector<std::string> dtypes, other_dtypes, layouts, masks;
+  for (DType d : info.data_dtypes()) dtypes.emplace_back(to_string(d));
+  // Role-specific or exotic declarations attnbench does not run yet, shown as declared.
+  for (const RoleDtype& r : info.dtypes) {
+    const auto d = dtype_from_dl(r.dtype);
+    const auto data = info.data_dtypes();
+    if (!d || std::find(data.begin(), data.end(), *d) == data.end()) other_dtypes.push_back(fmt::format("{} {}", role_name(r.role), dl_name(r.dtype)));
+  }
+  if (info.layouts & ATTNBENCH_ACCEPTS_BHSD) layouts.emplace_back("BHSD");
+  if (info.layouts & ATTNBENCH_ACCEPTS_BSHD) layouts.emplace_back("BSHD");
+  if (info.layouts & ATTNBENCH_ACCEPTS_STRIDED) layouts.emplace_back("strided");
+  for (const auto& [bit, name] : feature_names)
+    if (info.has(bit)) masks.emplace_back(name);
   auto yes_no = [](bool b) { return b ? "yes" : "no"; };
-  return {fmt::format("device: {}; dtypes: {}; layouts: {}", info.cuda ? "CUDA" : "host", fmt::join(dtypes, ", "), fmt::join(layouts, ", ")),
-          fmt::format("masks: {}", masks.empty() ? std::string("none") : fmt::format("{}", fmt::join(masks, ", "))),
-          fmt::format("head dims: {}; d_k != d_v: {}; GQA: {}; returns LSE: {}; deterministic: {}; fully masked rows: {}",
-                      head_dims_text(info), yes_no(info.different_dk_dv), yes_no(info.gqa), yes_no(info.returns_lse),
-                      yes_no(info.deterministic), to_string(info.fully_masked))};
+  std::vector<std::string> operations;
+  if (info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) operations.emplace_back("forward");
+  if (info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD)) operations.emplace_back("backward");
+  std::vector<std::string> lines{
+      fmt::format("device: {}; operations: {}; dtypes: {}{}; layouts: {}", info.cuda ? "CUDA" : "host", fmt::join(operations, ", "),
+                  fmt::join(dtypes, ", "), other_dtypes.empty() ? "" : fmt::format(" (also declared: {})", fmt::join(other_dtypes, ", ")),
+                  fmt::join(layouts, ", ")),
+      fmt::format("masks: {}", masks.empty() ? std::string("none") : fmt::format("{}", fmt::join(masks, ", "))),
+      fmt::format("head dims: {}; d_k != d_v: {}; GQA: {}; returns LSE: {}; deterministic: {}; fully masked rows: {}", head_dims_text(info),
+                  yes_no(info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV)), yes_no(info.has(ATTNBENCH_FEATURE_GQA)),
+                  yes_no(info.has(ATTNBENCH_FEATURE_LSE)), yes_no(info.has(ATTNBENCH_FEATURE_DETERMINISTIC)), to_string(info.fully_masked))};
+  if (info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE) || info.matmul_unit_roundoff > 0)
+    lines.push_back(fmt::format("masked non-finite safe: {}; matmul unit roundoff: {}", yes_no(info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE)),
+                                info.matmul_unit_roundoff > 0 ? fmt::format("{:g}", info.matmul_unit_roundoff) : std::string("the dtype's")));
+  return lines;
 }
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
+  if ((info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) == 0) return Support::no("operation forward not declared");
   const Capabilities caps = to_capabilities(info);
-  if (caps.layouts.empty()) return Support::no("no layout declared");
+  const std::optional<Layout> layout = handover_layout(info, p);
+  if (!layout) return Support::no("no layout declared");
   // A problem in the harness's default BHSD is handed over in a declared layout (the run
   // relayouts); one that names a layout must name a declared one.
   Problem in_declared_layout = p;
-  if (p.layout == Layout::bhsd) in_declared_layout.layout = caps.layouts.front();
+  if (p.layout == Layout::bhsd) in_declared_layout.layout = *layout;
   return covers(caps, in_declared_layout);
 }
 
-int32_t to_abi(DType dtype) {
+DlType to_dl(DType dtype) {
   switch (dtype) {
-    case DType::f64: return ATTNBENCH_DTYPE_F64;
-    case DType::f32: return ATTNBENCH_DTYPE_F32;
-    case DType::f16: return ATTNBENCH_DTYPE_F16;
-    case DType::bf16: return ATTNBENCH_DTYPE_BF16;
+    case DType::f64: return {ATTNBENCH_DL_FLOAT, 64, 1};
+    case DType::f32: return {ATTNBENCH_DL_FLOAT, 32, 1};
+    case DType::f16: return {ATTNBENCH_DL_FLOAT, 16, 1};
+    case DType::bf16: return {ATTNBENCH_DL_BFLOAT, 16, 1};
   }
   throw std::invalid_argument("unknown dtype");
 }
 
-DType dtype_from_abi(int32_t code) {
-  switch (code) {
-    case ATTNBENCH_DTYPE_F64: return DType::f64;
-    case ATTNBENCH_DTYPE_F32: return DType::f32;
-    case ATTNBENCH_DTYPE_F16: return DType::f16;
-    case ATTNBENCH_DTYPE_BF16: return DType::bf16;
-    default: throw std::invalid_argument(fmt::format("unknown attnbench_dtype {}", code));
+std::optional<DType> dtype_from_dl(DlType dtype) {
+  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
+    if (to_dl(d) == dtype) return d;
+  return std::nullopt;
+}
+
+std::string dl_name(DlType t) {
+  std::string base;
+  switch (t.code) {
+    case ATTNBENCH_DL_INT: base = fmt::format("int{}", t.bits); break;
+    case ATTNBENCH_DL_UINT: base = fmt::format("uint{}", t.bits); break;
+    case ATTNBENCH_DL_FLOAT: base = t.bits == 16 ? "f16" : t.bits == 32 ? "f32" : t.bits == 64 ? "f64" : fmt::format("float{}", t.bits); break;
+    case ATTNBENCH_DL_BFLOAT: base = t.bits == 16 ? "bf16" : fmt::format("bfloat{}", t.bits); break;
+    case ATTNBENCH_DL_BOOL: base = "bool"; break;
+    case ATTNBENCH_DL_FLOAT8_E3M4: base = "fp8_e3m4"; break;
+    case ATTNBENCH_DL_FLOAT8_E4M3: base = "fp8_e4m3"; break;
+    case ATTNBENCH_DL_FLOAT8_E4M3B11FNUZ: base = "fp8_e4m3b11fnuz"; break;
+    case ATTNBENCH_DL_FLOAT8_E4M3FN: base = "fp8_e4m3fn"; break;
+    case ATTNBENCH_DL_FLOAT8_E4M3FNUZ: base = "fp8_e4m3fnuz"; break;
+    case ATTNBENCH_DL_FLOAT8_E5M2: base = "fp8_e5m2"; break;
+    case ATTNBENCH_DL_FLOAT8_E5M2FNUZ: base = "fp8_e5m2fnuz"; break;
+    case ATTNBENCH_DL_FLOAT8_E8M0FNU: base = "fp8_e8m0fnu"; break;
+    case ATTNBENCH_DL_FLOAT6_E2M3FN: base = "fp6_e2m3fn"; break;
+    case ATTNBENCH_DL_FLOAT6_E3M2FN: base = "fp6_e3m2fn"; break;
+    case ATTNBENCH_DL_FLOAT4_E2M1FN: base = "fp4_e2m1fn"; break;
+    default: base = fmt::format("code {} bits {}", t.code, t.bits);
   }
+  return t.lanes == 1 ? base : fmt::format("{}x{}", base, t.lanes);
+}
+
+std::size_t dl_bytes(DlType t) { return (std::size_t(t.bits) * std::max<std::size_t>(t.lanes, 1) + 7) / 8; }
+
+std::string role_name(std::int32_t role) {
+  static const char* const names[ATTNBENCH_ROLE_COUNT] = {"q",    "k",    "v",    "o",   "lse",       "d_o",         "dq",        "dk",
+                                                          "dv",   "bias", "mask", "sink", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"};
+  if (role == ATTNBENCH_ROLE_DATA) return "data";
+  if (role >= 0 && role < ATTNBENCH_ROLE_COUNT) return names[role];
+  return fmt::format("role {}", role);
 }
 
 std::vector<Layout> declared_layouts(std::uint32_t layouts) {
   std::vector<Layout> declared;
-  if (layouts & ATTNBENCH_LAYOUT_BHSD) declared.push_back(Layout::bhsd);
-  if (layouts & ATTNBENCH_LAYOUT_BSHD) declared.push_back(Layout::bshd);
-  if (layouts & ATTNBENCH_LAYOUT_STRIDED) declared.push_back(Layout::strided);
+  if (layouts & ATTNBENCH_ACCEPTS_BHSD) declared.push_back(Layout::bhsd);
+  if (layouts & ATTNBENCH_ACCEPTS_BSHD) declared.push_back(Layout::bshd);
+  if (layouts & ATTNBENCH_ACCEPTS_STRIDED) declared.push_back(Layout::strided);
   return declared;
+}
+
+std::optional<Layout> handover_layout(const PluginInfo& info, const Problem& p) {
+  const std::vector<Layout> declared = declared_layouts(info.layouts);
+  if (declared.empty()) return std::nullopt;
+  return std::find(declared.begin(), declared.end(), p.layout) != declared.end() ? p.layout : declared.front();
 }
 
 Strides layout_strides(const Tensor::Shape& s, Layout layout) {
@@ -213,34 +303,6 @@ std::int64_t storage_elements(const Tensor::Shape& shape, const Strides& strides
     last += (shape[static_cast<std::size_t>(i)] - 1) * strides[static_cast<std::size_t>(i)];
   }
   return last + 1;
-}
-
-attnbench_problem to_abi(const Problem& p) {
-  attnbench_problem a{};
-  a.struct_size = sizeof(attnbench_problem);
-  a.dtype = to_abi(p.dtype);
-  a.batch = p.batch;
-  a.h_q = p.h_q;
-  a.h_kv = p.h_kv;
-  a.n_q = p.n_q;
-  a.n_k = p.n_k;
-  a.d_k = p.d_k;
-  a.d_v = p.d_v;
-  a.scale = p.effective_scale();
-  a.causal = p.causal == Causal::top_left ? ATTNBENCH_CAUSAL_TOP_LEFT
-             : p.causal == Causal::bottom_right ? ATTNBENCH_CAUSAL_BOTTOM_RIGHT
-                                                : ATTNBENCH_CAUSAL_NONE;
-  a.padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_PADDING_PER_BATCH
-              : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_PADDING_PER_QUERY
-                                                              : ATTNBENCH_PADDING_NONE;
-  if (a.padding != ATTNBENCH_PADDING_NONE) {
-    a.valid_len = p.padding.valid_len.data();
-    a.valid_len_count = static_cast<int64_t>(p.padding.valid_len.size());
-  }
-  a.has_bool_mask = p.bool_mask.enabled ? 1 : 0;
-  a.has_bias = p.bias.enabled ? 1 : 0;
-  a.cuda_stream = nullptr;
-  return a;
 }
 
 std::string signal_description(int signal) {

@@ -4,8 +4,12 @@
 // Unix socket on descriptor 3; it answers one hello (the plugin's description, or why it could
 // not be loaded), then one reply per request until the socket closes.
 //
-// Requests (JSON, worker_channel.hpp): {"op": "supports", "repro"} and {"op": "run", "repro",
-// "layout", "tensors", "warmup", "iterations"} with the shared arena's descriptor. A run maps
+// The plugin speaks ABI version 2 (attnbench_plugin.h), or version 1 through the shim
+// (abi_v1_shim.hpp); either way this file calls version 2 entry points.
+//
+// Requests (JSON, worker_channel.hpp): {"op": "supports", "call", "tensors"} and {"op": "run",
+// "call", "tensors", "layout", "warmup", "iterations"} with the shared arena's descriptor; "call"
+// and "tensors" are the problem as data (call_description.hpp), never a string parsed back. A run maps
 // the arena, makes its guard pages PROT_NONE and calls the plugin on views into it (a CUDA
 // plugin: on device copies with canaries around every buffer, copied back after the call). With
 // iterations > 0 it makes `warmup` then `iterations` calls and times the latter itself (CUDA:
@@ -34,13 +38,15 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "impls/plugin/attnbench_plugin.h"
+#include "impls/plugin/abi_v1_shim.hpp"
+#include "impls/plugin/call_description.hpp"
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/plugin/worker_channel.hpp"
@@ -196,24 +202,18 @@ void reply(const json& message) {
 
 std::string terminated(const char* buffer, std::size_t size) { return std::string(buffer, strnlen(buffer, size)); }
 
+// One run's call and, per tensor, its role and arena buffer.
 struct Call {
-  attn::Problem problem;
-  attnbench_problem abi{};
-  std::vector<attnbench_tensor> tensors;  // q, k, v, out, lse, mask, bias
-  std::vector<bool> present;
-  std::vector<const attn::plugin::ArenaBuffer*> buffers;
+  attn::plugin::AbiCall& abi;
+  std::vector<std::pair<std::int32_t, const attn::plugin::ArenaBuffer*>> buffers;
 };
-
-const char* const tensor_names[] = {"q", "k", "v", "out", "lse", "mask", "bias"};
-constexpr std::size_t tensor_count = 7;
 
 // A plain run is one call; a timed batch is `warmup` untimed calls then `iterations` timed ones,
 // the last call's output being the one the harness checks.
 int calls(int warmup, int iterations) { return iterations > 0 ? warmup + iterations : 1; }
 
-int call_plugin(const attnbench_plugin_v1& plugin, Call& call, char* error, std::size_t error_len) {
-  auto view = [&](std::size_t t) -> const attnbench_tensor* { return call.present[t] ? &call.tensors[t] : nullptr; };
-  return plugin.run(&call.abi, view(0), view(1), view(2), view(3), view(4), view(5), view(6), error, error_len);
+int call_plugin(const attnbench_plugin_v2& plugin, Call& call, char* error, std::size_t error_len) {
+  return plugin.run(&call.abi.call(), error, error_len);
 }
 
 #if ATTN_HAVE_CUDA
@@ -225,10 +225,10 @@ std::string cuda_failure(cudaError_t e, const char* what) {
 // the call, a synchronisation, canaries checked, everything copied back into the arena (inputs
 // too, so that the harness's unchanged-input check covers device memory). A CUDA error is
 // sticky for this process: the reply says so and the worker exits after it.
-json run_on_device(const attnbench_plugin_v1& plugin, Call& call, std::byte* base, int warmup, int iterations) {
+json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* base, int warmup, int iterations) {
   constexpr std::size_t canary = 256;
   json result = {{"status", 0}, {"error", ""}, {"problems", json::array()}, {"times", json::array()}};
-  std::vector<void*> allocations(tensor_count, nullptr);
+  std::vector<void*> allocations(call.buffers.size(), nullptr);
   cudaStream_t stream = nullptr;
   std::string failure;
   auto check = [&](cudaError_t e, const char* what) {
@@ -236,16 +236,16 @@ json run_on_device(const attnbench_plugin_v1& plugin, Call& call, std::byte* bas
     return e == cudaSuccess;
   };
   bool ok = check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
-  for (std::size_t t = 0; ok && t < tensor_count; ++t) {
-    if (!call.present[t]) continue;
-    const auto& b = *call.buffers[t];
+  for (std::size_t t = 0; ok && t < call.buffers.size(); ++t) {
+    const auto& b = *call.buffers[t].second;
     ok = check(cudaMalloc(&allocations[t], b.bytes + 2 * canary), "allocating device memory") &&
          check(cudaMemset(allocations[t], attn::plugin::canary_byte, b.bytes + 2 * canary), "filling canaries") &&
          check(cudaMemcpy(static_cast<char*>(allocations[t]) + canary, base + b.offset, b.bytes, cudaMemcpyHostToDevice), "copying up");
-    call.tensors[t].data = static_cast<char*>(allocations[t]) + canary;
-    call.tensors[t].device_type = ATTNBENCH_DEVICE_CUDA;
+    attnbench_dl_tensor* view = call.abi.tensor(call.buffers[t].first);
+    view->data = static_cast<char*>(allocations[t]) + canary;
+    view->device = {ATTNBENCH_DL_CUDA, 0};
   }
-  call.abi.cuda_stream = stream;
+  call.abi.call().cuda_stream = stream;
   char error[1024] = {};
   auto* status = reinterpret_cast<StatusPage*>(base);
   if (ok) {
@@ -273,9 +273,8 @@ json run_on_device(const attnbench_plugin_v1& plugin, Call& call, std::byte* bas
     if (stop != nullptr) cudaEventDestroy(stop);
   }
   std::vector<unsigned char> host;
-  for (std::size_t t = 0; ok && t < tensor_count; ++t) {
-    if (!call.present[t]) continue;
-    const auto& b = *call.buffers[t];
+  for (std::size_t t = 0; ok && t < call.buffers.size(); ++t) {
+    const auto& b = *call.buffers[t].second;
     host.resize(b.bytes + 2 * canary);
     if (!check(cudaMemcpy(host.data(), allocations[t], host.size(), cudaMemcpyDeviceToHost), "copying back")) break;
     for (std::size_t i = canary; i-- > 0;)
@@ -303,7 +302,7 @@ json run_on_device(const attnbench_plugin_v1& plugin, Call& call, std::byte* bas
 }
 #endif
 
-json run_request(const attnbench_plugin_v1& plugin, const attn::plugin::PluginInfo& info, const json& request, int fd) {
+json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginInfo& info, const json& request, int fd) {
   if (fd < 0) return {{"status", -1}, {"error", "attnbench-plugin-host: a run request came without its arena"}};
   const ArenaLayout layout = request.at("layout").get<ArenaLayout>();
   void* mapped = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -312,29 +311,13 @@ json run_request(const attnbench_plugin_v1& plugin, const attn::plugin::PluginIn
   auto* base = static_cast<std::byte*>(mapped);
   for (std::size_t g : layout.guards) mprotect(base + g, layout.page, PROT_NONE);
 
-  Call call;
-  call.problem = attn::parse_problem(request.at("repro").get<std::string>());
-  call.abi = attn::plugin::to_abi(call.problem);
-  call.tensors.resize(tensor_count);
-  call.present.assign(tensor_count, false);
-  call.buffers.assign(tensor_count, nullptr);
-  const json& tensors = request.at("tensors");
-  for (std::size_t t = 0; t < tensor_count; ++t) {
-    if (!tensors.contains(tensor_names[t])) continue;
-    const json& d = tensors.at(tensor_names[t]);
-    const auto& buffer = layout.buffer(tensor_names[t]);
-    attnbench_tensor& v = call.tensors[t];
-    v.data = base + buffer.offset;
-    v.dtype = d.at("dtype").get<int32_t>();
-    v.device_type = ATTNBENCH_DEVICE_HOST;
-    v.device_id = 0;
-    v.ndim = 4;
-    for (std::size_t i = 0; i < 4; ++i) {
-      v.shape[i] = d.at("shape").at(i).get<int64_t>();
-      v.strides[i] = d.at("strides").at(i).get<int64_t>();
-    }
-    call.present[t] = true;
-    call.buffers[t] = &buffer;
+  const auto specs = request.at("tensors").get<std::vector<attn::plugin::TensorSpec>>();
+  attn::plugin::AbiCall abi(request.at("call").get<attn::plugin::CallDescription>(), specs, plugin.context);
+  Call call{abi, {}};
+  for (const auto& spec : specs) {
+    const auto& buffer = layout.buffer(spec.name);
+    abi.tensor(spec.role)->data = base + buffer.offset;
+    call.buffers.emplace_back(spec.role, &buffer);
   }
   const int warmup = request.value("warmup", 0), iterations = request.value("iterations", 0);
 
@@ -426,17 +409,30 @@ int main(int argc, char** argv) {
   };
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) return fail(fmt::format("dlopen failed: {}", dlerror()));
-  using Entry = const attnbench_plugin_v1* (*)(uint32_t);
   void* symbol = dlsym(library, ATTNBENCH_PLUGIN_ENTRY_POINT);
   if (symbol == nullptr)
     return fail(fmt::format("no entry point: the library does not export {} ({})", ATTNBENCH_PLUGIN_ENTRY_POINT, dlerror()));
-  const attnbench_plugin_v1* plugin = reinterpret_cast<Entry>(symbol)(ATTNBENCH_PLUGIN_ABI_VERSION);
-  if (plugin == nullptr)
-    return fail(fmt::format("ABI version mismatch: {}({}) returned NULL: the plugin does not speak ABI version {}, the one this attnbench speaks",
-                            ATTNBENCH_PLUGIN_ENTRY_POINT, ATTNBENCH_PLUGIN_ABI_VERSION, ATTNBENCH_PLUGIN_ABI_VERSION));
-  if (plugin->abi_version != ATTNBENCH_PLUGIN_ABI_VERSION)
-    return fail(fmt::format("ABI version mismatch: the plugin describes itself as ABI version {}; this attnbench speaks version {}",
-                            plugin->abi_version, ATTNBENCH_PLUGIN_ABI_VERSION));
+  // The newest version first; a plugin that does not speak it answers NULL and is asked for
+  // version 1. What comes back says which it is by its first field (both versions start with
+  // abi_version), so a plugin that ignores the argument is still read right.
+  using Entry = const void* (*)(uint32_t);
+  const auto entry = reinterpret_cast<Entry>(symbol);
+  const void* answer = entry(ATTNBENCH_ABI_VERSION);
+  if (answer == nullptr) answer = entry(attn::plugin::abi_version_1);
+  if (answer == nullptr)
+    return fail(fmt::format("ABI version mismatch: {}({}) and {}({}) returned NULL: the plugin speaks neither ABI version this attnbench speaks",
+                            ATTNBENCH_PLUGIN_ENTRY_POINT, ATTNBENCH_ABI_VERSION, ATTNBENCH_PLUGIN_ENTRY_POINT, attn::plugin::abi_version_1));
+  const std::uint32_t version = *static_cast<const std::uint32_t*>(answer);
+  std::optional<attn::plugin::V1Shim> shim;
+  const attnbench_plugin_v2* plugin = nullptr;
+  if (version == ATTNBENCH_ABI_VERSION) {
+    plugin = static_cast<const attnbench_plugin_v2*>(answer);
+  } else if (version == attn::plugin::abi_version_1) {
+    plugin = &shim.emplace(*static_cast<const attnbench_plugin_v1*>(answer)).plugin();
+  } else {
+    return fail(fmt::format("ABI version mismatch: the plugin describes itself as ABI version {}; this attnbench speaks versions {} and {}",
+                            version, ATTNBENCH_ABI_VERSION, attn::plugin::abi_version_1));
+  }
   attn::plugin::PluginInfo info;
   try {
     info = attn::plugin::read_plugin_info(*plugin, path);
@@ -457,10 +453,10 @@ int main(int argc, char** argv) {
       const json request = json::parse(text);
       const std::string op = request.at("op");
       if (op == "supports") {
-        const attn::Problem problem = attn::parse_problem(request.at("repro").get<std::string>());
-        const attnbench_problem abi = attn::plugin::to_abi(problem);
+        const attn::plugin::AbiCall abi(request.at("call").get<attn::plugin::CallDescription>(),
+                                        request.at("tensors").get<std::vector<attn::plugin::TensorSpec>>(), plugin->context);
         char why[1024] = {};
-        const int ok = plugin->supports != nullptr ? plugin->supports(&abi, why, sizeof why) : 1;
+        const int ok = plugin->supports != nullptr ? plugin->supports(&abi.call(), why, sizeof why) : 1;
         response = {{"supported", ok != 0}, {"why", terminated(why, sizeof why)}};
         flush_output();
         if (std::string left = kill_leftovers("supports()"); !left.empty()) response["leftover"] = left;

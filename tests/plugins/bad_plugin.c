@@ -7,7 +7,7 @@
  *   4 hang:          never returns on the case with n_q == 17
  *   5 input:         modifies q (flips the first element's lowest bit) after computing */
 #define attnbench_plugin_get correct_plugin_get
-#include "../../examples/plugins/c_cpu/c_cpu_plugin.c"
+#include "abi_v1/c_cpu_plugin.c"
 #undef attnbench_plugin_get
 
 #ifndef BAD_PLUGIN_DEFECT

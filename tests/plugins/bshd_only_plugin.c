@@ -2,7 +2,7 @@
  * must hand it sequence-before-heads tensors and read its output back through the same strides
  * (tests/plugin_isolation.sh: every case passes, no input reads as modified). */
 #define attnbench_plugin_get correct_plugin_get
-#include "../../examples/plugins/c_cpu/c_cpu_plugin.c"
+#include "abi_v1/c_cpu_plugin.c"
 #undef attnbench_plugin_get
 
 static attnbench_plugin_v1 bshd_plugin;

@@ -15,7 +15,7 @@
  * clash checks). */
 #define _GNU_SOURCE 1 /* fork, setsid, execv under -std=c11 */
 #define attnbench_plugin_get correct_plugin_get
-#include "../../examples/plugins/c_cpu/c_cpu_plugin.c"
+#include "abi_v1/c_cpu_plugin.c"
 #undef attnbench_plugin_get
 
 #include <signal.h>

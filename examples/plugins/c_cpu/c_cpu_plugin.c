@@ -1,9 +1,10 @@
-/* A correct attention plugin for attnbench in plain C11: the textbook algorithm (scores, row
- * maximum subtracted, exponentials, normalised, times V), every row in 80-bit long double and
- * rounded once to the output type. It implements everything the ABI carries: f64, f32, f16 and
- * bf16; any strides (so BHSD and BSHD); causal top-left and bottom-right, key padding per batch
- * and per query, a boolean mask and an additive bias, in any combination; GQA/MQA; d_k != d_v;
- * the row log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
+/* A correct attention plugin for attnbench in plain C11, on ABI version 2: the textbook algorithm
+ * (scores, row maximum subtracted, exponentials, normalised, times V), every row in 80-bit long
+ * double and rounded once to the output type. It implements the forward pass with everything
+ * attnbench asks of it today: f64, f32, f16 and bf16; any strides (so BHSD and BSHD); any window
+ * (causal top-left and bottom-right among them), key padding per batch and per query, a boolean
+ * mask and an additive bias, in any combination; GQA/MQA; d_k != d_v; the row log-sum-exp; fully
+ * masked rows written as zeros with an LSE of -inf.
  * Single-threaded and O(n_k) scratch per row: a yardstick, not a fast kernel.
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -I impls/plugin examples/plugins/c_cpu/c_cpu_plugin.c -lm -o c_cpu_plugin.so
@@ -54,29 +55,42 @@ static uint16_t round_to_half(double x, int significand, int min_exponent, int m
   return (uint16_t)(sign | (uint16_t)((exponent + bias) << fraction_bits) | (uint16_t)((uint32_t)q - (1u << fraction_bits)));
 }
 
-static int64_t offset_of(const attnbench_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-  return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] + i3 * t->strides[3];
+/* Up to 4 indices; a tensor of fewer dimensions (the 3-D LSE) ignores the ones past its ndim. */
+static int64_t offset_of(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const int64_t index[4] = {i0, i1, i2, i3};
+  int64_t at = 0;
+  for (int32_t d = 0; d < t->ndim && d < 4; ++d) at += index[d] * t->strides[d];
+  return at;
 }
 
-static double load(const attnbench_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+/* The element kinds this plugin reads and writes, from DLPack's (code, bits). */
+enum { ELEM_F64, ELEM_F32, ELEM_F16, ELEM_BF16, ELEM_BOOL, ELEM_OTHER };
+static int element_kind(attnbench_dl_datatype d) {
+  if (d.code == ATTNBENCH_DL_FLOAT) return d.bits == 64 ? ELEM_F64 : d.bits == 32 ? ELEM_F32 : d.bits == 16 ? ELEM_F16 : ELEM_OTHER;
+  if (d.code == ATTNBENCH_DL_BFLOAT && d.bits == 16) return ELEM_BF16;
+  if (d.code == ATTNBENCH_DL_BOOL && d.bits == 8) return ELEM_BOOL;
+  return ELEM_OTHER;
+}
+
+static double load(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   const int64_t at = offset_of(t, i0, i1, i2, i3);
-  switch (t->dtype) {
-    case ATTNBENCH_DTYPE_F64: return ((const double*)t->data)[at];
-    case ATTNBENCH_DTYPE_F32: return (double)((const float*)t->data)[at];
-    case ATTNBENCH_DTYPE_F16: return f16_to_double(((const uint16_t*)t->data)[at]);
-    case ATTNBENCH_DTYPE_BF16: return bf16_to_double(((const uint16_t*)t->data)[at]);
-    case ATTNBENCH_DTYPE_BOOL: return (double)((const uint8_t*)t->data)[at];
+  switch (element_kind(t->dtype)) {
+    case ELEM_F64: return ((const double*)t->data)[at];
+    case ELEM_F32: return (double)((const float*)t->data)[at];
+    case ELEM_F16: return f16_to_double(((const uint16_t*)t->data)[at]);
+    case ELEM_BF16: return bf16_to_double(((const uint16_t*)t->data)[at]);
+    case ELEM_BOOL: return (double)((const uint8_t*)t->data)[at];
     default: return NAN;
   }
 }
 
-static void store(const attnbench_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, long double value) {
+static void store(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, long double value) {
   const int64_t at = offset_of(t, i0, i1, i2, i3);
-  switch (t->dtype) {
-    case ATTNBENCH_DTYPE_F64: ((double*)t->data)[at] = (double)value; break;
-    case ATTNBENCH_DTYPE_F32: ((float*)t->data)[at] = (float)value; break;
-    case ATTNBENCH_DTYPE_F16: ((uint16_t*)t->data)[at] = round_to_half((double)value, 11, -14, 15, 5); break;
-    case ATTNBENCH_DTYPE_BF16: ((uint16_t*)t->data)[at] = round_to_half((double)value, 8, -126, 127, 8); break;
+  switch (element_kind(t->dtype)) {
+    case ELEM_F64: ((double*)t->data)[at] = (double)value; break;
+    case ELEM_F32: ((float*)t->data)[at] = (float)value; break;
+    case ELEM_F16: ((uint16_t*)t->data)[at] = round_to_half((double)value, 11, -14, 15, 5); break;
+    case ELEM_BF16: ((uint16_t*)t->data)[at] = round_to_half((double)value, 8, -126, 127, 8); break;
     default: break;
   }
 }
@@ -84,29 +98,33 @@ static void store(const attnbench_tensor* t, int64_t i0, int64_t i1, int64_t i2,
 /* --- one output row ---------------------------------------------------------------------------- */
 
 typedef struct {
-  const attnbench_problem* p;
-  const attnbench_tensor *q, *k, *v, *out, *lse, *mask, *bias;
+  const attnbench_call* p;
+  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias;
   long double* scores; /* n_k entries */
   unsigned char* visible; /* n_k entries */
 } row_context;
 
-/* Keys j >= the limit are hidden by causality or padding (the boolean mask may hide more). */
-static int64_t key_limit(const attnbench_problem* p, int64_t b, int64_t i) {
-  int64_t limit = p->n_k;
-  if (p->causal == ATTNBENCH_CAUSAL_TOP_LEFT && i + 1 < limit) limit = i + 1;
-  if (p->causal == ATTNBENCH_CAUSAL_BOTTOM_RIGHT && i + 1 + p->n_k - p->n_q < limit) limit = i + 1 + p->n_k - p->n_q;
-  if (p->padding == ATTNBENCH_PADDING_PER_BATCH && p->valid_len[b] < limit) limit = p->valid_len[b];
-  if (p->padding == ATTNBENCH_PADDING_PER_QUERY && p->valid_len[b * p->n_q + i] < limit) limit = p->valid_len[b * p->n_q + i];
-  return limit < 0 ? 0 : limit;
+/* Keys outside [first, limit) are hidden by the window or the padding (the boolean mask may hide
+ * more). */
+static void key_range(const attnbench_call* p, int64_t b, int64_t i, int64_t* first, int64_t* limit) {
+  const int64_t diagonal = i + (p->window.align == ATTNBENCH_ALIGN_BOTTOM_RIGHT ? p->n_k - p->n_q : 0);
+  int64_t lo = 0, hi = p->n_k;
+  if (p->window.left >= 0 && diagonal - p->window.left > lo) lo = diagonal - p->window.left;
+  if (p->window.right >= 0 && diagonal + p->window.right + 1 < hi) hi = diagonal + p->window.right + 1;
+  if (p->key_padding == ATTNBENCH_KEY_PADDING_PER_BATCH && p->valid_len[b] < hi) hi = p->valid_len[b];
+  if (p->key_padding == ATTNBENCH_KEY_PADDING_PER_QUERY && p->valid_len[b * p->n_q + i] < hi) hi = p->valid_len[b * p->n_q + i];
+  *first = lo;
+  *limit = hi < lo ? lo : hi;
 }
 
 static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
-  const attnbench_problem* p = c->p;
+  const attnbench_call* p = c->p;
   const int64_t g = h / (p->h_q / p->h_kv); /* the kv head this query head reads */
-  const int64_t limit = key_limit(p, b, i);
+  int64_t first, limit;
+  key_range(p, b, i, &first, &limit);
   long double max = -INFINITY;
   int any = 0;
-  for (int64_t j = 0; j < limit; ++j) {
+  for (int64_t j = first; j < limit; ++j) {
     c->visible[j] = c->mask == NULL || load(c->mask, b, h, i, j) != 0.0;
     if (!c->visible[j]) continue;
     long double dot = 0;
@@ -123,11 +141,11 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
     return;
   }
   long double sum = 0;
-  for (int64_t j = 0; j < limit; ++j)
+  for (int64_t j = first; j < limit; ++j)
     if (c->visible[j]) sum += (c->scores[j] = expl(c->scores[j] - max));
   for (int64_t x = 0; x < p->d_v; ++x) {
     long double acc = 0;
-    for (int64_t j = 0; j < limit; ++j)
+    for (int64_t j = first; j < limit; ++j)
       if (c->visible[j]) acc += c->scores[j] * (long double)load(c->v, b, g, j, x);
     store(c->out, b, h, i, x, acc / sum);
   }
@@ -136,14 +154,25 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
 
 /* --- the ABI ------------------------------------------------------------------------------------ */
 
-static int c_cpu_run(const attnbench_problem* p, const attnbench_tensor* q, const attnbench_tensor* k, const attnbench_tensor* v,
-                     const attnbench_tensor* out, const attnbench_tensor* lse, const attnbench_tensor* mask,
-                     const attnbench_tensor* bias, char* error, size_t error_len) {
+static int c_cpu_run(const attnbench_call* p, char* error, size_t error_len) {
+  if (p->operation != ATTNBENCH_OP_FORWARD) {
+    snprintf(error, error_len, "operation %d: only the forward pass is implemented", (int)p->operation);
+    return 1;
+  }
   if (p->h_kv <= 0 || p->h_q % p->h_kv != 0) {
     snprintf(error, error_len, "h_q=%lld is not a multiple of h_kv=%lld", (long long)p->h_q, (long long)p->h_kv);
     return 1;
   }
-  row_context c = {p, q, k, v, out, lse, mask, bias, NULL, NULL};
+  row_context c = {p,
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_Q),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_K),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_V),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_O),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_LSE),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_MASK),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_BIAS),
+                   NULL,
+                   NULL};
   c.scores = malloc(sizeof(long double) * (size_t)(p->n_k > 0 ? p->n_k : 1));
   c.visible = malloc((size_t)(p->n_k > 0 ? p->n_k : 1));
   if (c.scores == NULL || c.visible == NULL) {
@@ -160,29 +189,40 @@ static int c_cpu_run(const attnbench_problem* p, const attnbench_tensor* q, cons
   return 0;
 }
 
-static const attnbench_plugin_v1 c_cpu_plugin = {
-    ATTNBENCH_PLUGIN_ABI_VERSION,
+/* Every data role (q k v o bias) in any of the four types; the LSE is attnbench's choice. */
+static const attnbench_role_dtype c_cpu_dtypes[] = {
+    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 64, 1}},
+    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 32, 1}},
+    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 16, 1}},
+    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_BFLOAT, 16, 1}},
+};
+
+static const attnbench_plugin_v2 c_cpu_plugin = {
+    ATTNBENCH_ABI_VERSION,
+    sizeof(attnbench_plugin_v2),
     "c_cpu_reference",
-    "1.0",
+    "2.0",
     "textbook softmax(QK^T*scale+mask)V in C11, long double accumulation, rounded once",
     {
-        ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F64) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F32) | ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_F16) |
-            ATTNBENCH_DTYPE_BIT(ATTNBENCH_DTYPE_BF16),
-        ATTNBENCH_LAYOUT_BHSD | ATTNBENCH_LAYOUT_BSHD | ATTNBENCH_LAYOUT_STRIDED,
-        ATTNBENCH_MASK_CAUSAL_TOP_LEFT | ATTNBENCH_MASK_CAUSAL_BOTTOM_RIGHT | ATTNBENCH_MASK_PADDING_PER_BATCH |
-            ATTNBENCH_MASK_PADDING_PER_QUERY | ATTNBENCH_MASK_BOOL | ATTNBENCH_MASK_BIAS,
-        ATTNBENCH_FULLY_MASKED_ZEROS,
-        1, 4096, NULL, 0, /* any head dim from 1 to 4096 */
-        1,                /* d_k != d_v */
-        1,                /* GQA */
-        1,                /* returns LSE */
-        1,                /* deterministic */
-        ATTNBENCH_DEVICE_HOST,
+        ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD),
+        ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
+            ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BOOL_MASK |
+            ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_LSE |
+            ATTNBENCH_FEATURE_DETERMINISTIC,
+        ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED,
+        ATTNBENCH_FULLY_MASKED_AS_ZEROS,
+        c_cpu_dtypes,
+        (int32_t)(sizeof c_cpu_dtypes / sizeof c_cpu_dtypes[0]),
+        1, 4096, 0, NULL, /* any head dim from 1 to 4096 */
+        ATTNBENCH_DL_CPU,
+        0,
+        0.0, /* its products round as the dtype's own arithmetic */
     },
     NULL, /* no supports(): the capabilities say it all */
     c_cpu_run,
+    NULL,
 };
 
-ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v1* attnbench_plugin_get(uint32_t abi_version) {
-  return abi_version == ATTNBENCH_PLUGIN_ABI_VERSION ? &c_cpu_plugin : NULL;
+ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v2* attnbench_plugin_get(uint32_t abi_version) {
+  return abi_version == ATTNBENCH_ABI_VERSION ? &c_cpu_plugin : NULL;
 }

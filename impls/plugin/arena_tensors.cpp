@@ -1,0 +1,125 @@
+#include "impls/plugin/arena_tensors.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/metrics.hpp"
+
+namespace attn::plugin {
+namespace {
+
+// Visits each stored element once: its dense index in the source and its offset in the view.
+template <class F>
+void for_each_element(const Item& it, F&& f) {
+  const auto& s = it.storage_shape;
+  std::int64_t dense = 0;
+  for (std::int64_t a = 0; a < s[0]; ++a)
+    for (std::int64_t b = 0; b < s[1]; ++b)
+      for (std::int64_t c = 0; c < s[2]; ++c)
+        for (std::int64_t d = 0; d < s[3]; ++d, ++dense) f(dense, a * it.strides[0] + b * it.strides[1] + c * it.strides[2] + d * it.strides[3]);
+}
+
+bool dense_copy(const Item& it) {
+  std::int64_t expect = 1;
+  for (int i = 3; i >= 0; --i) {
+    const auto u = std::size_t(i);
+    if (it.storage_shape[u] > 1 && it.strides[u] != expect) return false;
+    expect *= it.storage_shape[u];
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs& a) {
+  const Problem& p = a.problem;
+  auto bytes_of = [](const Tensor& t) { return reinterpret_cast<const std::byte*>(t.data()); };
+  auto stored = [&](Broadcast b) {
+    const bool batch = b == Broadcast::per_batch || b == Broadcast::per_batch_head, head = b == Broadcast::per_head || b == Broadcast::per_batch_head;
+    return Tensor::Shape{batch ? p.batch : 1, head ? p.h_q : 1, p.n_q, p.n_k};
+  };
+  std::vector<Item> items;
+  for (const TensorSpec& s : specs) {
+    const Tensor* t = nullptr;
+    std::byte* back = nullptr;
+    switch (s.role) {
+      case ATTNBENCH_ROLE_Q: t = &a.inputs.q; break;
+      case ATTNBENCH_ROLE_K: t = &a.inputs.k; break;
+      case ATTNBENCH_ROLE_V: t = &a.inputs.v; break;
+      case ATTNBENCH_ROLE_O: t = &a.out; back = static_cast<std::byte*>(a.out.data()); break;
+      case ATTNBENCH_ROLE_LSE:
+        if (a.lse == nullptr) throw std::logic_error("an LSE planned without a tensor for it");
+        t = a.lse;
+        back = static_cast<std::byte*>(a.lse->data());
+        break;
+      case ATTNBENCH_ROLE_MASK:
+        items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
+                             stored(p.bool_mask.broadcast), s.strides, 1});
+        continue;
+      case ATTNBENCH_ROLE_BIAS: {
+        const Tensor& bias = a.inputs.mask.bias_tensor();
+        items.push_back(Item{s.name, bytes_of(bias), nullptr, s.shape, stored(p.bias.broadcast), s.strides,
+                             std::size_t(bytes_per_element(bias.dtype()))});
+        continue;
+      }
+      default: throw std::logic_error(fmt::format("no tensor for the role {}", role_name(s.role)));
+    }
+    items.push_back(Item{s.name, bytes_of(*t), back, t->shape(), t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype()))});
+  }
+  return items;
+}
+
+std::size_t item_bytes(const Item& it) { return std::size_t(storage_elements(it.shape, it.strides)) * it.element; }
+
+void copy_in(const Item& it, std::byte* arena) {
+  if (dense_copy(it)) {
+    std::memcpy(arena, it.source, std::size_t(it.storage_shape[0] * it.storage_shape[1] * it.storage_shape[2] * it.storage_shape[3]) * it.element);
+    return;
+  }
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    std::memcpy(arena + std::size_t(at) * it.element, it.source + std::size_t(dense) * it.element, it.element);
+  });
+}
+
+void copy_out(const Item& it, const std::byte* arena) {
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    std::memcpy(it.destination + std::size_t(dense) * it.element, arena + std::size_t(at) * it.element, it.element);
+  });
+}
+
+std::string compare_input(const Item& it, const std::byte* arena) {
+  std::int64_t changed = 0, first = -1;
+  for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+    if (std::memcmp(arena + std::size_t(at) * it.element, it.source + std::size_t(dense) * it.element, it.element) != 0) {
+      if (changed++ == 0) first = dense;
+    }
+  });
+  if (changed == 0) return "";
+  const auto& s = it.storage_shape;
+  const std::int64_t d = first % s[3], c = first / s[3] % s[2], b = first / s[3] / s[2] % s[1], a = first / s[3] / s[2] / s[1];
+  return fmt::format("modified input {}: {} element(s) changed, first at [{},{},{},{}] of its [{},{},{},{}]", it.name, changed, a, b, c, d,
+                     s[0], s[1], s[2], s[3]);
+}
+
+std::string unwritten_output(const Problem& p, const Tensor& out, const char* name) {
+  std::int64_t count = 0, first = -1;
+  std::vector<std::int64_t> rows;
+  const std::int64_t width = out.shape()[3];
+  for (std::int64_t e = 0; e < out.numel(); ++e) {
+    if (!out.is_poisoned(e)) continue;
+    if (count++ == 0) first = e;
+    if (rows.empty() || rows.back() != e / width) rows.push_back(e / width);
+  }
+  if (count == 0) return "";
+  auto row_text = [&](std::int64_t r) {
+    return fmt::format("b={} h={} i={}", r / p.n_q / p.h_q, r / p.n_q % p.h_q, r % p.n_q);
+  };
+  std::vector<std::string> shown;
+  for (std::size_t i = 0; i < rows.size() && i < 4; ++i) shown.push_back(row_text(rows[i]));
+  const std::string where = width == p.d_v ? output_coordinates(p, first) : row_text(first);
+  return fmt::format("{} not written (still poison): {} element(s) in {} row(s), first at {}; rows {}{}", name, count, rows.size(), where,
+                     fmt::join(shown, ", "), rows.size() > shown.size() ? fmt::format(" and {} more", rows.size() - shown.size()) : "");
+}
+}  // namespace attn::plugin

@@ -1,0 +1,143 @@
+#include "impls/plugin/call_description.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace attn::plugin {
+
+attnbench_window abi_window(const Problem& p) {
+  attnbench_window w{ATTNBENCH_WINDOW_UNBOUNDED, ATTNBENCH_WINDOW_UNBOUNDED, ATTNBENCH_ALIGN_TOP_LEFT, 0};
+  if (p.causal != Causal::none) w.right = 0;
+  if (p.causal == Causal::bottom_right) w.align = ATTNBENCH_ALIGN_BOTTOM_RIGHT;
+  return w;
+}
+
+CallDescription describe_call(const Problem& p) {
+  CallDescription d;
+  d.operation = ATTNBENCH_OP_FORWARD;
+  d.batch = p.batch;
+  d.h_q = p.h_q;
+  d.h_kv = p.h_kv;
+  d.n_q = p.n_q;
+  d.n_k = p.n_k;
+  d.d_k = p.d_k;
+  d.d_v = p.d_v;
+  d.scale = p.effective_scale();
+  d.window = abi_window(p);
+  d.key_padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_KEY_PADDING_PER_BATCH
+                  : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY
+                                                                  : ATTNBENCH_KEY_PADDING_NONE;
+  if (d.key_padding != ATTNBENCH_KEY_PADDING_NONE) d.valid_len = p.padding.valid_len;
+  d.accumulation = p.dtype == DType::f64 ? DlType{ATTNBENCH_DL_FLOAT, 64, 1} : DlType{ATTNBENCH_DL_FLOAT, 32, 1};
+  return d;
+}
+
+void to_json(nlohmann::json& j, const CallDescription& d) {
+  j = {{"operation", d.operation},
+       {"shape", {d.batch, d.h_q, d.h_kv, d.n_q, d.n_k, d.d_k, d.d_v}},
+       {"scale", d.scale},
+       {"window", {d.window.left, d.window.right, d.window.align}},
+       {"key_padding", d.key_padding},
+       {"valid_len", d.valid_len},
+       {"softcap", d.softcap},
+       {"dropout", {d.dropout_p, d.dropout_seed}},
+       {"packed", {d.max_seqlen_q, d.max_seqlen_k}},
+       {"page_size", d.page_size},
+       {"accumulation", {d.accumulation.code, d.accumulation.bits, d.accumulation.lanes}}};
+}
+
+void from_json(const nlohmann::json& j, CallDescription& d) {
+  j.at("operation").get_to(d.operation);
+  const auto& s = j.at("shape");
+  std::int64_t* dims[] = {&d.batch, &d.h_q, &d.h_kv, &d.n_q, &d.n_k, &d.d_k, &d.d_v};
+  for (std::size_t i = 0; i < 7; ++i) s.at(i).get_to(*dims[i]);
+  j.at("scale").get_to(d.scale);
+  const auto& w = j.at("window");
+  d.window = {w.at(0).get<std::int64_t>(), w.at(1).get<std::int64_t>(), w.at(2).get<std::int32_t>(), 0};
+  j.at("key_padding").get_to(d.key_padding);
+  j.at("valid_len").get_to(d.valid_len);
+  j.at("softcap").get_to(d.softcap);
+  j.at("dropout").at(0).get_to(d.dropout_p);
+  j.at("dropout").at(1).get_to(d.dropout_seed);
+  j.at("packed").at(0).get_to(d.max_seqlen_q);
+  j.at("packed").at(1).get_to(d.max_seqlen_k);
+  j.at("page_size").get_to(d.page_size);
+  const auto& a = j.at("accumulation");
+  d.accumulation = {a.at(0).get<std::uint8_t>(), a.at(1).get<std::uint8_t>(), a.at(2).get<std::uint16_t>()};
+}
+
+void to_json(nlohmann::json& j, const TensorSpec& t) {
+  j = {{"name", t.name},   {"role", t.role},   {"dtype", {t.dtype.code, t.dtype.bits, t.dtype.lanes}},
+       {"ndim", t.ndim},   {"shape", t.shape}, {"strides", t.strides}};
+}
+
+void from_json(const nlohmann::json& j, TensorSpec& t) {
+  j.at("name").get_to(t.name);
+  j.at("role").get_to(t.role);
+  const auto& d = j.at("dtype");
+  t.dtype = {d.at(0).get<std::uint8_t>(), d.at(1).get<std::uint8_t>(), d.at(2).get<std::uint16_t>()};
+  j.at("ndim").get_to(t.ndim);
+  j.at("shape").get_to(t.shape);
+  j.at("strides").get_to(t.strides);
+  if (t.role < 0 || t.role >= ATTNBENCH_ROLE_COUNT) throw std::invalid_argument(fmt::format("tensor {}: role {} is unknown", t.name, t.role));
+  if (t.ndim < 1 || t.ndim > 4) throw std::invalid_argument(fmt::format("tensor {}: ndim {} is not 1 to 4", t.name, t.ndim));
+}
+
+std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_lse) {
+  const DlType data = to_dl(p.dtype);
+  auto dense = [&](const char* name, std::int32_t role, Tensor::Shape shape) {
+    return TensorSpec{name, role, data, 4, shape, layout_strides(shape, layout)};
+  };
+  std::vector<TensorSpec> specs{dense("q", ATTNBENCH_ROLE_Q, {p.batch, p.h_q, p.n_q, p.d_k}),
+                                dense("k", ATTNBENCH_ROLE_K, {p.batch, p.h_kv, p.n_k, p.d_k}),
+                                dense("v", ATTNBENCH_ROLE_V, {p.batch, p.h_kv, p.n_k, p.d_v}),
+                                dense("out", ATTNBENCH_ROLE_O, {p.batch, p.h_q, p.n_q, p.d_v})};
+  if (with_lse) {
+    const Tensor::Shape shape{p.batch, p.h_q, p.n_q, 1};
+    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, p.dtype == DType::f64 ? to_dl(DType::f64) : to_dl(DType::f32), 3, shape,
+                     layout_strides(shape, Layout::bhsd)});
+  }
+  const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
+  if (p.bool_mask.enabled) specs.push_back({"mask", ATTNBENCH_ROLE_MASK, dl_bool, 4, scores, broadcast_strides(p, p.bool_mask.broadcast)});
+  if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data, 4, scores, broadcast_strides(p, p.bias.broadcast)});
+  return specs;
+}
+
+AbiCall::AbiCall(const CallDescription& d, const std::vector<TensorSpec>& tensors, void* context) : valid_len_(d.valid_len) {
+  call_.struct_size = sizeof(attnbench_call);
+  call_.operation = d.operation;
+  call_.batch = d.batch;
+  call_.h_q = d.h_q;
+  call_.h_kv = d.h_kv;
+  call_.n_q = d.n_q;
+  call_.n_k = d.n_k;
+  call_.d_k = d.d_k;
+  call_.d_v = d.d_v;
+  call_.scale = d.scale;
+  call_.window = d.window;
+  call_.key_padding = d.key_padding;
+  call_.valid_len = valid_len_.empty() ? nullptr : valid_len_.data();
+  call_.valid_len_count = static_cast<std::int64_t>(valid_len_.size());
+  call_.softcap = d.softcap;
+  call_.dropout_p = d.dropout_p;
+  call_.dropout_seed = d.dropout_seed;
+  call_.max_seqlen_q = d.max_seqlen_q;
+  call_.max_seqlen_k = d.max_seqlen_k;
+  call_.page_size = d.page_size;
+  call_.accumulation = d.accumulation;
+  call_.context = context;
+  for (const TensorSpec& t : tensors) {
+    const auto r = std::size_t(t.role);
+    shapes_[r] = t.shape;
+    strides_[r] = t.strides;
+    tensors_[r] = attnbench_dl_tensor{nullptr, {ATTNBENCH_DL_CPU, 0}, t.ndim, t.dtype, shapes_[r].data(), strides_[r].data(), 0};
+    present_[r] = true;
+    pointers_[r] = &tensors_[r];
+  }
+  call_.tensor_count = ATTNBENCH_ROLE_COUNT;
+  call_.tensors = pointers_.data();
+}
+
+}  // namespace attn::plugin
