@@ -29,9 +29,10 @@ namespace attn::plugin {
 struct PluginOptions {
   double timeout_seconds = 60;  // per call; the load (dlopen and the description) gets the same
   std::string host_path;        // the worker executable; empty: find_plugin_host()
-  // Declarations ABI version 1 has no field for, given on validate's command line until a later
-  // ABI carries them (see Capabilities): masked K/V rows kept out entirely, and the unit roundoff
-  // of reduced-precision matrix products (0: the dtype's own).
+  // Declarations ABI version 1 has no field for (version 2 has), given on validate's command line
+  // (see Capabilities): masked K/V rows kept out entirely, and the unit roundoff of
+  // reduced-precision matrix products (0: what the plugin declares, else the dtype's own). They add
+  // to a version 2 plugin's own declaration.
   bool masked_nonfinite_safe = false;
   double matmul_unit_roundoff = 0;
   // The worker's address-space limit in bytes: nullopt, default_memory_limit(); 0, none.
