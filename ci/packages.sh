@@ -24,6 +24,7 @@ attn_library_packages=(
 attn_test_tool_packages=(
   libbenchmark-tools python3-scipy  # its compare.py (and what compare.py imports)
   clang-14 libclang-rt-14-dev       # the fuzz preset: clang and its libFuzzer runtime (ci/run-fuzz.sh)
+  libdlpack-dev                     # dlpack.h: plugin_dlpack_test holds the plugin ABI's tensors to DLPack's layout
 )
 
 attn_packages=("${attn_tool_packages[@]}" "${attn_library_packages[@]}" "${attn_test_tool_packages[@]}")
