@@ -21,7 +21,7 @@
 #include "core/case_sets.hpp"
 #include "core/inputs.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 #include "reference/reference.hpp"
 #include "reports/context.hpp"
 #include "reports/report.hpp"

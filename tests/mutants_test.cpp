@@ -17,7 +17,7 @@
 
 #include "core/case_sets.hpp"
 #include "core/inputs.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 #include "tests/mutants/mutants.hpp"
 
 namespace attn::mutants {

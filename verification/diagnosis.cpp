@@ -1,4 +1,4 @@
-#include "properties/diagnosis.hpp"
+#include "verification/diagnosis.hpp"
 
 #include <algorithm>
 #include <cmath>
