@@ -13,7 +13,7 @@
 #include "impls/capability_space.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
 #include "core/memory.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 namespace attn::cli {
 namespace {

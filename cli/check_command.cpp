@@ -12,10 +12,9 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/result_file.hpp"
+#include "cli/run_output.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
 #include "reports/context.hpp"
-#include "reports/progress.hpp"
-#include "reports/verify_report.hpp"
 
 namespace attn::cli {
 
@@ -70,20 +69,10 @@ int CheckCommand::run() const {
              outputs_dir, k_, floor_ulps_);
   if (plan.declared) fmt::print("declared by {}: fully masked rows {}\n", plan.declared_by, to_string(plan.declared->fully_masked));
   fmt::print("\n");
-  print_verify_header(std::cout);
-  // Save after every case, so a run that dies keeps what it measured.
-  Progress progress("check", cases.size(), stdout, Progress::stdout_is_terminal());
-  ResultsFile results(json_path_);
-  auto on_record = [&](const VerifyRun& run, const Record& record) {
-    progress.clear();
-    print_verify_row(std::cout, record);
-    std::cout.flush();
-    progress.step(fmt::format("case {}", record.context->index));
-    if (!json_path_.empty()) results.save(verify_to_json(run, options, context, "check"));
-  };
-  const VerifyRun run = verify({&outputs}, cases, options, on_record);
-  progress.finish();
-  if (!json_path_.empty()) results.finish(verify_to_json(run, options, context, "check"));
+  VerifyRequest request{{&outputs}, cases, options};
+  VerifyConsole console({.progress_label = "check", .name_implementation = false});
+  VerifyResultsFile results(json_path_, [&](const VerifyRun& run) { return verify_to_json(run, request.options, context, "check"); });
+  const VerifyRun run = run_verify(request, {&console, &results});
   // check has no --case: the whole directory is rerun, and a case repeats with its repro string.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     return fmt::format("attnbench check --cases {} --outputs {} (this case alone: attnbench cases --out DIR --case '{}')", cases_dir_,
@@ -169,16 +158,10 @@ int CheckCommand::run_given() const {
 
   fmt::print("attnbench check: {} case(s) of your own tensors ({}); pass rule: max abs error <= {} x naive + {} ulps\n\n", cases.size(),
              fmt::join(inputs_dirs_, ", "), k_, floor_ulps_);
-  print_verify_header(std::cout);
-  ResultsFile results(json_path_);
-  auto on_record = [&](const VerifyRun& run, const Record& record) {
-    print_verify_row(std::cout, record);
-    fmt::print("{:<22}inputs: {}\n", "", record.context->inputs_from);
-    std::cout.flush();
-    if (!json_path_.empty()) results.save(verify_to_json(run, options, context, "check"));
-  };
-  const VerifyRun run = verify({&outputs}, cases, options, on_record);
-  if (!json_path_.empty()) results.finish(verify_to_json(run, options, context, "check"));
+  VerifyRequest request{{&outputs}, cases, options};
+  VerifyConsole console({.progress_label = std::nullopt, .name_implementation = true, .extra = [](const Record& record) { return fmt::format("{:<22}inputs: {}\n", "", record.context->inputs_from); }});
+  VerifyResultsFile results(json_path_, [&](const VerifyRun& run) { return verify_to_json(run, request.options, context, "check"); });
+  const VerifyRun run = run_verify(request, {&console, &results});
   // The repro string describes the case's shapes only; the rerun is the same directories.
   print_verify_summary(std::cout, run, [&](const Record& r) {
     const std::size_t n = r.context->index;

@@ -1,6 +1,6 @@
 #pragma once
 // `attnbench check --cases DIR --outputs DIR2`: verifies the outputs another program wrote for a
-// cases directory (`attnbench cases`) against the reference, through attn::verify, so the table,
+// cases directory (`attnbench cases`) against the reference, through run_verify (verification/run.hpp), so the table,
 // the JSON (--json, default results/check.json) and the exit codes are verify's. A missing or
 // malformed output file fails its case and the run goes on; a missing or malformed manifest, or
 // input files that are not what the repro strings generate, are bad input. A declaration

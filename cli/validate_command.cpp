@@ -14,13 +14,10 @@
 #include "core/result_file.hpp"
 #include "impls/plugin/plugin_implementation.hpp"
 #include "impls/plugin/worker_process.hpp"
-#include "properties/property_suite.hpp"
+#include "cli/run_output.hpp"
 #include "reports/context.hpp"
-#include "reports/progress.hpp"
-#include "reports/properties_report.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
-#include "reports/verify_report.hpp"
 
 namespace attn::cli {
 namespace {
@@ -29,6 +26,45 @@ namespace {
 constexpr std::size_t replay_runs = 8;
 
 std::string join_path(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
+
+// One line per property, numbered; a failure with its counterexample and the commands that replay it.
+class ValidateProperties final : public PropertiesObserver {
+ public:
+  ValidateProperties(int cases, bool replay, std::string rerun_prefix) : cases_(cases), replay_(replay), rerun_prefix_(std::move(rerun_prefix)) {}
+  void not_run(const Property& property, const Implementation&, const std::string& why) override {
+    fmt::print("  {:>2} not run: {}: {}\n", property.number, why, property.name);
+  }
+  void verdict_made(const PropertyVerdict& v, const Property& property, const Implementation&) override {
+    using Kind = PropertyVerdict::Kind;
+    switch (v.kind) {
+      case Kind::held:
+        fmt::print("  {:>2} held on {} cases{}: {}\n", property.number, v.cases,
+                   v.projected > 0 ? fmt::format(" ({} projected onto what it accepts)", v.projected) : "", property.name);
+        break;
+      case Kind::not_applicable: fmt::print("  {:>2} n/a: {}: {}\n", property.number, v.message, property.name); break;
+      case Kind::gave_up:
+        // Too few problems it accepts to run the cases asked for: not a pass, and not a failure.
+        fmt::print("  {:>2} gave up after {} of {} cases: {} ({})\n", property.number, v.cases, cases_, property.name, v.message);
+        break;
+      case Kind::finding:
+      case Kind::failed:
+        fmt::print("  {:>2} {}: {}\n  {}\n  counterexample: {}\n", property.number,
+                   v.kind == Kind::failed ? "FAILED" : "FINDING (not a failure: see --masked-nonfinite-safe)", property.name, v.message, v.repro);
+        if (!v.repro.empty())
+          fmt::print("  {}: {} --case '{}' --property {}\n", v.kind == Kind::failed ? "rerun" : "replay the finding", rerun_prefix_, v.repro,
+                     property.number);
+        if (!replay_ && v.kind == Kind::failed)
+          fmt::print("  the same draws: {} --property {} --seed {}\n", rerun_prefix_, property.number, v.seed);
+        break;
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  int cases_;
+  bool replay_;
+  std::string rerun_prefix_;
+};
 
 }  // namespace
 
@@ -80,9 +116,7 @@ int ValidateCommand::run() const {
   if (!(timeout_seconds_ > 0)) throw InputError("--timeout must be positive");
   if (property_cases_ < 0) throw InputError("--property-cases must not be negative");
   if (!(matmul_unit_roundoff_ >= 0 && matmul_unit_roundoff_ < 0.5)) throw InputError("--matmul-unit-roundoff must lie in [0, 0.5)");
-  const auto& suite = property_suite();
-  for (int number : properties_)
-    if (number < 1 || number > int(suite.size())) throw InputError(fmt::format("--properties {}: there are properties 1 to {}", number, suite.size()));
+  properties_numbered(properties_, "--properties");  // a bad number is bad input before the plugin loads
   std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   for (const auto& p : cases) {
     p.validate();
@@ -125,29 +159,22 @@ int ValidateCommand::run() const {
   // Verify: saved after every case, so a run that dies keeps what it measured.
   if (!replay_property) {
     const std::string path = join_path(out_dir_, "verify.json");
-    ResultsFile file(path);
-    VerifyOptions verify_options;
+    VerifyRequest request;
+    request.implementations = {plugin.get()};
     if (single_case_) {
       // A replay runs the case several times, all as case 0 (one layout): a failure that depends
       // on the plugin's earlier calls (state kept between calls, a race lost now and then) shows
       // again, where one call would pass.
-      cases.assign(replay_runs, cases.front());
-      verify_options.case_numbers.assign(replay_runs, 0);
+      request.cases.assign(replay_runs, cases.front());
+      request.options.case_numbers.assign(replay_runs, 0);
       fmt::print("verify: the one case, {} times\n", replay_runs);
     } else {
+      request.cases = cases;
       fmt::print("verify: {} case(s)\n", cases.size());
     }
-    print_verify_header(std::cout);
-    Progress progress("verify", cases.size(), stdout, Progress::stdout_is_terminal());
-    const VerifyRun run = verify({plugin.get()}, cases, verify_options, [&](const VerifyRun& so_far, const Record& record) {
-      progress.clear();
-      print_verify_row(std::cout, record);
-      std::cout.flush();
-      progress.step(fmt::format("case {}", record.context->index));
-      file.save(verify_to_json(so_far, verify_options, context, "validate"));
-    });
-    progress.finish();
-    file.finish(verify_to_json(run, verify_options, context, "validate"));
+    VerifyConsole console({.progress_label = "verify", .name_implementation = false});
+    VerifyResultsFile results(path, [&](const VerifyRun& run) { return verify_to_json(run, request.options, context, "validate"); });
+    const VerifyRun run = run_verify(request, {&console, &results});
     print_verify_summary(std::cout, run, [&](const Record& r) { return fmt::format("{} --case '{}'", rerun_prefix(), r.context->problem.repro()); });
     written.push_back(path);
     all_held = all_held && run.failed() == 0;
@@ -159,68 +186,39 @@ int ValidateCommand::run() const {
   // a row: each further call would cost a timeout.
   auto stopped = [&] { return !plugin->unavailable_reason().empty() ? plugin->unavailable_reason() : plugin->given_up_reason(); };
   bool runnable = stopped().empty();
-  const bool run_properties = replay_property || (!single_case_ && property_cases_ > 0);
-  if (!runnable && (run_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", stopped());
+  const bool check_properties = replay_property || (!single_case_ && property_cases_ > 0);
+  if (!runnable && (check_properties || bench_)) fmt::print("\nproperties and benchmarks not run: {}\n", stopped());
 
   // The property suite, each of its many calls isolated like verify's.
-  if (runnable && run_properties) {
+  if (runnable && check_properties) {
     const std::string path = join_path(out_dir_, "properties.json");
-    ResultsFile file(path);
-    PropertyOptions property_options;
-    property_options.cases = property_cases_;
-    property_options.seed = seed_;
-    property_options.shrink = !no_shrink_;
-    PropertiesJson results(property_options, context);
-    int failed = 0, findings = 0, gave_up = 0;
-    if (replay_property)
-      fmt::print("\nproperties on the one case '{}'\n", cases.front().repro());
-    else
-      fmt::print("\nproperties: {} case(s) each\n", property_cases_);
-    for (const Property& property : suite) {
-      if (!properties_.empty() && std::find(properties_.begin(), properties_.end(), property.number) == properties_.end()) continue;
-      if (!plugin->given_up_reason().empty()) {
-        fmt::print("  {:>2} not run: {}: {}\n", property.number, plugin->given_up_reason(), property.name);
-        continue;
-      }
+    PropertiesRequest request;
+    request.implementations = {plugin.get()};
+    // In the suite's order, each once, however --properties lists them.
+    std::vector<int> numbers = properties_;
+    std::sort(numbers.begin(), numbers.end());
+    numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+    request.properties = properties_numbered(numbers, "--properties");
+    request.options.cases = property_cases_;
+    request.options.seed = seed_;
+    request.options.shrink = !no_shrink_;
+    if (replay_property) {
       // A replayed property is checked up to replay_runs times on its problem, for the same reason
       // a replayed case runs several times: a failure may depend on the plugin's earlier calls.
-      PropertyVerdict v = replay_property ? check_property_on(property, *plugin, cases.front()) : check_property(property, *plugin, property_options);
-      for (std::size_t round = 1; replay_property && round < replay_runs && v.kind == PropertyVerdict::Kind::held; ++round)
-        v = check_property_on(property, *plugin, cases.front());
-      using Kind = PropertyVerdict::Kind;
-      ran += v.cases;
-      switch (v.kind) {
-        case Kind::held:
-          fmt::print("  {:>2} held on {} cases{}: {}\n", property.number, v.cases,
-                     v.projected > 0 ? fmt::format(" ({} projected onto what it accepts)", v.projected) : "", property.name);
-          break;
-        case Kind::not_applicable: fmt::print("  {:>2} n/a: {}: {}\n", property.number, v.message, property.name); break;
-        case Kind::gave_up:
-          // Too few problems it accepts to run the cases asked for: not a pass, and not a failure.
-          ++gave_up;
-          fmt::print("  {:>2} gave up after {} of {} cases: {} ({})\n", property.number, v.cases, property_cases_, property.name, v.message);
-          break;
-        case Kind::finding:
-        case Kind::failed:
-          ++(v.kind == Kind::failed ? failed : findings);
-          fmt::print("  {:>2} {}: {}\n  {}\n  counterexample: {}\n", property.number,
-                     v.kind == Kind::failed ? "FAILED" : "FINDING (not a failure: see --masked-nonfinite-safe)", property.name, v.message, v.repro);
-          if (!v.repro.empty())
-            fmt::print("  {}: {} --case '{}' --property {}\n", v.kind == Kind::failed ? "rerun" : "replay the finding", rerun_prefix(), v.repro,
-                       property.number);
-          if (!replay_property && v.kind == Kind::failed)
-            fmt::print("  the same draws: {} --property {} --seed {}\n", rerun_prefix(), property.number, v.seed);
-          break;
-      }
-      std::fflush(stdout);
-      results.add(v, property, *plugin);
-      file.save(results.to_json());
+      request.single_case = cases.front();
+      request.rounds = int(replay_runs);
+      fmt::print("\nproperties on the one case '{}'\n", cases.front().repro());
+    } else {
+      fmt::print("\nproperties: {} case(s) each\n", property_cases_);
     }
-    results.complete = true;
-    file.finish(results.to_json());
-    fmt::print("properties: {} failed, {} finding(s), {} gave up\n", failed, findings, gave_up);
+    request.stopped = [&](const Implementation&) { return plugin->given_up_reason(); };
+    ValidateProperties console(property_cases_, replay_property, rerun_prefix());
+    PropertiesResultsFile results(path, PropertiesJson(request.options, context));
+    const PropertiesOutcome outcome = run_properties(request, {&console, &results});
+    ran += outcome.cases;
+    fmt::print("properties: {} failed, {} finding(s), {} gave up\n", outcome.failed, outcome.findings, outcome.gave_up);
     written.push_back(path);
-    all_held = all_held && failed == 0;
+    all_held = all_held && outcome.failed == 0;
   }
 
   if (runnable && !stopped().empty() && bench_) fmt::print("\nbenchmarks not run: {}\n", stopped());

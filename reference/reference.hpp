@@ -76,7 +76,7 @@ struct ReferenceResult {
 
 ReferenceResult compute_reference(const Problem& problem, const CaseInputs& inputs, const ReferenceOptions& options = {});
 // The same on rows chosen by the caller (flat indices, any order; each in [0, problem.rows())):
-// the diagnosis of a failure (properties/diagnosis.hpp) recomputes the reference on the rows
+// the diagnosis of a failure (verification/diagnosis.hpp) recomputes the reference on the rows
 // where the failure shows, and on the rows a permutation hypothesis says they came from.
 ReferenceResult compute_reference_at(const Problem& problem, const CaseInputs& inputs, std::vector<std::int64_t> rows,
                                      const ReferenceOptions& options = {});

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 namespace attn {
 

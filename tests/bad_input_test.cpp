@@ -1,5 +1,5 @@
 // Bad input that must not do damage: result paths that are not regular files (core/result_file),
-// and problems too large for the machine (core/memory, properties/verify case_memory).
+// and problems too large for the machine (core/memory, verification/verify case_memory).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -15,7 +15,7 @@
 #include "core/problem.hpp"
 #include "core/result_file.hpp"
 #include "impls/registry.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 #include "reports/verify_report.hpp"
 
 namespace attn {

@@ -19,7 +19,7 @@
 #include "impls/cuda_fused/tile_logic.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/registry.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 namespace attn::cuda_fused {
 namespace {

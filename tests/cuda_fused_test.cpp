@@ -18,7 +18,7 @@
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/cuda_support/device_resources.hpp"
 #include "impls/registry.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 namespace attn {
 namespace {

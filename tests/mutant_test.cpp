@@ -17,7 +17,7 @@
 #include "core/inputs.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 #include "impls/registry.hpp"
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 namespace attn {
 namespace {

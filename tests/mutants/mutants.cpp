@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,12 @@ namespace attn::mutants {
 namespace {
 
 using M = Mistake;
+using Which = std::optional<Mistake>;  // none: the control
 
 // ---- The mistaken pieces of the mask, evaluated locally (core/mask.cpp's rules, one changed) ----
 
 // Mask::key_limit with the causal alignment and the padding as the mutant (mis)reads them.
-std::int64_t key_limit_as_written(Mistake mistake, const Problem& p, std::int64_t b, std::int64_t i) {
+std::int64_t key_limit_as_written(Which mistake, const Problem& p, std::int64_t b, std::int64_t i) {
   Causal causal = p.causal;
   if (mistake == M::causal_ignored) causal = Causal::none;
   if (mistake == M::causal_alignment_swapped) {
@@ -37,7 +39,7 @@ std::int64_t key_limit_as_written(Mistake mistake, const Problem& p, std::int64_
     if (p.padding.kind == KeyPadding::Kind::per_query)
       limit = std::min({limit, p.padding.valid_len[static_cast<std::size_t>(b * p.n_q + i)] + leak, p.n_k});
   }
-  if (mistake == M::last_visible_key_dropped) limit -= 1;  // for (j = 0; j < limit - 1; ++j)
+  if (mistake == M::last_key_dropped) limit -= 1;  // for (j = 0; j < limit - 1; ++j)
   return std::max<std::int64_t>(limit, 0);
 }
 
@@ -56,29 +58,29 @@ bool bool_flag(const Problem& p, const Mask& mask, std::int64_t b, std::int64_t 
 
 // ---- The other mistakes' pieces ----
 
-double scale_as_written(Mistake mistake, const Problem& p) {
-  if (mistake == M::no_scaling) return 1.0;
+double scale_as_written(Which mistake, const Problem& p) {
+  if (mistake == M::scale_one) return 1.0;
   if (mistake == M::scale_one_over_dk && !p.scale) return 1.0 / double(p.d_k);
   return p.effective_scale();
 }
 
-std::int64_t kv_head_as_written(Mistake mistake, const Problem& p, std::int64_t h) {
-  return mistake == M::gqa_head_mapping_ignored ? h % p.h_kv : p.kv_head(h);
+std::int64_t kv_head_as_written(Which mistake, const Problem& p, std::int64_t h) {
+  return mistake == M::kv_head_mapping ? h % p.h_kv : p.kv_head(h);
 }
 
 // Where (b, h)'s K and V are read from as flat [n_k, d] blocks of the dense BHSD tensors: block
 // b * h_kv + kv_head(h); kv_head_as_query_head takes block b * h_q + h (another batch's or
 // head's data), and -1 past the end of the tensor, which it reads as zeros (what a bounds-checked
 // load such as a TMA copy returns out of bounds).
-std::int64_t kv_block_as_written(Mistake mistake, const Problem& p, std::int64_t b, std::int64_t h) {
+std::int64_t kv_block_as_written(Which mistake, const Problem& p, std::int64_t b, std::int64_t h) {
   if (mistake != M::kv_head_as_query_head) return b * p.h_kv + kv_head_as_written(mistake, p, h);
   const std::int64_t block = b * p.h_q + h;
   return block < p.batch * p.h_kv ? block : -1;
 }
 
 // The query head whose output row receives head h's result.
-std::int64_t output_head_as_written(Mistake mistake, const Problem& p, std::int64_t h) {
-  return mistake == M::query_rows_swapped_between_heads ? (h + 1) % p.h_q : h;
+std::int64_t output_head_as_written(Which mistake, const Problem& p, std::int64_t h) {
+  return mistake == M::output_rows_permuted ? (h + 1) % p.h_q : h;
 }
 
 // The stand-in score a masked_fill gives masked keys: -1, or -1e4 in f16 (where -1e9 overflows).
@@ -146,9 +148,9 @@ void run_softmax_over_queries(const RunArgs& a) {
 }
 
 template <class Acc>
-void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
+void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   if (mistake == M::softmax_over_queries) return run_softmax_over_queries<Acc>(a);
-  if (mistake == M::output_left_zeros) {  // the kernel never ran; the caller's buffers were zeroed
+  if (mistake == M::output_all_zeros) {  // the kernel never ran; the caller's buffers were zeroed
     for (std::int64_t e = 0; e < a.out.numel(); ++e) a.out.set(e, 0.0);
     if (a.lse)
       for (std::int64_t e = 0; e < a.lse->numel(); ++e) a.lse->set(e, 0.0);
@@ -178,7 +180,7 @@ void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
         // Scores, scaled and masked.
         for (std::size_t j = 0; j < nk; ++j) {
           if (!sees(mistake, p, in.mask, b, h, i, std::int64_t(j))) {
-            s[j] = mistake == M::masked_fill_minus_one ? fill : excluded;
+            s[j] = mistake == M::masked_fill ? fill : excluded;
             continue;
           }
           Acc dot = 0;
@@ -212,7 +214,7 @@ void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
         // V (NaN or infinite included) changes nothing; masked_value_nan_leaks multiplies them too.
         std::fill(o.begin(), o.end(), Acc(0));
         for (std::size_t j = 0; j < nk; ++j)
-          if (s[j] != Acc(0) || mistake == M::masked_value_nan_leaks)
+          if (s[j] != Acc(0) || mistake == M::masked_nonfinite_leak)
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
         for (std::size_t c = 0; c < dv; ++c) a.out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
         if (a.lse) a.lse->set(row, static_cast<double>(subtract_max ? m + std::log(sum) : std::log(sum)));
@@ -223,7 +225,7 @@ void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
   }
   // A race between the blocks writing neighbouring rows: on even-numbered runs the pair of rows
   // r, r + 1 (r moving with the run number) lands swapped; odd-numbered runs are right.
-  if (mistake == M::nondeterministic_rows && p.rows() >= 2 && run_number % 2 == 0) {
+  if (mistake == M::nondeterministic && p.rows() >= 2 && run_number % 2 == 0) {
     const std::int64_t r = std::int64_t((run_number / 2) % std::uint64_t(p.rows() - 1));
     for (std::int64_t c = 0; c < p.d_v; ++c) {
       const auto first = a.out.bits(r * p.d_v + c);
@@ -233,41 +235,32 @@ void run_in(Mistake mistake, const RunArgs& a, std::uint64_t run_number) {
   }
 }
 
-std::string_view description(Mistake mistake) {
+// What this mutant does beyond the catalogue's sentence: the instance of the mistake it makes.
+std::string_view instance(Mistake mistake) {
   switch (mistake) {
-    case M::none: return "no mistake (the control)";
-    case M::no_scaling: return "scores not scaled (scale 1)";
-    case M::scale_one_over_dk: return "default scale 1/d_k instead of 1/sqrt(d_k)";
-    case M::masked_fill_minus_one: return "masked scores filled with -1 (-1e4 in f16) instead of excluded";
-    case M::causal_ignored: return "the causal mask ignored";
-    case M::causal_alignment_swapped: return "causal alignment swapped (top-left <-> bottom-right)";
-    case M::padding_ignored: return "key padding ignored";
-    case M::no_max_subtraction: return "softmax without subtracting the row max";
-    case M::last_key_tile_dropped: return "the partial last key tile of 16 dropped when n_k > 16";
-    case M::gqa_head_mapping_ignored: return "kv head h % h_kv instead of h / (h_q / h_kv)";
-    case M::weights_not_normalised: return "softmax numerators never divided by the row sum (LSE right)";
-    case M::query_rows_swapped_between_heads: return "output row of head h written at head (h + 1) % h_q";
-    case M::softmax_over_queries: return "softmax normalised over the queries (down each key's column), not along the row";
-    case M::causal_strict: return "strict causal mask: j < i + delta instead of j <= i + delta";
-    case M::weights_rounded_to_bf16: return "softmax weights rounded to bf16 before P V";
-    case M::padding_one_key_leaks: return "key padding off by one: key valid_len visible too";
-    case M::kv_head_as_query_head: return "K/V read at query head h's offset (as if h_kv == h_q), zeros past the end";
-    case M::row_max_init_finite: return "row max initialised to -1e4 instead of -inf";
-    case M::masked_value_nan_leaks: return "P V over masked keys too: 0 * NaN in a masked V row leaks into the output";
-    case M::last_visible_key_dropped: return "the last key of the row's causal/padding range never processed";
-    case M::output_left_zeros: return "never runs: the output is left as zeros";
-    case M::nondeterministic_rows: return "every other run writes two neighbouring output rows swapped";
+    case M::masked_fill: return "masked scores filled with -1 (-1e4 in f16)";
+    case M::last_key_tile_dropped: return "tiles of 16 keys, the partial last one dropped when n_k > 16";
+    case M::row_max_init_finite: return "the row max starts at -1e4";
+    case M::output_rows_permuted: return "head h's output row written at head (h + 1) % h_q";
+    case M::masked_nonfinite_leak: return "P V over masked keys too, with weight 0";
+    case M::nondeterministic: return "every other run writes two neighbouring output rows swapped";
+    default: return "";
   }
-  return "?";
+}
+
+std::string description(Which mistake) {
+  if (!mistake) return "no mistake (the control)";
+  const std::string_view detail = instance(*mistake);
+  return std::string(known_mistake(*mistake).description) + (detail.empty() ? "" : " (" + std::string(detail) + ")");
 }
 
 class MutantAttention final : public Implementation {
  public:
-  explicit MutantAttention(Mistake mistake) : mistake_(mistake) {}
+  explicit MutantAttention(Which mistake) : mistake_(mistake) {}
   std::string name() const override { return "mutant_" + std::string(to_string(mistake_)); }
   Capabilities describe() const override {
     Capabilities c;
-    c.summary = "deliberately wrong attention (test only): " + std::string(description(mistake_)) +
+    c.summary = "deliberately wrong attention (test only): " + description(mistake_) +
                 "; single-threaded, f64 or f32 for f32/f16/bf16";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
@@ -290,60 +283,35 @@ class MutantAttention final : public Implementation {
   }
 
  private:
-  Mistake mistake_;
+  Which mistake_;
   mutable std::atomic<std::uint64_t> runs_{0};  // nondeterministic_rows's race depends on it
 };
 
 }  // namespace
 
-std::string_view to_string(Mistake mistake) {
-  switch (mistake) {
-    case M::none: return "control";
-    case M::no_scaling: return "no_scaling";
-    case M::scale_one_over_dk: return "scale_one_over_dk";
-    case M::masked_fill_minus_one: return "masked_fill_minus_one";
-    case M::causal_ignored: return "causal_ignored";
-    case M::causal_alignment_swapped: return "causal_alignment_swapped";
-    case M::padding_ignored: return "padding_ignored";
-    case M::no_max_subtraction: return "no_max_subtraction";
-    case M::last_key_tile_dropped: return "last_key_tile_dropped";
-    case M::gqa_head_mapping_ignored: return "gqa_head_mapping_ignored";
-    case M::weights_not_normalised: return "weights_not_normalised";
-    case M::query_rows_swapped_between_heads: return "query_rows_swapped_between_heads";
-    case M::softmax_over_queries: return "softmax_over_queries";
-    case M::causal_strict: return "causal_strict";
-    case M::weights_rounded_to_bf16: return "weights_rounded_to_bf16";
-    case M::padding_one_key_leaks: return "padding_one_key_leaks";
-    case M::kv_head_as_query_head: return "kv_head_as_query_head";
-    case M::row_max_init_finite: return "row_max_init_finite";
-    case M::masked_value_nan_leaks: return "masked_value_nan_leaks";
-    case M::last_visible_key_dropped: return "last_visible_key_dropped";
-    case M::output_left_zeros: return "output_left_zeros";
-    case M::nondeterministic_rows: return "nondeterministic_rows";
-  }
-  return "?";
-}
+std::string_view to_string(std::optional<Mistake> mistake) { return mistake ? name_of(*mistake) : "control"; }
 
 const std::vector<Mistake>& all_mistakes() {
   static const std::vector<Mistake> mistakes{
-      M::no_scaling,         M::scale_one_over_dk,     M::masked_fill_minus_one,    M::causal_ignored,
+      M::scale_one,         M::scale_one_over_dk,     M::masked_fill,    M::causal_ignored,
       M::causal_alignment_swapped, M::padding_ignored, M::no_max_subtraction,       M::last_key_tile_dropped,
-      M::gqa_head_mapping_ignored, M::weights_not_normalised, M::query_rows_swapped_between_heads,
+      M::kv_head_mapping, M::weights_not_normalised, M::output_rows_permuted,
       M::softmax_over_queries,     M::causal_strict,          M::weights_rounded_to_bf16,  M::padding_one_key_leaks,
-      M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_value_nan_leaks,   M::last_visible_key_dropped,
-      M::output_left_zeros,        M::nondeterministic_rows};
+      M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_nonfinite_leak,   M::last_key_dropped,
+      M::output_all_zeros,        M::nondeterministic};
   return mistakes;
 }
 
-bool sees(Mistake mistake, const Problem& p, const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
+bool sees(std::optional<Mistake> mistake, const Problem& p, const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
           std::int64_t j) {
-  switch (mistake) {
+  if (!mistake) return mask.visible(b, h, i, j);
+  switch (*mistake) {
     case M::causal_ignored:
     case M::causal_alignment_swapped:
     case M::padding_ignored:
     case M::causal_strict:
     case M::padding_one_key_leaks:
-    case M::last_visible_key_dropped:
+    case M::last_key_dropped:
       return j < key_limit_as_written(mistake, p, b, i) && bool_flag(p, mask, b, h, i, j);
     case M::last_key_tile_dropped: {
       // Loops over full tiles, then forgets the remainder tile (only once a full tile exists).
@@ -363,6 +331,6 @@ std::vector<std::unique_ptr<Implementation>> make_all() {
   return all;
 }
 
-std::unique_ptr<Implementation> make_correct_control() { return make_mutant(M::none); }
+std::unique_ptr<Implementation> make_correct_control() { return std::make_unique<MutantAttention>(std::nullopt); }
 
 }  // namespace attn::mutants

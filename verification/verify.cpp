@@ -1,4 +1,4 @@
-#include "properties/verify.hpp"
+#include "verification/verify.hpp"
 
 #include <algorithm>
 #include <chrono>

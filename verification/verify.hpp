@@ -10,7 +10,7 @@
 
 #include "core/pass_rule.hpp"
 #include "impls/registry.hpp"
-#include "properties/diagnosis.hpp"
+#include "verification/diagnosis.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
@@ -29,7 +29,7 @@ struct VerifyOptions {
   ReferenceOptions reference;
   // The index of each case in the full case list (a --shard runs part of it); empty: 0, 1, ...
   std::vector<std::size_t> case_numbers;
-  // What a failing output is diagnosed with (properties/diagnosis.hpp); enabled by default.
+  // What a failing output is diagnosed with (verification/diagnosis.hpp); enabled by default.
   DiagnosisOptions diagnosis;
   // A case an implementation does not support runs as its projection onto what the
   // implementation declares (impls/capability_space.hpp); false: it is skipped.

@@ -1,0 +1,90 @@
+// What the property checks share: running an implementation, judging against the reference,
+// drawing what a check needs from the problem's seed.
+#include <exception>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "judge/judge.hpp"
+#include "properties/property_detail.hpp"
+
+namespace attn::property_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Running an implementation
+
+Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) {
+  const Capabilities caps = impl.describe();
+  Outputs o{make_output(p), make_lse(p), caps.returns_weights ? make_weights(p) : Tensor{}, {}};
+  try {
+    std::vector<std::byte> workspace(impl.workspace_bytes(p));
+    impl.run(RunArgs{p, in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr, workspace});
+  } catch (const std::exception& e) {
+    o.error = fmt::format("run threw: {}", e.what());
+  }
+  return o;
+}
+
+Rng check_rng(const Problem& p, std::uint64_t purpose) { return Rng(p.seed, 0xC4EC0000 + purpose); }
+
+std::int64_t out_index(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t c) {
+  return ((b * p.h_q + h) * p.n_q + i) * p.d_v + c;
+}
+
+// First element where the rows of two outputs differ in bits, or "".
+std::string first_bit_difference(const Problem& p, const Tensor& expected, const Tensor& got, std::int64_t b, std::int64_t h,
+                                  std::int64_t i_expected, std::int64_t i_got, const char* what) {
+  for (std::int64_t c = 0; c < p.d_v; ++c) {
+    const auto e = out_index(p, b, h, i_expected, c), g = out_index(p, b, h, i_got, c);
+    if (expected.bits(e) != got.bits(g))
+      return fmt::format("{}: output b={} h={} i={} c={} is {} (was {})", what, b, h, i_got, c, got.get(g), expected.get(e));
+  }
+  return "";
+}
+
+// The pass rule's verdict for an output against the exact answer for these inputs, judged as
+// verify judges (judge/judge.hpp): the reference and the naive baseline in the same precision.
+// Every row (the reference's default): the pass rule compares maxima, and a max over a sample of
+// the naive baseline's rows understates its error against an implementation's worst row.
+Verdict judge_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Outputs& o) {
+  const Capabilities caps = impl.describe();
+  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.matmul_unit_roundoff})
+      .verdict;
+}
+
+std::string verdict_failure(const Verdict& v, const char* what) {
+  if (v.pass) return "";
+  std::string reasons;
+  for (const auto& r : v.reasons) reasons += (reasons.empty() ? "" : "; ") + r;
+  return fmt::format("{}: {}", what, reasons);
+}
+
+// A copy of the inputs with the data of another seed: what "changing" a slice draws from.
+CaseInputs other_data(const Problem& p) {
+  Problem q = p;
+  q.seed = p.seed + 7777;
+  return generate_inputs(q);
+}
+
+// Copies element range [from, from + count) of src into dst.
+void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t count) {
+  for (std::int64_t e = from; e < from + count; ++e) dst.set_bits(e, src.bits(e));
+}
+
+// The unit roundoff a property's rounding allowance is measured in: the dtype's accumulation
+// precision, coarsened as the pass rule coarsens it for an implementation whose matrix
+// products are coarser (Capabilities::matmul_unit_roundoff, core/pass_rule.hpp).
+double unit_roundoff_for(const Implementation& impl, DType dtype) {
+  return accumulation_unit_roundoff(dtype) * precision_scale(dtype, impl.describe().matmul_unit_roundoff);
+}
+
+// A rounding allowance derived from the pass rule: k times the naive algorithm's a-priori
+// error `naive_bound` (already in the implementation's unit roundoff) plus the rule's ulp
+// floor at `magnitude`, scaled like the pass rule's floor. An output the pass rule accepts
+// cannot be rejected by a property that allows this much.
+double allowance_from_pass_rule(const Implementation& impl, DType dtype, double naive_bound, double magnitude) {
+  const PassRule rule;
+  return rule.k * naive_bound + rule.floor_ulps * precision_scale(dtype, impl.describe().matmul_unit_roundoff) * ulp_at(dtype, magnitude);
+}
+
+}  // namespace attn::property_detail

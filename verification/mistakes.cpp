@@ -1,0 +1,49 @@
+#include "verification/mistakes.hpp"
+
+#include <stdexcept>
+
+namespace attn {
+
+const std::vector<KnownMistake>& known_mistakes() {
+  using M = MistakeId;
+  static const std::vector<KnownMistake> catalogue{
+      {M::scale_one, "scale_one", "the scores were not scaled (scale 1 instead of the expected scale)"},
+      {M::scale_one_over_dk, "scale_one_over_dk", "the scores were divided by d_k instead of sqrt(d_k)"},
+      {M::scale_constant, "scale_constant", "the scores were scaled by another constant (an explicit scale ignored, 1/sqrt(d_v), ...)"},
+      {M::causal_alignment_swapped, "causal_alignment_swapped", "a top-left causal mask where bottom-right was asked, or the reverse"},
+      {M::causal_ignored, "causal_ignored", "the causal part of the mask was ignored"},
+      {M::padding_ignored, "padding_ignored", "the key padding (valid lengths) was ignored"},
+      {M::causal_strict, "causal_strict", "a strict causal mask: j < i + delta instead of j <= i + delta (the diagonal key masked)"},
+      {M::padding_one_key_leaks, "padding_one_key_leaks", "key padding off by one: j <= valid_len, the first padded key seen"},
+      {M::padding_batch0_for_all, "padding_batch0_for_all", "every batch padded to batch 0's valid length (valid_len[b] read as valid_len[0])"},
+      {M::last_key_tile_dropped, "last_key_tile_dropped", "the partial last tile of keys was not processed"},
+      {M::last_key_dropped, "last_key_dropped", "the last key of each row's range was never processed (the key loop stops one short)"},
+      {M::masked_fill, "masked_fill", "masked keys were given a finite score (-1, -1e4, -1e9, ...) instead of being excluded"},
+      {M::k_transposed, "k_transposed", "each head's K was read as [d_k, n_k] instead of [n_k, d_k]"},
+      {M::kv_head_mapping, "kv_head_mapping", "query head h read kv head h % h_kv instead of h / (h_q / h_kv)"},
+      {M::kv_head_as_query_head, "kv_head_as_query_head", "GQA ignored: K and V read at query head h's own offset, as if they had h_q heads"},
+      {M::layout_ignored, "layout_ignored", "tensors handed over as BSHD were read and written as BHSD"},
+      {M::isolated_rows, "isolated_rows", "the output is right except in a few rows (a store to the wrong row, a race, one tile)"},
+      {M::weights_not_normalised, "weights_not_normalised", "exp(s - max) was never divided by the row sum"},
+      {M::no_max_subtraction, "no_max_subtraction", "exp(s) instead of exp(s - max): large scores overflow"},
+      {M::softmax_over_queries, "softmax_over_queries", "the softmax normalised down each key's column (over the queries) instead of along the row"},
+      {M::weights_rounded_to_bf16, "weights_rounded_to_bf16", "the softmax weights were rounded to bf16 before P V"},
+      {M::row_max_init_finite, "row_max_init_finite", "the row max started at a finite value instead of -inf: rows far below it underflow to 0/0"},
+      {M::masked_nonfinite_leak, "masked_nonfinite_leak", "NaN/Inf in masked K/V rows reached visible outputs (0 * NaN)"},
+      {M::output_all_zeros, "output_all_zeros", "the output was left as zeros (the kernel never ran)"},
+      {M::output_rows_permuted, "output_rows_permuted", "output rows were written at the wrong place (heads, batches or rows shifted)"},
+      {M::fully_masked_rows_off_policy, "fully_masked_rows_off_policy", "right wherever a key is visible; the fully masked rows break the declared policy"},
+      {M::nondeterministic, "nondeterministic", "two runs on the same inputs differ in bits (a race)"},
+  };
+  return catalogue;
+}
+
+const KnownMistake& known_mistake(MistakeId id) {
+  const auto& all = known_mistakes();
+  const auto index = static_cast<std::size_t>(id);
+  // The catalogue is kept in enum order; a mistake added out of order is a bug caught on first use.
+  if (index >= all.size() || all[index].id != id) throw std::logic_error("verification/mistakes.cpp: the catalogue is out of MistakeId order");
+  return all[index];
+}
+
+}  // namespace attn

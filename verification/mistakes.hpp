@@ -1,0 +1,53 @@
+#pragma once
+// The catalogue of known mistakes: the wrong answers attention kernels are known to give, each
+// with a stable id, a name (what the verify JSON and the diagnosis print) and a description. The
+// diagnosis (diagnosis.hpp) names a failure by testing these against the output; the mutants
+// (tests/mutants/) are deliberate implementations of some of them, so that the kill matrix and
+// the diagnosis speak of the same mistakes under the same names.
+#include <string_view>
+#include <vector>
+
+namespace attn {
+
+enum class MistakeId {
+  scale_one,                     // the scores not scaled
+  scale_one_over_dk,             // divided by d_k instead of sqrt(d_k)
+  scale_constant,                // another constant scale (fitted)
+  causal_alignment_swapped,      // top-left where bottom-right was asked, or the reverse
+  causal_ignored,                // no causal mask
+  padding_ignored,               // no key padding
+  causal_strict,                 // j < i + delta: the diagonal key masked
+  padding_one_key_leaks,         // j <= valid_len: the first padded key seen
+  padding_batch0_for_all,        // valid_len[b] read as valid_len[0]
+  last_key_tile_dropped,         // the partial last key tile never processed
+  last_key_dropped,              // the last key of each row's range never processed
+  masked_fill,                   // masked keys given a finite score instead of excluded
+  k_transposed,                  // each head's K read as [d_k, n_k]
+  kv_head_mapping,               // query head h reads kv head h % h_kv
+  kv_head_as_query_head,         // K/V read at query head h's offset (GQA ignored)
+  layout_ignored,                // BSHD tensors read and written as BHSD
+  isolated_rows,                 // right except in a few rows
+  weights_not_normalised,        // never divided by the row sum
+  no_max_subtraction,            // exp(s) instead of exp(s - max)
+  softmax_over_queries,          // the softmax down each key's column
+  weights_rounded_to_bf16,       // P rounded to bf16 before P V
+  row_max_init_finite,           // the row max starts at a finite value
+  masked_nonfinite_leak,         // NaN/Inf in masked K/V rows reach visible outputs
+  output_all_zeros,              // O left as zeros
+  output_rows_permuted,          // rows written at the wrong place
+  fully_masked_rows_off_policy,  // only the fully masked rows break the declared policy
+  nondeterministic,              // two runs on the same inputs differ in bits
+};
+
+struct KnownMistake {
+  MistakeId id;
+  std::string_view name;         // stable: "scale_one", ... (the JSON's diagnosis.matches[].hypothesis)
+  std::string_view description;  // one sentence
+};
+
+// Every known mistake, in MistakeId order (the diagnosis tries them roughly in this order).
+const std::vector<KnownMistake>& known_mistakes();
+const KnownMistake& known_mistake(MistakeId id);
+inline std::string_view name_of(MistakeId id) { return known_mistake(id).name; }
+
+}  // namespace attn
