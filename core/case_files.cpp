@@ -25,7 +25,7 @@ bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == B
 bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 bool has_visibility_mask(const Problem& p) {
-  return p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;
+  return !p.window.is_none() || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;
 }
 
 std::string file_name(std::string_view what, std::size_t index) { return fmt::format("{}_{:04}.npy", what, index); }

@@ -1,5 +1,6 @@
 #include "core/problem.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -62,6 +63,21 @@ Causal parse_causal(std::string_view text) {
   throw InputError(fmt::format("causal: unknown value '{}' (expected none, top_left or bottom_right)", text));
 }
 
+// "128,0@bottom_right", "inf,4@top_left"
+Window parse_window(std::string_view text) {
+  const auto comma = text.find(',');
+  const auto at = text.find('@');
+  if (comma == std::string_view::npos || at == std::string_view::npos || at < comma)
+    throw InputError(fmt::format("window: expected LEFT,RIGHT@ALIGN (e.g. 128,0@bottom_right; inf for unbounded), got '{}'", text));
+  auto side = [](std::string_view v) { return v == "inf" ? Window::unbounded : parse_int("window", v); };
+  Window w{side(text.substr(0, comma)), side(text.substr(comma + 1, at - comma - 1)), Align::top_left};
+  const auto align = text.substr(at + 1);
+  if (align == "top_left") w.align = Align::top_left;
+  else if (align == "bottom_right") w.align = Align::bottom_right;
+  else throw InputError(fmt::format("window: unknown alignment '{}' (expected top_left or bottom_right)", align));
+  return w;
+}
+
 Broadcast parse_broadcast(std::string_view key, std::string_view text) {
   for (Broadcast b : {Broadcast::shared, Broadcast::per_batch, Broadcast::per_head, Broadcast::per_batch_head})
     if (text == to_string(b)) return b;
@@ -92,6 +108,28 @@ std::string_view to_string(Causal causal) {
     case Causal::bottom_right: return "bottom_right";
   }
   return "?";
+}
+
+std::string_view to_string(Align align) { return align == Align::top_left ? "top_left" : "bottom_right"; }
+
+std::optional<Causal> Window::as_causal() const {
+  if (is_none()) return Causal::none;
+  if (is_causal()) return align == Align::top_left ? Causal::top_left : Causal::bottom_right;
+  return std::nullopt;
+}
+
+std::pair<std::int64_t, std::int64_t> Window::key_range(std::int64_t i, std::int64_t n_q, std::int64_t n_k) const {
+  // Validation bounds a finite side by the extent limit, so i + delta -/+ it cannot overflow.
+  const std::int64_t diagonal = i + delta(n_q, n_k);
+  const std::int64_t lo = left == unbounded ? 0 : std::clamp<std::int64_t>(diagonal - left, 0, n_k);
+  const std::int64_t hi = right == unbounded ? n_k : std::clamp<std::int64_t>(diagonal + right + 1, 0, n_k);
+  return {lo, std::max(lo, hi)};
+}
+
+std::string to_string(const Window& w) {
+  if (auto c = w.as_causal()) return std::string(to_string(*c));
+  auto side = [](std::int64_t v) { return v == Window::unbounded ? std::string("inf") : std::to_string(v); };
+  return fmt::format("{},{}@{}", side(w.left), side(w.right), to_string(w.align));
 }
 
 std::string_view to_string(Regime regime) {
@@ -153,7 +191,7 @@ double Problem::effective_scale() const {
 }
 
 bool Problem::has_mask() const {
-  return causal != Causal::none || padding.kind != KeyPadding::Kind::none || bool_mask.enabled;
+  return !window.is_none() || padding.kind != KeyPadding::Kind::none || bool_mask.enabled;
 }
 
 void Problem::validate() const {
@@ -171,6 +209,9 @@ void Problem::validate() const {
   for (auto [name, elements] : tensors)
     if (elements > double(max_elements))
       throw InputError(fmt::format("{} would hold {:.3g} elements, more than the limit {}", name, elements, double(max_elements)));
+  for (auto [side, value] : {std::pair{"left", window.left}, std::pair{"right", window.right}})
+    if (value != Window::unbounded && (value < 0 || value > max_extent))
+      throw InputError(fmt::format("window: the {} side must lie in [0, {}] or be inf (got {})", side, max_extent, value));
   if (scale && !(std::isfinite(*scale) && *scale > 0.0))
     throw InputError(fmt::format("scale must be finite and positive (got {})", *scale));
 
@@ -208,8 +249,8 @@ void Problem::validate() const {
 }
 
 std::string Problem::repro() const {
-  std::string s = fmt::format("b={} hq={} hkv={} nq={} nk={} dk={} dv={} dtype={} causal={}", batch, h_q, h_kv,
-                              n_q, n_k, d_k, d_v, to_string(dtype), to_string(causal));
+  std::string s = fmt::format("b={} hq={} hkv={} nq={} nk={} dk={} dv={} dtype={} {}={}", batch, h_q, h_kv, n_q,
+                              n_k, d_k, d_v, to_string(dtype), window.as_causal() ? "causal" : "window", to_string(window));
   if (padding.kind == KeyPadding::Kind::per_batch) s += " pad=" + join(padding.valid_len);
   if (padding.kind == KeyPadding::Kind::per_query) s += " padq=" + join(padding.valid_len);
   if (bool_mask.enabled) s += fmt::format(" bool={}@{}", format_double(bool_mask.keep), to_string(bool_mask.broadcast));
@@ -223,8 +264,9 @@ std::string Problem::repro() const {
 std::string Problem::label() const {
   std::string mask;
   auto add = [&](std::string part) { mask += (mask.empty() ? "" : "+") + part; };
-  if (causal == Causal::top_left) add("causal_tl");
-  if (causal == Causal::bottom_right) add("causal_br");
+  if (window == Window::of(Causal::top_left)) add("causal_tl");
+  else if (window == Window::of(Causal::bottom_right)) add("causal_br");
+  else if (!window.is_none()) add("window" + to_string(window));
   if (padding.kind == KeyPadding::Kind::per_batch) add("pad");
   if (padding.kind == KeyPadding::Kind::per_query) add("padq");
   if (bool_mask.enabled) add("bool");
@@ -258,7 +300,10 @@ Problem parse_problem(std::string_view repro) {
     else if (key == "dk") p.d_k = parse_int(key, value);
     else if (key == "dv") p.d_v = parse_int(key, value);
     else if (key == "dtype") p.dtype = parse_dtype(value);
-    else if (key == "causal") p.causal = parse_causal(value);
+    else if (key == "causal" || key == "window") {
+      if (seen.contains(key == "causal" ? "window" : "causal")) throw InputError("causal and window are exclusive");
+      p.window = key == "causal" ? Window::of(parse_causal(value)) : parse_window(value);
+    }
     else if (key == "pad" || key == "padq") {
       if (p.padding.kind != KeyPadding::Kind::none) throw InputError("pad and padq are exclusive");
       p.padding.kind = key == "pad" ? KeyPadding::Kind::per_batch : KeyPadding::Kind::per_query;
@@ -274,16 +319,16 @@ Problem parse_problem(std::string_view repro) {
     else if (key == "seed") p.seed = parse_uint(key, value);
     else if (key == "layout") p.layout = parse_layout(value);
     else
-      throw InputError(fmt::format("unknown repro key '{}' (known: b hq hkv nq nk dk dv dtype causal pad padq bool bias scale regime seed layout)", key));
+      throw InputError(fmt::format("unknown repro key '{}' (known: b hq hkv nq nk dk dv dtype causal window pad padq bool bias scale regime seed layout)", key));
   }
   if (seen.empty()) throw InputError("empty repro string (a case is b=… hq=… hkv=… nq=… nk=… dk=… dv=… dtype=… causal=… regime=… seed=…)");
   // Every field repro() always prints must be given: a default filled in silently would run a
   // different case from the one the user meant (a shape or seed mistyped away).
   std::vector<std::string_view> missing;
   for (std::string_view key : {"b", "hq", "hkv", "nq", "nk", "dk", "dv", "dtype", "causal", "regime", "seed"})
-    if (!seen.contains(key)) missing.push_back(key);
+    if (!seen.contains(key) && !(key == "causal" && seen.contains("window"))) missing.push_back(key);
   if (!missing.empty())
-    throw InputError(fmt::format("repro string lacks {} (required: b hq hkv nq nk dk dv dtype causal regime seed)", fmt::join(missing, " ")));
+    throw InputError(fmt::format("repro string lacks {} (required: b hq hkv nq nk dk dv dtype causal|window regime seed)", fmt::join(missing, " ")));
   p.validate();
   return p;
 }
@@ -298,7 +343,8 @@ double Problem::flops() const {
 
 double Problem::flops_published() const {
   const double full = 2.0 * double(batch) * double(h_q) * double(n_q) * double(n_k) * double(d_k + d_v);
-  return causal == Causal::none ? full : full / 2.0;
+  if (window.is_none()) return full;
+  return window.is_causal() ? full / 2.0 : flops();
 }
 
 double Problem::bytes_min() const {
@@ -313,9 +359,15 @@ double Problem::bytes_min() const {
 void to_json(nlohmann::json& j, const Problem& p) {
   j = nlohmann::json{{"repro", p.repro()}, {"b", p.batch}, {"h_q", p.h_q}, {"h_kv", p.h_kv}, {"n_q", p.n_q},
                      {"n_k", p.n_k}, {"d_k", p.d_k}, {"d_v", p.d_v}, {"dtype", to_string(p.dtype)},
-                     {"causal", to_string(p.causal)}, {"scale", p.effective_scale()},
+                     {"scale", p.effective_scale()},
                      {"scale_is_default", !p.scale.has_value()}, {"regime", to_string(p.regime)}, {"seed", p.seed},
                      {"layout", to_string(p.layout)}};
+  if (p.window.as_causal()) {
+    j["causal"] = to_string(p.window);
+  } else {
+    auto side = [](std::int64_t v) { return v == Window::unbounded ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    j["window"] = {{"left", side(p.window.left)}, {"right", side(p.window.right)}, {"align", to_string(p.window.align)}};
+  }
   if (p.padding.kind != KeyPadding::Kind::none)
     j["padding"] = {{"kind", p.padding.kind == KeyPadding::Kind::per_batch ? "per_batch" : "per_query"},
                     {"valid_len", p.padding.valid_len}};

@@ -123,9 +123,9 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
 // The visible keys of a row, ascending.
 inline std::vector<std::int64_t> visible_keys(const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i) {
   std::vector<std::int64_t> keys;
-  const std::int64_t limit = mask.key_limit(b, i);
-  keys.reserve(static_cast<std::size_t>(limit));
-  for (std::int64_t j = 0; j < limit; ++j)
+  const auto [lo, hi] = mask.key_range(b, i);
+  keys.reserve(static_cast<std::size_t>(hi - lo));
+  for (std::int64_t j = lo; j < hi; ++j)
     if (mask.visible(b, h, i, j)) keys.push_back(j);
   return keys;
 }

@@ -54,6 +54,12 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
     result.reason = fmt::format("TF32 products apply to f32 inputs only (got {})", to_string(p.dtype));
     return result;
   }
+  if (!p.window.as_causal()) {
+    // The kernels take one key limit per row (keys j >= limit masked): no lower bound.
+    result.reason = fmt::format("window {} is not supported: the kernels mask by one key limit per row (causal windows and padding only)",
+                                to_string(p.window));
+    return result;
+  }
   const double scores_total = double(p.batch) * double(p.h_q) * double(p.n_q) * double(p.n_k);
   if (scores_total > 0x1p62) {
     result.reason = fmt::format("the score matrix would hold {:.3g} elements (more than 2^62)", scores_total);
@@ -139,7 +145,7 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   bytes += sb * double(plan.lse_elements);
   bytes += 4.0 * double(guard_bytes) + double(cublas_workspace_bytes);
   bytes += 4.0 * double(p.batch * p.h_kv);                                                                  // non-finite V flags
-  if (p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none) bytes += 8.0 * double(p.batch * p.n_q);  // key limits
+  if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) bytes += 8.0 * double(p.batch * p.n_q);  // key limits
   if (p.bool_mask.enabled) bytes += mask_elements(p, p.bool_mask.broadcast);
   if (p.bias.enabled) bytes += sb * mask_elements(p, p.bias.broadcast);
   plan.device_bytes = bytes;

@@ -107,12 +107,12 @@ class CublasRun final : public DeviceRun {
     k.lse = lse_.data();
     k.out = out_.data();
 
-    // The mask: key limits per (b, i) from causality and padding, exactly as Mask computes them;
+    // The mask: key limits per (b, i) from causality and padding, exactly as Mask::key_range does;
     // the boolean flags and the bias as Mask stores them, with zero strides where broadcast.
-    if (p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none) {
+    if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) {
       std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
       for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_limit(b, i);
+        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_range(b, i).second;  // lo = 0: the plan refuses lower bounds
       key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
       key_limit_.upload(limits.data());
       k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());

@@ -22,6 +22,9 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   }
   if (p.dtype == DType::f64)
     return no("f64 is not supported: the fused kernel computes in f32 (f16/bf16 tensor-core products or f32 FMA); cuda_cublas runs f64");
+  if (!p.window.as_causal())
+    return no(fmt::format("window {} is not supported: the fused kernel computes causal windows and key padding only (no lower bound)",
+                          to_string(p.window)));
   if (p.d_k != p.d_v) return no(fmt::format("d_k = {} and d_v = {} differ: the fused kernel needs d_k = d_v", p.d_k, p.d_v));
   if (!is_supported_head_dim(p.d_k))
     return no(fmt::format("head dimension {} is not one of 32, 64, 96, 128, 256 (the instantiated kernels)", p.d_k));
@@ -43,11 +46,10 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   if (!std::isfinite(k.scale) || !std::isfinite(k.scale_log2))
     return no(fmt::format("scale {} is not finite in f32", scale));
 
-  k.causal = p.causal == Causal::top_left ? CausalMode::top_left
-             : p.causal == Causal::bottom_right ? CausalMode::bottom_right
-                                                : CausalMode::none;
+  const Causal causal = *p.window.as_causal();
+  k.causal = causal == Causal::top_left ? CausalMode::top_left : causal == Causal::bottom_right ? CausalMode::bottom_right : CausalMode::none;
   plan.upload_key_limit = p.padding.kind != KeyPadding::Kind::none;
-  k.key_limits = p.causal != Causal::none || plan.upload_key_limit;
+  k.key_limits = causal != Causal::none || plan.upload_key_limit;
   k.element_mask = p.bool_mask.enabled || p.bias.enabled;
   if (p.bool_mask.enabled) {
     const bool per_batch = varies_over_batch(p.bool_mask.broadcast), per_head = varies_over_head(p.bool_mask.broadcast);

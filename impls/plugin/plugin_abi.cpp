@@ -152,6 +152,7 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
   const Capabilities caps = to_capabilities(info);
   if (caps.layouts.empty()) return Support::no("no layout declared");
+  if (!p.window.as_causal()) return Support::no(fmt::format("window {}: plugin ABI v1 carries causal windows only", to_string(p.window)));
   // A problem in the harness's default BHSD is handed over in a declared layout (the run
   // relayouts); one that names a layout must name a declared one.
   Problem in_declared_layout = p;
@@ -227,9 +228,11 @@ attnbench_problem to_abi(const Problem& p) {
   a.d_k = p.d_k;
   a.d_v = p.d_v;
   a.scale = p.effective_scale();
-  a.causal = p.causal == Causal::top_left ? ATTNBENCH_CAUSAL_TOP_LEFT
-             : p.causal == Causal::bottom_right ? ATTNBENCH_CAUSAL_BOTTOM_RIGHT
-                                                : ATTNBENCH_CAUSAL_NONE;
+  if (!p.window.as_causal()) throw std::invalid_argument("plugin ABI v1 carries causal windows only (check_capabilities refuses others)");
+  const Causal causal = *p.window.as_causal();
+  a.causal = causal == Causal::top_left       ? ATTNBENCH_CAUSAL_TOP_LEFT
+             : causal == Causal::bottom_right ? ATTNBENCH_CAUSAL_BOTTOM_RIGHT
+                                              : ATTNBENCH_CAUSAL_NONE;
   a.padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_PADDING_PER_BATCH
               : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_PADDING_PER_QUERY
                                                               : ATTNBENCH_PADDING_NONE;
