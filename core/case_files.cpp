@@ -21,8 +21,6 @@ constexpr std::string_view manifest_name = "manifest.json";
 constexpr std::string_view manifest_schema = "attnbench.cases";
 constexpr int manifest_version = 1;
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 bool has_visibility_mask(const Problem& p) {
   return !p.window.is_none() || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;

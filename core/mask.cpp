@@ -11,8 +11,6 @@ namespace {
 
 constexpr std::int64_t chunk_elements = 4096;
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 }  // namespace
 

@@ -1,8 +1,9 @@
 #pragma once
-// The one problem description passed everywhere: shapes, window and mask, scale, dtype, input regime and
-// seed. It validates itself, prints as a one-line repro string that parse_problem reads back
-// to an equal problem, and serialises to JSON. Derived figures (visible pairs, FLOPs, bytes)
-// are methods so every report counts them the same way.
+// The one problem description passed everywhere: shapes, window and mask, scale, dtype, input
+// regime and seed. It validates itself, prints as a one-line repro string that parse_problem reads
+// back to an equal problem, and serialises to JSON; those four and the short label are generated
+// from one table of fields (core/problem_fields.cpp), which a new field joins. Derived figures
+// (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -67,6 +68,16 @@ enum class Regime {
 // Which query heads and batches a generated boolean mask or bias varies over; the other
 // dimensions broadcast (extent 1).
 enum class Broadcast { shared, per_batch, per_head, per_batch_head };
+
+// The one home of the broadcast rule: a generated mask or bias is stored [1|b, 1|h_q, n_q, n_k],
+// varying over batch and/or query head as its Broadcast says and of extent 1 (stride 0) over the
+// others. Mask, the case files and the CUDA plans take their extents and strides from here.
+bool varies_over_batch(Broadcast b);
+bool varies_over_head(Broadcast b);
+struct BroadcastStrides {
+  std::int64_t batch = 0, head = 0;  // in elements; 0 where broadcast
+};
+BroadcastStrides broadcast_strides(Broadcast b, std::int64_t h_q, std::int64_t n_q, std::int64_t n_k);
 
 struct KeyPadding {
   enum class Kind { none, per_batch, per_query };
@@ -144,6 +155,8 @@ struct Problem {
 };
 
 Problem parse_problem(std::string_view repro);  // throws InputError naming the token
+// Elements of a generated mask or bias with this broadcast (in double: checked before validation).
+double broadcast_elements(const Problem& p, Broadcast b);
 
 std::string_view to_string(Causal causal);
 std::string_view to_string(Align align);

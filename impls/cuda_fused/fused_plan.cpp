@@ -7,9 +7,6 @@
 namespace attn::cuda_fused {
 namespace {
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
-
 FusedPlanResult no(std::string why) { return FusedPlanResult{std::nullopt, std::move(why)}; }
 
 }  // namespace
@@ -52,14 +49,14 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   k.key_limits = causal != Causal::none || plan.upload_key_limit;
   k.element_mask = p.bool_mask.enabled || p.bias.enabled;
   if (p.bool_mask.enabled) {
-    const bool per_batch = varies_over_batch(p.bool_mask.broadcast), per_head = varies_over_head(p.bool_mask.broadcast);
-    k.flags_head_stride = per_head ? p.n_q * p.n_k : 0;
-    k.flags_batch_stride = per_batch ? (per_head ? p.h_q : 1) * p.n_q * p.n_k : 0;
+    const BroadcastStrides strides = broadcast_strides(p.bool_mask.broadcast, p.h_q, p.n_q, p.n_k);
+    k.flags_head_stride = strides.head;
+    k.flags_batch_stride = strides.batch;
   }
   if (p.bias.enabled) {
-    const bool per_batch = varies_over_batch(p.bias.broadcast), per_head = varies_over_head(p.bias.broadcast);
-    k.bias_head_stride = per_head ? p.n_q * p.n_k : 0;
-    k.bias_batch_stride = per_batch ? (per_head ? p.h_q : 1) * p.n_q * p.n_k : 0;
+    const BroadcastStrides strides = broadcast_strides(p.bias.broadcast, p.h_q, p.n_q, p.n_k);
+    k.bias_head_stride = strides.head;
+    k.bias_batch_stride = strides.batch;
   }
 
   k.dtype = p.dtype;

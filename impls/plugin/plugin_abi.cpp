@@ -12,9 +12,6 @@
 namespace attn::plugin {
 namespace {
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
-
 std::string head_dims_text(const PluginInfo& info) {
   if (!info.head_dims.empty()) return fmt::format("{}", fmt::join(info.head_dims, ", "));
   return fmt::format("{} to {}", info.min_head_dim, info.max_head_dim);
