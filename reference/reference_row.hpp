@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
+#include "core/precision.hpp"
 #include "core/tensor.hpp"
 
 namespace attn::detail {
@@ -204,7 +205,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // problem's working precision (which also rounds the scale and can underflow in exp).
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
   const double u_naive = accumulation_unit_roundoff(p.dtype);
-  const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
+  const double tiny_naive = working_min_subnormal(p.dtype);
   for (std::size_t jj = 0; jj < n; ++jj) {
     ln_w[jj] = static_cast<double>(s[jj] - result.lse);
     // In Real until scaled by a unit roundoff: magnitude and spread may exceed the double range.

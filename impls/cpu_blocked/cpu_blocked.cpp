@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/parallel.hpp"
+#include "core/precision.hpp"
 #include "impls/cpu_blocked/micro_kernels.hpp"
 #include "impls/cpu_blocked/simd.hpp"
 
@@ -363,14 +364,11 @@ class CpuBlocked final : public Implementation {
   }
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem& p) const override {
-    const std::size_t per_thread = p.dtype == DType::f64 ? Scratch<double>::bytes(p) : Scratch<float>::bytes(p);
+    const std::size_t per_thread = with_working_type(p.dtype, [&]<class Acc>(Acc) { return Scratch<Acc>::bytes(p); });
     return per_thread * std::size_t(default_thread_count()) + alignment;
   }
   void run(const RunArgs& args) const override {
-    if (args.problem.dtype == DType::f64)
-      forward<double>(args);
-    else
-      forward<float>(args);
+    with_working_type(args.problem.dtype, [&]<class Acc>(Acc) { forward<Acc>(args); });
   }
 };
 
