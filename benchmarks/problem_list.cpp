@@ -34,7 +34,7 @@ Problem FamilySpec::problem(std::int64_t n) const {
   p.n_q = p.n_k = n;
   p.d_k = p.d_v = head_dim;
   p.dtype = dtype;
-  p.causal = causal;
+  p.window = Window::of(causal);
   p.regime = Regime::diffuse;
   p.seed = 1;
   return p;

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/mask.hpp"
+#include "core/precision.hpp"
 #include "core/result_file.hpp"
 
 namespace attn {
@@ -21,11 +22,9 @@ constexpr std::string_view manifest_name = "manifest.json";
 constexpr std::string_view manifest_schema = "attnbench.cases";
 constexpr int manifest_version = 1;
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 bool has_visibility_mask(const Problem& p) {
-  return p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;
+  return !p.window.is_none() || p.padding.kind != KeyPadding::Kind::none || p.bool_mask.enabled;
 }
 
 std::string file_name(std::string_view what, std::size_t index) { return fmt::format("{}_{:04}.npy", what, index); }
@@ -176,7 +175,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     npy::write_file(dir / entry.k, tensor_to_npy(in.k));
     npy::write_file(dir / entry.v, tensor_to_npy(in.v));
     const npy::ElementType type = npy_type_of(p.dtype);
-    const npy::ElementType lse_type = p.dtype == DType::f64 ? npy::ElementType::f64 : npy::ElementType::f32;
+    const npy::ElementType lse_type = npy_type_of(working_dtype(p.dtype));
     nlohmann::json j = {
         {"index", entry.index},
         {"repro", p.repro()},

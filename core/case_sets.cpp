@@ -23,8 +23,8 @@ void apply_mask(Problem& p, MaskKind kind) {
   };
   switch (kind) {
     case MaskKind::none: break;
-    case MaskKind::causal_tl: p.causal = Causal::top_left; break;
-    case MaskKind::causal_br: p.causal = Causal::bottom_right; break;
+    case MaskKind::causal_tl: p.window = Window::of(Causal::top_left); break;
+    case MaskKind::causal_br: p.window = Window::of(Causal::bottom_right); break;
     case MaskKind::pad: pad_per_batch(); break;
     case MaskKind::padq:
       // Lengths cycle through 0 (a fully masked row), short, and full.
@@ -35,13 +35,13 @@ void apply_mask(Problem& p, MaskKind kind) {
     case MaskKind::bool_half: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}; break;
     case MaskKind::bias: p.bias = {true, 1.0, Broadcast::per_head}; break;
     case MaskKind::causal_br_pad_bias:
-      p.causal = Causal::bottom_right;
+      p.window = Window::of(Causal::bottom_right);
       pad_per_batch();
       p.bias = {true, 2.0, Broadcast::per_batch_head};
       break;
     case MaskKind::sparse_bool_causal:
       // Keeping 1 pair in 20 leaves many rows with no visible key.
-      p.causal = Causal::top_left;
+      p.window = Window::of(Causal::top_left);
       p.bool_mask = {true, 0.05, Broadcast::shared};
       break;
   }

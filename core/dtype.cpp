@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/precision.hpp"
 
 namespace attn {
 namespace {
@@ -65,8 +66,13 @@ int significand_bits(DType dtype) { return format_of(dtype).significand_bits; }
 double max_finite(DType dtype) { return format_of(dtype).max_finite; }
 double min_normal(DType dtype) { return std::ldexp(1.0, format_of(dtype).min_exponent); }
 
-double accumulation_unit_roundoff(DType dtype) {
-  return dtype == DType::f64 ? 0x1p-53 : 0x1p-24;
+DType working_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+double accumulation_unit_roundoff(DType dtype) { return std::ldexp(1.0, -significand_bits(working_dtype(dtype))); }
+
+double working_min_subnormal(DType dtype) {
+  const DType w = working_dtype(dtype);
+  return std::ldexp(min_normal(w), 1 - significand_bits(w));
 }
 
 double round_to(DType dtype, double x) {

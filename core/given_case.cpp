@@ -177,7 +177,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.n_k = k.shape[2];
   p.d_v = v.shape[3];
   p.dtype = settings.dtype ? *settings.dtype : dtype_of_q(q, file("q.npy"));
-  p.causal = settings.causal;
+  p.window = Window::of(settings.causal);
   p.scale = settings.scale;
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),

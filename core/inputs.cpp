@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/parallel.hpp"
+#include "core/precision.hpp"
 #include "core/rng.hpp"
 
 namespace attn {
@@ -117,7 +118,7 @@ Tensor make_output(const Problem& p) {
 }
 
 Tensor make_lse(const Problem& p) {
-  Tensor lse(p.dtype == DType::f64 ? DType::f64 : DType::f32, {p.batch, p.h_q, p.n_q, 1});
+  Tensor lse(working_dtype(p.dtype), {p.batch, p.h_q, p.n_q, 1});
   lse.poison();
   return lse;
 }

@@ -11,15 +11,13 @@ namespace {
 
 constexpr std::int64_t chunk_elements = 4096;
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 }  // namespace
 
 Mask::Mask(const Problem& p) : Mask(p, true) {}
 
 Mask::Mask(const Problem& p, bool generate)
-    : batch_(p.batch), h_q_(p.h_q), n_q_(p.n_q), n_k_(p.n_k), causal_(p.causal), padding_(p.padding) {
+    : batch_(p.batch), h_q_(p.h_q), n_q_(p.n_q), n_k_(p.n_k), window_(p.window), padding_(p.padding) {
   if (!generate) return;
   if (p.bool_mask.enabled) {
     bool_batch_ = varies_over_batch(p.bool_mask.broadcast);
@@ -72,20 +70,17 @@ Mask Mask::given(const Problem& p, std::vector<std::uint8_t> flags, bool flags_p
   return m;
 }
 
-std::int64_t Mask::key_limit(std::int64_t b, std::int64_t i) const {
-  std::int64_t limit = n_k_;
-  if (causal_ == Causal::top_left) limit = std::min(limit, i + 1);
-  if (causal_ == Causal::bottom_right) limit = std::min(limit, i + 1 + (n_k_ - n_q_));
-  if (padding_.kind == KeyPadding::Kind::per_batch) limit = std::min(limit, padding_.valid_len[static_cast<std::size_t>(b)]);
-  if (padding_.kind == KeyPadding::Kind::per_query)
-    limit = std::min(limit, padding_.valid_len[static_cast<std::size_t>(b * n_q_ + i)]);
-  return std::max<std::int64_t>(limit, 0);
+std::pair<std::int64_t, std::int64_t> Mask::key_range(std::int64_t b, std::int64_t i) const {
+  auto [lo, hi] = window_.key_range(i, n_q_, n_k_);
+  if (padding_.kind == KeyPadding::Kind::per_batch) hi = std::min(hi, padding_.valid_len[static_cast<std::size_t>(b)]);
+  if (padding_.kind == KeyPadding::Kind::per_query) hi = std::min(hi, padding_.valid_len[static_cast<std::size_t>(b * n_q_ + i)]);
+  return {lo, std::max(lo, hi)};
 }
 
 bool Mask::row_fully_masked(std::int64_t b, std::int64_t h, std::int64_t i) const {
-  const std::int64_t limit = key_limit(b, i);
-  if (bool_flags_.empty()) return limit == 0;
-  for (std::int64_t j = 0; j < limit; ++j)
+  const auto [lo, hi] = key_range(b, i);
+  if (bool_flags_.empty()) return lo == hi;
+  for (std::int64_t j = lo; j < hi; ++j)
     if (bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))]) return false;
   return true;
 }
@@ -94,13 +89,13 @@ std::int64_t Mask::count_visible() const {
   std::int64_t total = 0;
   for (std::int64_t b = 0; b < batch_; ++b)
     for (std::int64_t i = 0; i < n_q_; ++i) {
-      const std::int64_t limit = key_limit(b, i);
+      const auto [lo, hi] = key_range(b, i);
       if (bool_flags_.empty()) {
-        total += limit * h_q_;
+        total += (hi - lo) * h_q_;
         continue;
       }
       for (std::int64_t h = 0; h < h_q_; ++h)
-        for (std::int64_t j = 0; j < limit; ++j) total += bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))];
+        for (std::int64_t j = lo; j < hi; ++j) total += bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))];
     }
   return total;
 }

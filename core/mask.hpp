@@ -1,12 +1,13 @@
 #pragma once
 // The mask of a problem, materialised: which keys each query sees and the additive bias.
 // Every part composes by intersection (DESIGN.md); a masked key is excluded exactly.
-//   causal top_left:     query i sees key j iff j <= i
-//   causal bottom_right: query i sees key j iff j <= i + (n_k - n_q)
+//   window:              query i sees key j iff i + delta - left <= j <= i + delta + right, delta
+//                        0 (top_left) or n_k - n_q (bottom_right); causal is {unbounded, 0}
 //   key padding:         query i of batch b sees key j iff j < valid_len
 //   boolean mask:        drawn from the problem's seed, broadcast over batch and/or head, or given
 //                        (a user's own mask, `attnbench check --inputs`: Mask::given)
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/problem.hpp"
@@ -18,16 +19,18 @@ class Mask {
  public:
   explicit Mask(const Problem& problem);  // generates the boolean mask and bias from the seed
 
-  // A user's own mask and bias instead of seeded ones; causality and padding still come from the
+  // A user's own mask and bias instead of seeded ones; the window and padding still come from the
   // problem. flags: [1|b, 1|h_q, n_q, n_k], nonzero = visible, empty = no boolean mask; bias:
   // [1|b, 1|h_q, n_q, n_k] in the problem's dtype, numel 0 = none. An extent of 1 broadcasts.
   // The problem's bool_mask/bias specs are not consulted (nothing is drawn from its seed).
   static Mask given(const Problem& problem, std::vector<std::uint8_t> flags, bool flags_per_batch, bool flags_per_head, Tensor bias);
 
-  // Keys j >= key_limit(b, i) are masked by causality or padding (the bool mask may mask more).
-  std::int64_t key_limit(std::int64_t b, std::int64_t i) const;
+  // Query i of batch b sees keys in [lo, hi) at most: the window and padding intersected (the
+  // bool mask may mask more). lo == hi when it sees none.
+  std::pair<std::int64_t, std::int64_t> key_range(std::int64_t b, std::int64_t i) const;
   bool visible(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    if (j >= key_limit(b, i)) return false;
+    const auto [lo, hi] = key_range(b, i);
+    if (j < lo || j >= hi) return false;
     return bool_flags_.empty() || bool_flags_[static_cast<std::size_t>(flag_index(b, h, i, j))] != 0;
   }
   bool has_bias() const { return bias_.numel() > 0; }
@@ -48,7 +51,7 @@ class Mask {
   }
 
   std::int64_t batch_, h_q_, n_q_, n_k_;
-  Causal causal_;
+  Window window_;
   KeyPadding padding_;
   std::vector<std::uint8_t> bool_flags_;
   bool bool_batch_ = false, bool_head_ = false;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/precision.hpp"
+
 namespace attn {
 
 double precision_scale(DType dtype, double matmul_unit_roundoff) {
@@ -43,7 +45,7 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
                    : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, v.tolerance,
                                  rule.k, baseline.max_abs, rule.floor_ulps, scaled));
   if (m.has_lse) {
-    const DType lse_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+    const DType lse_dtype = working_dtype(dtype);
     const double lse_yardstick = scale * std::max(baseline.lse_max_abs, score_rounding.lse);
     const double lse_tolerance = rule.k * lse_yardstick + scale * rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
     v.lse_tolerance = lse_tolerance;

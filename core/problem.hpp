@@ -1,10 +1,13 @@
 #pragma once
-// The one problem description passed everywhere: shapes, mask, scale, dtype, input regime and
-// seed. It validates itself, prints as a one-line repro string that parse_problem reads back
-// to an equal problem, and serialises to JSON. Derived figures (visible pairs, FLOPs, bytes)
-// are methods so every report counts them the same way.
+// The one problem description passed everywhere: shapes, window and mask, scale, dtype, input
+// regime and seed. It validates itself, prints as a one-line repro string that parse_problem reads
+// back to an equal problem, and serialises to JSON; those four and the short label are generated
+// from one table of fields (core/problem_fields.cpp), which a new field joins. Derived figures
+// (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,7 +18,36 @@
 
 namespace attn {
 
+// Where a window's diagonal lies: query i's diagonal key is i + delta, with delta 0 (top-left,
+// PyTorch's convention) or n_k - n_q (bottom-right, FlashAttention's).
+enum class Align { top_left, bottom_right };
+
+// The three windows that a `causal=` token, bench's --masks and the plugin ABI v1 can name.
 enum class Causal { none, top_left, bottom_right };
+
+// Which keys each query sees by position (DESIGN.md, "Variants, normatively", step 4): query i
+// sees key j iff i + delta - left <= j <= i + delta + right. Either side may be unbounded; no
+// window is {unbounded, unbounded}, causal is {unbounded, 0}, a sliding window (Mistral) is
+// {w, 0}. Padding and the boolean mask intersect with it (Mask::key_range).
+struct Window {
+  static constexpr std::int64_t unbounded = std::numeric_limits<std::int64_t>::max();
+  std::int64_t left = unbounded;   // keys before the diagonal
+  std::int64_t right = unbounded;  // keys after the diagonal
+  Align align = Align::top_left;
+
+  static constexpr Window of(Causal c) {
+    return c == Causal::none ? Window{} : Window{unbounded, 0, c == Causal::top_left ? Align::top_left : Align::bottom_right};
+  }
+  bool is_none() const { return left == unbounded && right == unbounded; }
+  bool is_causal() const { return left == unbounded && right == 0; }
+  // none, top_left or bottom_right; empty for any other window.
+  std::optional<Causal> as_causal() const;
+  std::int64_t delta(std::int64_t n_q, std::int64_t n_k) const { return align == Align::bottom_right ? n_k - n_q : 0; }
+  // The keys [lo, hi) of [0, n_k) that query i sees; lo == hi when none.
+  std::pair<std::int64_t, std::int64_t> key_range(std::int64_t i, std::int64_t n_q, std::int64_t n_k) const;
+  // Without a bound the diagonal does not matter: no window equals no window whatever its align.
+  bool operator==(const Window& o) const { return left == o.left && right == o.right && (is_none() || align == o.align); }
+};
 
 // How the tensors are laid out in memory when handed to an implementation. The harness computes
 // in dense BHSD; a third-party kernel may take [b, s, h, d] (FlashAttention's, PyTorch's) or any
@@ -36,6 +68,16 @@ enum class Regime {
 // Which query heads and batches a generated boolean mask or bias varies over; the other
 // dimensions broadcast (extent 1).
 enum class Broadcast { shared, per_batch, per_head, per_batch_head };
+
+// The one home of the broadcast rule: a generated mask or bias is stored [1|b, 1|h_q, n_q, n_k],
+// varying over batch and/or query head as its Broadcast says and of extent 1 (stride 0) over the
+// others. Mask, the case files and the CUDA plans take their extents and strides from here.
+bool varies_over_batch(Broadcast b);
+bool varies_over_head(Broadcast b);
+struct BroadcastStrides {
+  std::int64_t batch = 0, head = 0;  // in elements; 0 where broadcast
+};
+BroadcastStrides broadcast_strides(Broadcast b, std::int64_t h_q, std::int64_t n_q, std::int64_t n_k);
 
 struct KeyPadding {
   enum class Kind { none, per_batch, per_query };
@@ -76,7 +118,7 @@ struct Problem {
   std::int64_t d_k = 64;
   std::int64_t d_v = 64;
   DType dtype = DType::f32;
-  Causal causal = Causal::none;
+  Window window;
   KeyPadding padding;
   BoolMaskSpec bool_mask;
   BiasSpec bias;
@@ -105,15 +147,22 @@ struct Problem {
   std::int64_t visible_pairs() const;
   // 2 * b * h_q * P * (d_k + d_v) with P the exact visible pairs.
   double flops() const;
-  // The published convention: 4 * b * h * n_q * n_k * d (d = (d_k + d_v) / 2), halved for causal.
+  // The published convention: 4 * b * h * n_q * n_k * d (d = (d_k + d_v) / 2), halved for causal;
+  // for another window (no convention is published) the exact count, flops().
   double flops_published() const;
   // Reading Q, K, V (and the mask or bias) once and writing O once.
   double bytes_min() const;
 };
 
 Problem parse_problem(std::string_view repro);  // throws InputError naming the token
+// Elements of a generated mask or bias with this broadcast (in double: checked before validation).
+double broadcast_elements(const Problem& p, Broadcast b);
 
 std::string_view to_string(Causal causal);
+std::string_view to_string(Align align);
+// A causal window as its `causal=` value (none, top_left, bottom_right); another as LEFT,RIGHT@ALIGN
+// with `inf` for an unbounded side, e.g. 128,0@bottom_right.
+std::string to_string(const Window& window);
 std::string_view to_string(Regime regime);
 std::string_view to_string(Broadcast broadcast);
 std::string_view to_string(Layout layout);

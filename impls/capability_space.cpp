@@ -43,23 +43,20 @@ DType nearest_dtype(const Capabilities& caps, DType from) {
   return caps.dtypes.front();
 }
 
-std::int64_t causal_limit(const Problem& p, std::int64_t i) {
-  const std::int64_t delta = p.causal == Causal::bottom_right ? p.n_k - p.n_q : 0;
-  return std::clamp<std::int64_t>(i + delta + 1, 0, p.n_k);
-}
-
-// Causality and per-batch padding written as per-query valid lengths: the same visible keys.
+// A window without a lower bound (causal) and per-batch padding written as per-query valid
+// lengths: the same visible keys. A window with a lower bound cannot be folded; it is kept.
 void fold_into_query_padding(Problem& p) {
+  if (p.window.left != Window::unbounded) return;
   std::vector<std::int64_t> lengths;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t i = 0; i < p.n_q; ++i) {
       std::int64_t len = p.n_k;
       if (p.padding.kind == KeyPadding::Kind::per_batch) len = p.padding.valid_len[std::size_t(b)];
       if (p.padding.kind == KeyPadding::Kind::per_query) len = p.padding.valid_len[std::size_t(b * p.n_q + i)];
-      if (p.causal != Causal::none) len = std::min(len, causal_limit(p, i));
+      len = std::min(len, p.window.key_range(i, p.n_q, p.n_k).second);
       lengths.push_back(len);
     }
-  p.causal = Causal::none;
+  p.window = Window{};
   p.padding = {KeyPadding::Kind::per_query, std::move(lengths)};
 }
 
@@ -103,18 +100,18 @@ void project_masks(const Capabilities& caps, Problem& p) {
     else
       drop_padding(p);
   }
-  const bool tl = p.causal == Causal::top_left, br = p.causal == Causal::bottom_right;
+  const bool tl = p.window == Window::of(Causal::top_left), br = p.window == Window::of(Causal::bottom_right);
   if ((tl && !m.causal_top_left) || (br && !m.causal_bottom_right)) {
     const bool other = tl ? m.causal_bottom_right : m.causal_top_left;
-    const Causal swapped = tl ? Causal::bottom_right : Causal::top_left;
+    const Window swapped = Window::of(tl ? Causal::bottom_right : Causal::top_left);
     if (other && p.n_q == p.n_k)
-      p.causal = swapped;  // the same visible keys
+      p.window = swapped;  // the same visible keys
     else if (m.padding_per_query)
       fold_into_query_padding(p);  // the same visible keys
     else if (other)
-      p.causal = swapped;  // still causal, the diagonal moved
+      p.window = swapped;  // still causal, the diagonal moved
     else
-      p.causal = Causal::none;
+      p.window = Window{};
   }
   if (p.bool_mask.enabled && !m.bool_mask) p.bool_mask = {};
   if (p.bias.enabled && !m.bias) p.bias = {};
@@ -128,7 +125,7 @@ std::string describe_changes(const Problem& from, const Problem& to) {
   if (from.n_q != to.n_q || from.n_k != to.n_k) parts.push_back(fmt::format("n {}x{} -> {}x{}", from.n_q, from.n_k, to.n_q, to.n_k));
   if (from.h_kv != to.h_kv) parts.push_back(fmt::format("h_kv {} -> {}", from.h_kv, to.h_kv));
   if (from.d_k != to.d_k || from.d_v != to.d_v) parts.push_back(fmt::format("d {}/{} -> {}/{}", from.d_k, from.d_v, to.d_k, to.d_v));
-  if (from.causal != to.causal) parts.push_back(fmt::format("causal {} -> {}", to_string(from.causal), to_string(to.causal)));
+  if (!(from.window == to.window)) parts.push_back(fmt::format("{} {} -> {}", from.window.as_causal() && to.window.as_causal() ? "causal" : "window", to_string(from.window), to_string(to.window)));
   if (!(from.padding == to.padding)) {
     auto kind = [](const KeyPadding& k) {
       return k.kind == KeyPadding::Kind::none ? "none" : k.kind == KeyPadding::Kind::per_batch ? "per batch" : "per query";
@@ -160,8 +157,8 @@ Support covers(const Capabilities& caps, const Problem& p) {
   if (p.d_k != p.d_v && !caps.different_dk_dv) return Support::no("d_k != d_v not declared");
   if (p.h_kv != p.h_q && !caps.gqa) return Support::no("GQA/MQA (h_kv < h_q) not declared");
   const MaskSupport& m = caps.masks;
-  if (p.causal == Causal::top_left && !m.causal_top_left) return Support::no("causal top-left mask not declared");
-  if (p.causal == Causal::bottom_right && !m.causal_bottom_right) return Support::no("causal bottom-right mask not declared");
+  if (p.window == Window::of(Causal::top_left) && !m.causal_top_left) return Support::no("causal top-left mask not declared");
+  if (p.window == Window::of(Causal::bottom_right) && !m.causal_bottom_right) return Support::no("causal bottom-right mask not declared");
   if (p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) return Support::no("key padding per batch not declared");
   if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) return Support::no("key padding per query not declared");
   if (p.bool_mask.enabled && !m.bool_mask) return Support::no("boolean mask not declared");
@@ -222,7 +219,7 @@ Resolution resolve(const Implementation& impl, const Problem& problem) {
   then([](Problem& p) { p.bias = {}; });
   then([](Problem& p) { p.bool_mask = {}; });
   then([](Problem& p) { p.padding = {}; });
-  then([](Problem& p) { p.causal = Causal::none; });
+  then([](Problem& p) { p.window = Window{}; });
   for (const Problem& candidate : candidates)
     if (accepted(impl, caps, candidate)) {
       r.problem = candidate;
@@ -236,8 +233,9 @@ Resolution resolve(const Implementation& impl, const Problem& problem) {
 std::vector<std::string> features_of(const Problem& p) {
   std::vector<std::string> f{fmt::format("dtype:{}", to_string(p.dtype)), fmt::format("layout:{}", to_string(p.layout)),
                              fmt::format("regime:{}", to_string(p.regime))};
-  if (p.causal == Causal::top_left) f.emplace_back("causal_top_left");
-  if (p.causal == Causal::bottom_right) f.emplace_back("causal_bottom_right");
+  if (p.window == Window::of(Causal::top_left)) f.emplace_back("causal_top_left");
+  if (p.window == Window::of(Causal::bottom_right)) f.emplace_back("causal_bottom_right");
+  if (!p.window.as_causal()) f.emplace_back("window");
   if (p.padding.kind == KeyPadding::Kind::per_batch) f.emplace_back(p.batch > 1 ? "padding_per_batch_b>1" : "padding_per_batch_b=1");
   if (p.padding.kind == KeyPadding::Kind::per_query) f.emplace_back("padding_per_query");
   if (p.bool_mask.enabled) f.emplace_back("bool_mask");

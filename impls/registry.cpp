@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/precision.hpp"
 #include "impls/cpu_blocked/cpu_blocked.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 #ifdef ATTN_HAVE_CUDA
@@ -13,7 +14,7 @@
 namespace attn {
 
 Tensor make_weights(const Problem& p) {
-  Tensor w(p.dtype == DType::f64 ? DType::f64 : DType::f32, {p.batch, p.h_q, p.n_q, p.n_k});
+  Tensor w(working_dtype(p.dtype), {p.batch, p.h_q, p.n_q, p.n_k});
   w.poison();
   return w;
 }

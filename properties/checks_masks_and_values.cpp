@@ -179,7 +179,7 @@ std::string permutations_commute(const Implementation& impl, const Problem& p) {
   // under the pass rule (the order of a sum changes its rounding).
   CaseInputs shuffled = generate_inputs(p);
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::int64_t visible = in.mask.key_limit(b, 0);
+    const std::int64_t visible = in.mask.key_range(b, 0).second;
     std::vector<std::int64_t> keys(static_cast<std::size_t>(visible));
     std::iota(keys.begin(), keys.end(), 0);
     for (std::size_t j = keys.size(); j > 1; --j) std::swap(keys[j - 1], keys[rng.below(j)]);

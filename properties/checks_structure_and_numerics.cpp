@@ -80,7 +80,7 @@ std::string causal_rows_ignore_keys_beyond_their_horizon(const Implementation& i
   const std::int64_t i = std::int64_t(rng.below(std::uint64_t(p.n_q)));
   CaseInputs changed = generate_inputs(p);
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::int64_t horizon = in.mask.key_limit(b, i);
+    const std::int64_t horizon = in.mask.key_range(b, i).second;
     for (std::int64_t g = 0; g < p.h_kv; ++g)
       for (std::int64_t j = horizon; j < p.n_k; ++j) {
         copy_range(other.k, changed.k, changed.k.offset(b, g, j, 0), p.d_k);
@@ -92,7 +92,7 @@ std::string causal_rows_ignore_keys_beyond_their_horizon(const Implementation& i
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.h_q; ++h)
       if (auto d = first_bit_difference(p, o.out, again.out, b, h, i, i,
-                                        fmt::format("keys from {} on (beyond row {}'s horizon) redrawn", in.mask.key_limit(b, i), i).c_str());
+                                        fmt::format("keys from {} on (beyond row {}'s horizon) redrawn", in.mask.key_range(b, i).second, i).c_str());
           !d.empty())
         return d;
   return "";

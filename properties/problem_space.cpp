@@ -119,9 +119,9 @@ void force_a_masked_key(const MaskSupport& m, Problem& p) {
     p.padding.valid_len.assign(std::size_t(p.batch * p.n_q), p.n_k);
     p.padding.valid_len[0] = p.n_k - 1;
   } else if (m.causal_top_left) {
-    p.causal = Causal::top_left;
+    p.window = Window::of(Causal::top_left);
   } else if (m.causal_bottom_right) {
-    p.causal = Causal::bottom_right;
+    p.window = Window::of(Causal::bottom_right);
   } else if (m.bool_mask) {
     p.bool_mask = {true, 0.5, Broadcast::shared};
   }
@@ -166,12 +166,12 @@ bool admits(const ProblemSpace& space, const Problem& p) {
   if (!contains(space.dtypes, p.dtype) || !contains(space.layouts, p.layout) || !contains(space.regimes, p.regime)) return false;
   if (!head_dim_in(space, p.d_k) || !head_dim_in(space, p.d_v)) return false;
   if ((p.d_k != p.d_v && !space.different_dk_dv) || (p.h_kv != p.h_q && !space.gqa)) return false;
-  if ((p.causal == Causal::top_left && !m.causal_top_left) || (p.causal == Causal::bottom_right && !m.causal_bottom_right)) return false;
+  if ((p.window == Window::of(Causal::top_left) && !m.causal_top_left) || (p.window == Window::of(Causal::bottom_right) && !m.causal_bottom_right)) return false;
   if ((p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) ||
       (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query))
     return false;
   if ((p.bool_mask.enabled && !m.bool_mask) || (p.bias.enabled && !m.bias) || (p.scale && !space.custom_scale)) return false;
-  if (space.needs_causal && p.causal == Causal::none) return false;
+  if (space.needs_causal && p.window.is_none()) return false;
   if (space.needs_gqa && p.h_kv == p.h_q) return false;
   if (space.needs_mask && !some_key_masked(p)) return false;
   return true;
@@ -219,7 +219,7 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     if (!space.needs_causal) causals = {Causal::none, Causal::none};
     if (masks.causal_top_left) causals.push_back(Causal::top_left);
     if (masks.causal_bottom_right) causals.push_back(Causal::bottom_right);
-    if (!causals.empty()) p.causal = pick(causals);
+    if (!causals.empty()) p.window = Window::of(pick(causals));
     std::vector<KeyPadding::Kind> paddings;
     if (masks.padding_per_batch) paddings.push_back(KeyPadding::Kind::per_batch);
     if (masks.padding_per_query) paddings.push_back(KeyPadding::Kind::per_query);
@@ -244,10 +244,10 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
       p.bias.stddev = *rc::gen::element(0.5, 1.0, 4.0);
       p.bias.broadcast = pick(broadcasts);
     }
-    if (space.wants_fully_masked && p.padding.kind == KeyPadding::Kind::none && masks.causal_bottom_right) p.causal = Causal::bottom_right;
+    if (space.wants_fully_masked && p.padding.kind == KeyPadding::Kind::none && masks.causal_bottom_right) p.window = Window::of(Causal::bottom_right);
     if (space.wants_fully_masked) {
       // Fully masked rows: more queries than keys under bottom-right, or a batch with no key.
-      if (p.causal == Causal::bottom_right && p.n_q <= p.n_k && p.n_q > 1) {
+      if (p.window == Window::of(Causal::bottom_right) && p.n_q <= p.n_k && p.n_q > 1) {
         p.n_k = std::max<std::int64_t>(1, p.n_q / 2);
         for (auto& valid : p.padding.valid_len) valid = std::min(valid, p.n_k);
       } else if (p.padding.kind != KeyPadding::Kind::none) {

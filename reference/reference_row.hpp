@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
+#include "core/precision.hpp"
 #include "core/tensor.hpp"
 
 namespace attn::detail {
@@ -123,9 +124,9 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
 // The visible keys of a row, ascending.
 inline std::vector<std::int64_t> visible_keys(const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i) {
   std::vector<std::int64_t> keys;
-  const std::int64_t limit = mask.key_limit(b, i);
-  keys.reserve(static_cast<std::size_t>(limit));
-  for (std::int64_t j = 0; j < limit; ++j)
+  const auto [lo, hi] = mask.key_range(b, i);
+  keys.reserve(static_cast<std::size_t>(hi - lo));
+  for (std::int64_t j = lo; j < hi; ++j)
     if (mask.visible(b, h, i, j)) keys.push_back(j);
   return keys;
 }
@@ -204,7 +205,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // problem's working precision (which also rounds the scale and can underflow in exp).
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
   const double u_naive = accumulation_unit_roundoff(p.dtype);
-  const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
+  const double tiny_naive = working_min_subnormal(p.dtype);
   for (std::size_t jj = 0; jj < n; ++jj) {
     ln_w[jj] = static_cast<double>(s[jj] - result.lse);
     // In Real until scaled by a unit roundoff: magnitude and spread may exceed the double range.

@@ -17,6 +17,7 @@
 
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
+#include "core/precision.hpp"
 #include "reference/double_word.hpp"
 #include "reference/reference_row.hpp"
 
@@ -147,7 +148,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   // double rounding is a relative few u, inside the bound's 1% headroom.
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
   const double u_naive = accumulation_unit_roundoff(p.dtype);
-  const double tiny_naive = p.dtype == DType::f64 ? 0x1p-1074 : 0x1p-149;
+  const double tiny_naive = working_min_subnormal(p.dtype);
   const double score_underflow = double(p.d_k + 2) * 2 * product_underflow * std::max(1.0, scale);
   const double log_sum_double = static_cast<double>(log_sum);
   for (std::size_t jj = 0; jj < n; ++jj) {

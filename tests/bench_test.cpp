@@ -209,7 +209,7 @@ TEST(ProblemList, DefaultIsOneFamilyPerImplementationAndMaskWithOnlyNVarying) {
       EXPECT_EQ(p.n_k, n);
       EXPECT_EQ(p.d_k, 64);
       EXPECT_EQ(p.d_v, 64);
-      EXPECT_EQ(p.causal, f.causal);
+      EXPECT_EQ(p.window, Window::of(f.causal));
     }
   }
   EXPECT_EQ(names, (std::set<std::string>{"cpu_naive/f32/d64/none", "cpu_naive/f32/d64/causal", "other/f32/d64/none", "other/f32/d64/causal"}));
@@ -223,8 +223,8 @@ TEST(ProblemList, CausalHalvesThePublishedFlopsAndExactFlopsCountVisiblePairs) {
   const ProblemList list = curated_problem_list(impls, {});
   ASSERT_EQ(list.families.size(), 2u);
   const Problem dense = list.families[0].problem(1024), causal = list.families[1].problem(1024);
-  EXPECT_EQ(dense.causal, Causal::none);
-  EXPECT_EQ(causal.causal, Causal::top_left);
+  EXPECT_TRUE(dense.window.is_none());
+  EXPECT_EQ(causal.window, Window::of(Causal::top_left));
   EXPECT_DOUBLE_EQ(causal.flops_published(), dense.flops_published() / 2);
   EXPECT_DOUBLE_EQ(dense.flops(), dense.flops_published());
   EXPECT_DOUBLE_EQ(causal.flops(), 2.0 * 8 * (1024.0 * 1025 / 2) * 128);

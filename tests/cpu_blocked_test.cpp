@@ -42,7 +42,7 @@ Problem problem(std::int64_t n_q, std::int64_t n_k, std::int64_t d, DType dtype 
   Problem p;
   p.batch = 2, p.h_q = 4, p.h_kv = 2, p.n_q = n_q, p.n_k = n_k, p.d_k = d, p.d_v = d;
   p.dtype = dtype;
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   p.seed = 11;
   return p;
 }
@@ -122,7 +122,7 @@ TEST(CpuBlocked, RegisterTransposeOfFloatAndDoubleBlocks) {
 // keys are finite and near the causal diagonal (where masked keys share micro-kernel calls).
 TEST(CpuBlocked, NonFiniteValuesOfMaskedKeysDoNotLeak) {
   Problem p = problem(37, 37, 64);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   CaseInputs in = generate_inputs(p);
   const Outputs clean = run(p, in, 2);
   const std::int64_t poisoned_key = 20;  // masked for queries 0..19
@@ -133,6 +133,41 @@ TEST(CpuBlocked, NonFiniteValuesOfMaskedKeysDoNotLeak) {
       const std::int64_t at = (i * p.d_v) + c;
       ASSERT_EQ(dirty.out.get(at), clean.out.get(at)) << "query " << i << " column " << c;
     }
+}
+
+
+// Sliding windows: keys before a row's window are masked in the scores, across key tiles (a
+// window of 600 keys spans two 512-key tiles), and a non-finite V row before the window (or a
+// whole tile of them) does not reach the output.
+TEST(CpuBlocked, SlidingWindowsAgreeWithTheReferenceAndMaskKeysBeforeThem) {
+  for (Window w : {Window{5, 0, Align::bottom_right}, Window{600, 0, Align::top_left}, Window{3, 40, Align::top_left}}) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      Problem p = problem(700, 900, 32, dtype);
+      p.window = w;
+      const CaseInputs in = generate_inputs(p);
+      const ReferenceResult ref = compute_reference(p, in);
+      const Outputs o = run(p, in, 0);
+      for (std::size_t r = 0; r < ref.rows.size(); ++r) {
+        if (ref.fully_masked[r]) {
+          ASSERT_EQ(o.lse.get(ref.rows[r]), -std::numeric_limits<double>::infinity()) << p.repro();
+          continue;
+        }
+        for (std::int64_t c = 0; c < p.d_v; ++c) {
+          const std::size_t e = r * std::size_t(p.d_v) + std::size_t(c);
+          ASSERT_LE(std::fabs(o.out.get(ref.rows[r] * p.d_v + c) - ref.out[e]), 2 * ref.naive_bound[e] + 2 * ulp_at(dtype, ref.out[e]))
+              << p.repro() << " at " << output_coordinates(p, ref.rows[r] * p.d_v + c);
+        }
+      }
+    }
+  }
+  Problem p = problem(64, 64, 32);
+  p.window = {4, 0, Align::top_left};
+  CaseInputs in = generate_inputs(p);
+  const Outputs clean = run(p, in, 2);
+  for (std::int64_t c = 0; c < p.d_v; ++c) in.v.set(in.v.offset(0, 0, 0, c), std::numeric_limits<double>::quiet_NaN());  // key 0
+  const Outputs dirty = run(p, in, 2);
+  for (std::int64_t i = 5; i < p.n_q; ++i)  // queries past 4 do not see key 0
+    for (std::int64_t c = 0; c < p.d_v; ++c) ASSERT_EQ(dirty.out.get(i * p.d_v + c), clean.out.get(i * p.d_v + c)) << "query " << i;
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ namespace {
 
 constexpr double inf = std::numeric_limits<double>::infinity();
 
-enum class MaskCase { none, causal_br_wide, causal_br_tall, padq_with_zeros, bool_mask, bias };
+enum class MaskCase { none, causal_br_wide, causal_br_tall, padq_with_zeros, bool_mask, bias, sliding_window, window_with_padding };
 
 const char* name_of(MaskCase m) {
   switch (m) {
@@ -34,6 +34,8 @@ const char* name_of(MaskCase m) {
     case MaskCase::padq_with_zeros: return "padq_with_zeros";
     case MaskCase::bool_mask: return "bool_mask";
     case MaskCase::bias: return "bias";
+    case MaskCase::sliding_window: return "sliding_window";
+    case MaskCase::window_with_padding: return "window_with_padding";
   }
   return "?";
 }
@@ -53,10 +55,10 @@ Problem make_problem(Regime regime, DType dtype, MaskCase mask, std::uint64_t se
   switch (mask) {
     case MaskCase::none: break;
     case MaskCase::causal_br_wide:  // n_q < n_k: every query sees n_k - n_q + i + 1 keys
-      p.causal = Causal::bottom_right;
+      p.window = Window::of(Causal::bottom_right);
       break;
     case MaskCase::causal_br_tall:  // n_q > n_k: the first n_q - n_k queries see nothing
-      p.causal = Causal::bottom_right;
+      p.window = Window::of(Causal::bottom_right);
       p.n_q = 13;
       p.n_k = 9;
       break;
@@ -67,6 +69,12 @@ Problem make_problem(Regime regime, DType dtype, MaskCase mask, std::uint64_t se
       break;
     case MaskCase::bool_mask: p.bool_mask = {true, 0.4, Broadcast::per_batch_head}; break;
     case MaskCase::bias: p.bias = {true, 2.0, Broadcast::per_head}; break;
+    case MaskCase::sliding_window: p.window = {3, 0, Align::bottom_right}; break;  // 4 keys up to the diagonal
+    case MaskCase::window_with_padding:  // keys i - 1 .. i + 2, clipped by per-batch padding
+      p.window = {1, 2, Align::top_left};
+      p.padding = {KeyPadding::Kind::per_batch, {4, 11}};
+      p.bias = {true, 1.0, Broadcast::shared};
+      break;
   }
   p.validate();
   return p;
@@ -178,9 +186,38 @@ TEST_P(NaiveAgainstReference, EveryDtypeAndMaskIsWithinTheNaiveBound) {
   std::uint64_t seed = 100 * std::uint64_t(regime);
   for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16})
     for (MaskCase m : {MaskCase::none, MaskCase::causal_br_wide, MaskCase::causal_br_tall, MaskCase::padq_with_zeros,
-                       MaskCase::bool_mask, MaskCase::bias}) {
+                       MaskCase::bool_mask, MaskCase::bias, MaskCase::sliding_window, MaskCase::window_with_padding}) {
       SCOPED_TRACE(std::string(to_string(d)) + " " + name_of(m));
       check_case(make_problem(regime, d, m, ++seed));
+    }
+}
+
+// The window rule itself, written out here rather than read from Mask: cpu_naive's weights are
+// zero exactly outside i + delta - left <= j <= i + delta + right (and the padding), and positive
+// inside, for both alignments.
+TEST(NaiveWindow, WeightsVanishExactlyOutsideTheWindow) {
+  for (Align a : {Align::top_left, Align::bottom_right})
+    for (auto [left, right] : {std::pair<std::int64_t, std::int64_t>{2, 0}, {0, 3}, {Window::unbounded, 1}, {4, Window::unbounded}}) {
+      Problem p = make_problem(Regime::diffuse, DType::f64, MaskCase::none, 7);
+      p.window = {left, right, a};
+      p.validate();
+      SCOPED_TRACE(p.repro());
+      check_case(p);
+      const CaseInputs in = generate_inputs(p);
+      const NaiveRun run = run_naive(p, in);
+      const std::int64_t delta = a == Align::bottom_right ? p.n_k - p.n_q : 0;
+      for (std::int64_t row = 0; row < p.rows(); ++row) {
+        const std::int64_t i = row % p.n_q;
+        for (std::int64_t j = 0; j < p.n_k; ++j) {
+          const bool inside = (left == Window::unbounded || j >= i + delta - left) && (right == Window::unbounded || j <= i + delta + right);
+          const double w = run.weights.get(row * p.n_k + j);
+          if (inside) {
+            EXPECT_GT(w, 0.0) << "row " << row << " key " << j;
+          } else {
+            EXPECT_EQ(w, 0.0) << "row " << row << " key " << j;
+          }
+        }
+      }
     }
 }
 
@@ -192,7 +229,7 @@ TEST_P(NaiveAgainstReference, LongRowsAreWithinTheNaiveBound) {
     for (Causal causal : {Causal::none, Causal::top_left}) {
       Problem p;
       p.batch = 1, p.h_q = 2, p.h_kv = 1, p.n_q = 9, p.n_k = 200, p.d_k = 64, p.d_v = 32;
-      p.dtype = d, p.regime = regime, p.causal = causal, p.seed = ++seed;
+      p.dtype = d, p.regime = regime, p.window = Window::of(causal), p.seed = ++seed;
       p.validate();
       check_case(p);
     }

@@ -220,6 +220,9 @@ TEST(CublasPlan, RejectsWithAReason) {
   EXPECT_NE(reason(shape(1, 3, 2, 4, 4, 8, 8)).find("not a multiple"), std::string::npos);
   for (DType d : {DType::f16, DType::bf16, DType::f64})
     EXPECT_NE(reason(shape(1, 1, 1, 4, 4, 8, 8, d), MatmulPrecision::tf32).find("TF32"), std::string::npos) << to_string(d);
+  Problem windowed = shape(1, 1, 1, 4, 4, 8, 8);
+  windowed.window = {Window::unbounded, 2, Align::bottom_right};
+  EXPECT_NE(reason(windowed).find("window inf,2@bottom_right"), std::string::npos);
   // r * n_q = 2^31 columns: beyond cuBLAS's int.
   const std::string too_wide = reason(shape(1, 2, 1, std::int64_t(1) << 30, 2, 4, 4));
   EXPECT_NE(too_wide.find("n = 2147483648"), std::string::npos) << too_wide;
@@ -235,7 +238,7 @@ TEST(CublasPlan, DeviceBytesCountEveryBuffer) {
   const double inputs = 2.0 * double(plain.q_elements + plain.k_elements + 2 * plain.v_elements + plain.o_elements);
   const double scores = (4.0 + 2.0) * double(plain.score_elements);
   EXPECT_GE(plain.device_bytes, inputs + scores + double(cublas_workspace_bytes));
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   p.bool_mask = {true, 0.5, Broadcast::per_batch_head};
   p.bias = {true, 1.0, Broadcast::per_head};
   const CublasAttentionPlan masked = plan_of(p);

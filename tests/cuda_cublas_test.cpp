@@ -39,7 +39,7 @@ class CudaCublas : public ::testing::Test {
 Problem small(DType dtype) {
   Problem p;
   p.batch = 2, p.h_q = 4, p.h_kv = 2, p.n_q = 17, p.n_k = 33, p.d_k = 24, p.d_v = 16, p.dtype = dtype;
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   p.seed = 7;
   return p;
 }
@@ -113,7 +113,7 @@ TEST_F(CudaCublas, RepeatedRunsAreBitwiseEqual) {
 TEST_F(CudaCublas, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
   for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
     Problem p = small(dtype);
-    p.causal = Causal::top_left;  // query i sees keys 0..i
+    p.window = Window::of(Causal::top_left);  // query i sees keys 0..i
     const CaseInputs in = generate_inputs(p);
     Tensor clean = make_output(p);
     impl("cuda_cublas").run(RunArgs{p, in, clean, nullptr, nullptr, {}});

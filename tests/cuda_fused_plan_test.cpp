@@ -1,6 +1,6 @@
 // cuda_fused's host side on the CPU (no device needed): the plan's rejections with their reasons
 // (d = 48, d_k != d_v, f64), the parameters it fills (strides, GQA group, scale, mask flags, tile
-// shapes, shared memory), the causal key limits against Mask::key_limit, the key tiles a query
+// shapes, shared memory), the causal key limits against the end of Mask::key_range, the key tiles a query
 // tile visits under both causal alignments with n_q != n_k and with padding (every visible pair
 // in a visited tile, every skipped tile fully masked, every unmasked tile fully visible), and the
 // grid decomposition (b * h = 70000, and past 2^31 - 1 blocks). Also registration, and every case
@@ -49,6 +49,17 @@ TEST(CudaFusedPlan, RejectsF64AndUnequalHeadDimensions) {
   EXPECT_NE(dv.reason.find("d_k = 64 and d_v = 32"), std::string::npos) << dv.reason;
 }
 
+// The kernels compute causal windows and padding only: any other window is refused, naming it.
+TEST(CudaFusedPlan, RejectsWindowsOtherThanCausalNamingThem) {
+  Problem p = shape(1, 1, 1, 8, 8, 64);
+  p.window = {4, 0, Align::top_left};
+  const FusedPlanResult r = make_fused_plan(p);
+  ASSERT_FALSE(r.plan.has_value());
+  EXPECT_NE(r.reason.find("window 4,0@top_left"), std::string::npos) << r.reason;
+  p.window = Window::of(Causal::bottom_right);
+  EXPECT_TRUE(make_fused_plan(p).plan.has_value());
+}
+
 TEST(CudaFusedPlan, AcceptsEverySupportedHeadDimensionInEveryDtype) {
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
     for (int d : supported_head_dims) {
@@ -80,7 +91,7 @@ TEST(CudaFusedPlan, SharedMemoryOfTheTargetShapes) {
 
 TEST(CudaFusedPlan, FillsStridesGroupScaleAndMaskFlags) {
   Problem p = shape(3, 8, 2, 50, 70, 64, DType::f16);
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   FusedPlanResult r = make_fused_plan(p);
   ASSERT_TRUE(r.plan.has_value()) << r.reason;
   const FusedParams& k = r.plan->params;
@@ -99,7 +110,7 @@ TEST(CudaFusedPlan, FillsStridesGroupScaleAndMaskFlags) {
   EXPECT_FALSE(k.element_mask);
   EXPECT_FALSE(r.plan->upload_key_limit);
 
-  p.causal = Causal::none;
+  p.window = Window::of(Causal::none);
   p.padding = KeyPadding{KeyPadding::Kind::per_batch, {70, 3, 0}};
   p.bool_mask = BoolMaskSpec{true, 0.5, Broadcast::per_head};
   p.bias = BiasSpec{true, 1.0, Broadcast::per_batch};
@@ -123,18 +134,18 @@ TEST(CudaFusedPlan, StridesAndBlockCountsAre64Bit) {
   EXPECT_EQ(r.plan->params.q_batch_stride, (std::int64_t(1) << 26) * 64);
 }
 
-// The kernels' causal limit is Mask::key_limit's rule, for both alignments and n_q != n_k.
+// The kernels' causal limit is the end of Mask::key_range's rule, for both alignments and n_q != n_k.
 TEST(CudaFusedTileLogic, CausalKeyLimitMatchesMask) {
   for (auto [n_q, n_k] : {std::tuple<std::int64_t, std::int64_t>{5, 9}, {9, 5}, {130, 70}, {64, 64}, {1, 200}, {200, 1}})
     for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right}) {
       Problem p = shape(1, 1, 1, n_q, n_k, 32);
-      p.causal = causal;
+      p.window = Window::of(causal);
       const Mask mask(p);
       const CausalMode mode = causal == Causal::top_left ? CausalMode::top_left
                               : causal == Causal::bottom_right ? CausalMode::bottom_right
                                                                : CausalMode::none;
       for (std::int64_t i = 0; i < n_q; ++i)
-        ASSERT_EQ(causal_key_limit(mode, i, n_q, n_k), mask.key_limit(0, i)) << p.repro() << " i=" << i;
+        ASSERT_EQ(causal_key_limit(mode, i, n_q, n_k), mask.key_range(0, i).second) << p.repro() << " i=" << i;
     }
 }
 
@@ -146,8 +157,8 @@ void check_tiles(const Problem& p, int block_m, int block_n) {
     for (std::int64_t m0 = 0; m0 < p.n_q; m0 += block_m) {
       std::int64_t lo = p.n_k, hi = 0;
       for (std::int64_t i = m0; i < std::min(m0 + block_m, p.n_q); ++i) {
-        lo = std::min(lo, mask.key_limit(b, i));
-        hi = std::max(hi, mask.key_limit(b, i));
+        lo = std::min(lo, mask.key_range(b, i).second);
+        hi = std::max(hi, mask.key_range(b, i).second);
       }
       const KeyTileRange r = key_tile_range(lo, hi, block_n);
       ASSERT_LE(r.first_masked, r.end);
@@ -174,7 +185,7 @@ TEST(CudaFusedTileLogic, VisitedTilesUnderBothCausalAlignmentsAndPadding) {
     for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right})
       for (auto [block_m, block_n] : {std::tuple<int, int>{128, 64}, {128, 32}, {64, 32}, {16, 32}}) {
         Problem p = shape(2, 1, 1, n_q, n_k, 32);
-        p.causal = causal;
+        p.window = Window::of(causal);
         check_tiles(p, block_m, block_n);
         p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, 0}};
         check_tiles(p, block_m, block_n);

@@ -80,11 +80,11 @@ TEST_F(CudaFused, EdgeShapesAndEveryMaskKindPass) {
       for (auto [n_q, n_k] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {127, 129}, {129, 63}, {65, 200}, {31, 33}}) {
         Problem p = edge(dtype, d, n_q, n_k, seed++);
         cases.push_back(p);
-        p.causal = Causal::top_left, p.seed = seed++;
+        p.window = Window::of(Causal::top_left), p.seed = seed++;
         cases.push_back(p);
-        p.causal = Causal::bottom_right, p.seed = seed++;
+        p.window = Window::of(Causal::bottom_right), p.seed = seed++;
         cases.push_back(p);
-        p.causal = Causal::none;
+        p.window = Window::of(Causal::none);
         p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, 0}};  // batch 1 fully masked
         cases.push_back(p);
         p.padding = KeyPadding{};
@@ -92,7 +92,7 @@ TEST_F(CudaFused, EdgeShapesAndEveryMaskKindPass) {
         cases.push_back(p);
         p.bool_mask = BoolMaskSpec{};
         p.bias = BiasSpec{true, 2.0, Broadcast::per_head};
-        p.causal = Causal::bottom_right;
+        p.window = Window::of(Causal::bottom_right);
         cases.push_back(p);
       }
   expect_pass(*impl_, cases);
@@ -101,7 +101,7 @@ TEST_F(CudaFused, EdgeShapesAndEveryMaskKindPass) {
 TEST_F(CudaFused, RepeatedRunsAreBitwiseIdentical) {
   for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     Problem p = edge(dtype, 128, 200, 300, 11);
-    p.causal = Causal::bottom_right;
+    p.window = Window::of(Causal::bottom_right);
     const CaseInputs in = generate_inputs(p);
     const auto run = impl_->prepare_device_run(p, in);
     cuda::Stream stream;
@@ -126,7 +126,7 @@ TEST_F(CudaFused, BatchTimesHeadsBeyond65535) {
 TEST_F(CudaFused, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
   for (DType dtype : {DType::f16, DType::bf16, DType::f32}) {
     Problem p = edge(dtype, 64, 70, 90, 5);
-    p.causal = Causal::top_left;  // row i sees keys 0..i: key 40 is masked for rows < 40, visible from 40
+    p.window = Window::of(Causal::top_left);  // row i sees keys 0..i: key 40 is masked for rows < 40, visible from 40
     const CaseInputs in = generate_inputs(p);
     Tensor clean = make_output(p);
     impl_->run(RunArgs{p, in, clean, nullptr, nullptr, {}});
@@ -154,7 +154,7 @@ TEST_F(CudaFused, PreparedRunChecksItsOutputAndItsWorkspaceIsIndependentOfN) {
   std::size_t first = 0;
   for (std::int64_t n : {128, 1024, 4096}) {
     Problem p = edge(DType::bf16, 128, n, n, 9);
-    p.causal = Causal::top_left;
+    p.window = Window::of(Causal::top_left);
     const CaseInputs in = generate_inputs(p);
     const auto run = impl_->prepare_device_run(p, in);
     ASSERT_NE(run, nullptr);

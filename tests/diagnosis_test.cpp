@@ -47,7 +47,7 @@ Problem small(std::int64_t n_q = 20, std::int64_t n_k = 20, DType dtype = DType:
 
 Problem causal(Causal c, std::int64_t n_q, std::int64_t n_k, DType dtype = DType::f32) {
   Problem p = small(n_q, n_k, dtype);
-  p.causal = c;
+  p.window = Window::of(c);
   return p;
 }
 

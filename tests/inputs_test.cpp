@@ -110,7 +110,7 @@ TEST(InputGeneration, MaskAndBiasDoNotShiftTheDataStreams) {
   Problem masked = plain;
   masked.bool_mask = {true, 0.3, Broadcast::per_batch_head};
   masked.bias = {true, 2.0, Broadcast::shared};
-  masked.causal = Causal::top_left;
+  masked.window = Window::of(Causal::top_left);
   const CaseInputs a = generate_inputs(plain), b = generate_inputs(masked);
   EXPECT_EQ(a.q, b.q);
   EXPECT_EQ(a.k, b.k);

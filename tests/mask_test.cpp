@@ -20,6 +20,8 @@ void PrintTo(const Problem& p, std::ostream* os) { *os << p.repro(); }
 
 namespace {
 
+using Range = std::pair<std::int64_t, std::int64_t>;
+
 // The visibility of one (batch, head) as rows of '0'/'1', one row per query, rows joined by '\n'.
 std::string render(const Mask& m, const Problem& p, std::int64_t b, std::int64_t h) {
   std::string s;
@@ -71,19 +73,19 @@ TEST(MaskVisibility, NoMaskSeesEverything) {
 // Top-left: query i sees keys 0..i, whatever n_k is (PyTorch is_causal).
 TEST(MaskVisibility, CausalTopLeftWithFewerQueriesThanKeys) {
   Problem p = shape(3, 5);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0),
             "10000\n"
             "11000\n"
             "11100");
-  EXPECT_EQ(m.key_limit(0, 0), 1);
-  EXPECT_EQ(m.key_limit(0, 2), 3);
+  EXPECT_EQ(m.key_range(0, 0), Range(0, 1));
+  EXPECT_EQ(m.key_range(0, 2), Range(0, 3));
 }
 
 TEST(MaskVisibility, CausalTopLeftWithMoreQueriesThanKeys) {
   Problem p = shape(5, 3);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0),
             "100\n"
@@ -91,14 +93,14 @@ TEST(MaskVisibility, CausalTopLeftWithMoreQueriesThanKeys) {
             "111\n"
             "111\n"
             "111");
-  EXPECT_EQ(m.key_limit(0, 4), 3);  // clamped to n_k
+  EXPECT_EQ(m.key_range(0, 4), Range(0, 3));  // clamped to n_k
 }
 
 // Bottom-right: the diagonal ends in the bottom-right corner; query i sees j <= i + (n_k - n_q)
 // (FlashAttention >= 2.1). With n_q < n_k the last query sees every key.
 TEST(MaskVisibility, CausalBottomRightWithFewerQueriesThanKeys) {
   Problem p = shape(3, 5);
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0),
             "11100\n"
@@ -109,7 +111,7 @@ TEST(MaskVisibility, CausalBottomRightWithFewerQueriesThanKeys) {
 // With n_q > n_k the first n_q - n_k rows see no key at all: fully masked rows.
 TEST(MaskVisibility, CausalBottomRightWithMoreQueriesThanKeysMasksLeadingRows) {
   Problem p = shape(5, 3);
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0),
             "000\n"
@@ -121,14 +123,14 @@ TEST(MaskVisibility, CausalBottomRightWithMoreQueriesThanKeysMasksLeadingRows) {
   EXPECT_TRUE(m.row_fully_masked(0, 0, 1));
   EXPECT_FALSE(m.row_fully_masked(0, 0, 2));
   EXPECT_FALSE(m.row_fully_masked(0, 0, 4));
-  EXPECT_EQ(m.key_limit(0, 0), 0);  // never negative
+  EXPECT_EQ(m.key_range(0, 0), Range(0, 0));  // never negative
   EXPECT_EQ(m.count_visible(), 6);
 }
 
 TEST(MaskVisibility, CausalAlignmentsAgreeWhenSquare) {
   Problem tl = shape(4, 4), br = shape(4, 4);
-  tl.causal = Causal::top_left;
-  br.causal = Causal::bottom_right;
+  tl.window = Window::of(Causal::top_left);
+  br.window = Window::of(Causal::bottom_right);
   EXPECT_EQ(render(Mask(tl), tl, 0, 0), "1000\n1100\n1110\n1111");
   EXPECT_EQ(render(Mask(br), br, 0, 0), "1000\n1100\n1110\n1111");
 }
@@ -170,7 +172,7 @@ TEST(MaskVisibility, KeyPaddingPerQuery) {
 
 TEST(MaskIntersection, CausalTopLeftAndPerBatchPadding) {
   Problem p = shape(4, 4, /*batch=*/2);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   p.padding = {KeyPadding::Kind::per_batch, {2, 4}};
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0), "1000\n1100\n1100\n1100");
@@ -179,7 +181,7 @@ TEST(MaskIntersection, CausalTopLeftAndPerBatchPadding) {
 
 TEST(MaskIntersection, CausalBottomRightAndPerQueryPadding) {
   Problem p = shape(2, 4);
-  p.causal = Causal::bottom_right;  // alone: "1110\n1111"
+  p.window = Window::of(Causal::bottom_right);  // alone: "1110\n1111"
   p.padding = {KeyPadding::Kind::per_query, {1, 4}};
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0), "1000\n1111");
@@ -187,7 +189,7 @@ TEST(MaskIntersection, CausalBottomRightAndPerQueryPadding) {
 
 TEST(MaskIntersection, CausalBottomRightAndPaddingCanEmptyARow) {
   Problem p = shape(4, 3);
-  p.causal = Causal::bottom_right;  // alone: "000\n100\n110\n111"
+  p.window = Window::of(Causal::bottom_right);  // alone: "000\n100\n110\n111"
   p.padding = {KeyPadding::Kind::per_query, {3, 3, 0, 2}};
   const Mask m(p);
   EXPECT_EQ(render(m, p, 0, 0), "000\n100\n000\n110");
@@ -198,7 +200,7 @@ TEST(MaskIntersection, CausalBottomRightAndPaddingCanEmptyARow) {
 
 TEST(MaskIntersection, BoolMaskOnlyRemovesKeysThatCausalityAndPaddingAllow) {
   Problem p = shape(16, 20, /*batch=*/2, /*h_q=*/3);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   p.padding = {KeyPadding::Kind::per_batch, {20, 9}};
   p.bool_mask = {true, 0.5, Broadcast::per_batch_head};
   Problem structural = p;
@@ -384,7 +386,7 @@ TEST(MaskCount, MatchesABruteForceCount) {
   {
     Problem p = shape(13, 29, 2, 4);
     p.h_kv = 2;
-    p.causal = Causal::bottom_right;
+    p.window = Window::of(Causal::bottom_right);
     p.padding.kind = KeyPadding::Kind::per_query;
     for (int k = 0; k < 26; ++k) p.padding.valid_len.push_back((k * 11) % 30);
     p.bool_mask = {true, 0.4, Broadcast::per_batch_head};
@@ -392,20 +394,20 @@ TEST(MaskCount, MatchesABruteForceCount) {
   }
   {
     Problem p = shape(31, 7, 3, 2);
-    p.causal = Causal::top_left;
+    p.window = Window::of(Causal::top_left);
     p.padding = {KeyPadding::Kind::per_batch, {7, 0, 3}};
     p.bool_mask = {true, 0.7, Broadcast::per_head};
     problems.push_back(p);
   }
   {
     Problem p = shape(31, 7, 3, 2);
-    p.causal = Causal::bottom_right;
+    p.window = Window::of(Causal::bottom_right);
     p.padding = {KeyPadding::Kind::per_batch, {7, 0, 3}};
     problems.push_back(p);
   }
   {
     Problem p = shape(64, 64, 1, 1);
-    p.causal = Causal::top_left;
+    p.window = Window::of(Causal::top_left);
     p.bool_mask = {true, 0.05, Broadcast::shared};
     problems.push_back(p);
   }
@@ -427,7 +429,7 @@ TEST(MaskCount, MatchesABruteForceCount) {
 TEST(MaskGiven, BroadcastsTheGivenTensorsAndIntersectsCausalityAndPadding) {
   Problem p;
   p.batch = 2, p.h_q = 3, p.h_kv = 1, p.n_q = 2, p.n_k = 4, p.d_k = p.d_v = 8;
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   p.padding.kind = KeyPadding::Kind::per_batch;
   p.padding.valid_len = {4, 3};
   // flags [1, h_q, n_q, n_k]: head h hides key h.
@@ -458,5 +460,105 @@ TEST(MaskGiven, BroadcastsTheGivenTensorsAndIntersectsCausalityAndPadding) {
   EXPECT_THROW(Mask::given(p, {}, false, false, Tensor(DType::f32, {2, 1, 3, 4})), std::invalid_argument);
   EXPECT_THROW(Mask::given(p, {}, false, false, Tensor(DType::f64, {2, 1, 2, 4})), std::invalid_argument);
 }
+
+// A sliding window of 2 keys back, top-left: query i sees keys i - 2 .. i (Mistral's window).
+TEST(MaskWindow, SlidingWindowTopLeft) {
+  Problem p = shape(5, 6);
+  p.window = {2, 0, Align::top_left};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "100000\n"
+            "110000\n"
+            "111000\n"
+            "011100\n"
+            "001110");
+  EXPECT_EQ(m.key_range(0, 0), Range(0, 1));
+  EXPECT_EQ(m.key_range(0, 4), Range(2, 5));
+  EXPECT_EQ(m.count_visible(), 12);
+}
+
+// Bottom-right shifts the diagonal by n_k - n_q = 2; a right side of 1 lets a query see one key
+// past it (clipped at n_k).
+TEST(MaskWindow, WindowBottomRightWithBothSides) {
+  Problem p = shape(3, 5);
+  p.window = {1, 1, Align::bottom_right};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "01110\n"
+            "00111\n"
+            "00011");
+  EXPECT_EQ(m.key_range(0, 2), Range(3, 5));
+}
+
+// Only a lower bound: query i sees keys from i - 1 on, every key after.
+TEST(MaskWindow, LeftBoundOnly) {
+  Problem p = shape(4, 4);
+  p.window = {1, Window::unbounded, Align::top_left};
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "1111\n"
+            "1111\n"
+            "0111\n"
+            "0011");
+}
+
+// A window wholly before key 0 or past n_k leaves the row empty: lo == hi, fully masked.
+TEST(MaskWindow, RowsOutsideTheKeysAreEmpty) {
+  Problem p = shape(4, 2);
+  p.window = {0, 0, Align::bottom_right};  // the diagonal only, delta = -2
+  const Mask m(p);
+  EXPECT_EQ(render(m, p, 0, 0),
+            "00\n"
+            "00\n"
+            "10\n"
+            "01");
+  EXPECT_EQ(m.key_range(0, 0).first, m.key_range(0, 0).second);
+  EXPECT_TRUE(m.row_fully_masked(0, 0, 1));
+  EXPECT_EQ(m.count_visible(), 2);
+}
+
+// Causal is the window {unbounded, 0}: the same visibility as the causal shorthand.
+TEST(MaskWindow, CausalIsTheWindowUnboundedZero) {
+  for (Align a : {Align::top_left, Align::bottom_right})
+    for (auto [n_q, n_k] : {Range{3, 5}, Range{5, 3}, Range{4, 4}}) {
+      Problem w = shape(n_q, n_k), c = shape(n_q, n_k);
+      w.window = {Window::unbounded, 0, a};
+      c.window = Window::of(a == Align::top_left ? Causal::top_left : Causal::bottom_right);
+      EXPECT_EQ(render(Mask(w), w, 0, 0), render(Mask(c), c, 0, 0));
+    }
+}
+
+// The window, padding and boolean mask intersect; count_visible (and so visible_pairs and flops)
+// counts exactly what visible() shows.
+TEST(MaskWindow, IntersectsWithPaddingAndBoolMaskAndCountsExactly) {
+  for (Align a : {Align::top_left, Align::bottom_right})
+    for (std::int64_t left : {std::int64_t{0}, std::int64_t{3}, Window::unbounded})
+      for (std::int64_t right : {std::int64_t{0}, std::int64_t{2}, Window::unbounded})
+        for (bool with_bool : {false, true}) {
+          Problem p = shape(7, 9, 2, 2);
+          p.window = {left, right, a};
+          p.padding = {KeyPadding::Kind::per_batch, {5, 9}};
+          if (with_bool) p.bool_mask = {true, 0.5, Broadcast::per_batch_head};
+          p.seed = 3;
+          p.validate();
+          const Mask m(p);
+          const std::int64_t delta = a == Align::bottom_right ? 2 : 0;
+          for (std::int64_t b = 0; b < 2; ++b)
+            for (std::int64_t i = 0; i < 7; ++i)
+              for (std::int64_t j = 0; j < 9; ++j) {
+                const bool in_window = (left == Window::unbounded || j >= i + delta - left) && (right == Window::unbounded || j <= i + delta + right);
+                const bool expected_range = in_window && j < p.padding.valid_len[std::size_t(b)];
+                const auto [lo, hi] = m.key_range(b, i);
+                EXPECT_EQ(j >= lo && j < hi, expected_range) << p.repro() << " b=" << b << " i=" << i << " j=" << j;
+                if (!expected_range) {
+                  EXPECT_FALSE(m.visible(b, 0, i, j));
+                }
+              }
+          EXPECT_EQ(m.count_visible(), brute_force_count(m, p)) << p.repro();
+          EXPECT_EQ(p.visible_pairs(), brute_force_count(m, p)) << p.repro();
+          EXPECT_DOUBLE_EQ(p.flops(), 2.0 * double(brute_force_count(m, p)) * double(p.d_k + p.d_v)) << p.repro();
+        }
+}
+
 }  // namespace
 }  // namespace attn

@@ -89,7 +89,7 @@ std::unique_ptr<Shared> build() {
     s->registry.add(std::make_unique<Variant>(scale_lse_mutant, true, scale_1_over_dk));
     s->registry.add(std::make_unique<Variant>(causal_mutant, false, [](const RunArgs& a) {
       Problem wrong = a.problem;
-      wrong.causal = Causal::none;
+      wrong.window = Window::of(Causal::none);
       // The mask is materialised from the problem: rebuild it without causality (the boolean
       // mask and bias come from the same seed, so only causality changes).
       const CaseInputs in{a.inputs.q, a.inputs.k, a.inputs.v, Mask(wrong)};
@@ -219,7 +219,7 @@ TEST(Mutants, ForgettingTheCausalMaskFailsCausalCasesOnly) {
   int causal_cases = 0;
   for (const Record* r : records) {
     const Problem& p = r->context->problem;
-    if (p.causal == Causal::none) {
+    if (p.window.is_none()) {
       EXPECT_EQ(r->status, Status::pass) << describe(*r);
     } else if (p.n_q >= 2) {
       ++causal_cases;

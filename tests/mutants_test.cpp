@@ -149,7 +149,7 @@ TEST(Mutants, LocalMaskRulesAgreeWithMaskWhereTheMistakeDoesNotApply) {
         for (auto [n_q, n_k] : {std::pair<std::int64_t, std::int64_t>{7, 7}, {5, 9}, {9, 5}}) {
           Problem p;
           p.batch = 2, p.h_q = 3, p.h_kv = 1, p.n_q = n_q, p.n_k = n_k, p.d_k = p.d_v = 4;
-          p.causal = causal;
+          p.window = Window::of(causal);
           p.bool_mask = {true, 0.6, bc};
           p.seed = std::uint64_t(checked);
           p.padding.kind = kind;
@@ -231,14 +231,14 @@ TEST(Mutants, EachMistakeIsCaughtByTheCaseMadeForIt) {
   using M = Mistake;
   caught(M::scale_one, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_k > 1; });
   caught(M::scale_one_over_dk, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_k > 1; });
-  caught(M::masked_fill, "f32 causal", [](const Problem& p) { return p.dtype == DType::f32 && p.causal != Causal::none; });
+  caught(M::masked_fill, "f32 causal", [](const Problem& p) { return p.dtype == DType::f32 && !p.window.is_none(); });
   caught(M::masked_fill, "f16, fully masked rows", [](const Problem& p) {
     return p.dtype == DType::f16 && p.padding.kind == KeyPadding::Kind::per_query;
   });
-  caught(M::causal_ignored, "top-left causal", [](const Problem& p) { return p.causal == Causal::top_left; });
-  caught(M::causal_ignored, "bottom-right causal", [](const Problem& p) { return p.causal == Causal::bottom_right; });
-  caught(M::causal_alignment_swapped, "bottom-right, n_q > n_k", [](const Problem& p) { return p.causal == Causal::bottom_right && p.n_q > p.n_k; });
-  caught(M::causal_alignment_swapped, "top-left, n_q < n_k", [](const Problem& p) { return p.causal == Causal::top_left && p.n_q < p.n_k; });
+  caught(M::causal_ignored, "top-left causal", [](const Problem& p) { return p.window == Window::of(Causal::top_left); });
+  caught(M::causal_ignored, "bottom-right causal", [](const Problem& p) { return p.window == Window::of(Causal::bottom_right); });
+  caught(M::causal_alignment_swapped, "bottom-right, n_q > n_k", [](const Problem& p) { return p.window == Window::of(Causal::bottom_right) && p.n_q > p.n_k; });
+  caught(M::causal_alignment_swapped, "top-left, n_q < n_k", [](const Problem& p) { return p.window == Window::of(Causal::top_left) && p.n_q < p.n_k; });
   caught(M::padding_ignored, "per-batch padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_batch; });
   caught(M::padding_ignored, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
   caught(M::no_max_subtraction, "large, f32", [](const Problem& p) { return p.regime == Regime::large && p.dtype == DType::f32; });
@@ -249,15 +249,15 @@ TEST(Mutants, EachMistakeIsCaughtByTheCaseMadeForIt) {
   caught(M::weights_not_normalised, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_k > 1; });
   caught(M::output_rows_permuted, "h_q = 4", [](const Problem& p) { return p.h_q == 4; });
   caught(M::softmax_over_queries, "diffuse, n_q > 1", [](const Problem& p) { return p.regime == Regime::diffuse && p.n_q > 1; });
-  caught(M::causal_strict, "top-left causal", [](const Problem& p) { return p.causal == Causal::top_left; });
-  caught(M::causal_strict, "bottom-right causal", [](const Problem& p) { return p.causal == Causal::bottom_right; });
+  caught(M::causal_strict, "top-left causal", [](const Problem& p) { return p.window == Window::of(Causal::top_left); });
+  caught(M::causal_strict, "bottom-right causal", [](const Problem& p) { return p.window == Window::of(Causal::bottom_right); });
   caught(M::weights_rounded_to_bf16, "f32", [](const Problem& p) { return p.dtype == DType::f32 && p.n_k > 1; });
   caught(M::weights_rounded_to_bf16, "f64", [](const Problem& p) { return p.dtype == DType::f64 && p.n_k > 1; });
   caught(M::padding_one_key_leaks, "per-batch padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_batch; });
   caught(M::padding_one_key_leaks, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
   caught(M::kv_head_as_query_head, "GQA 8:2", [](const Problem& p) { return p.h_q == 8 && p.h_kv == 2; });
   caught(M::kv_head_as_query_head, "MQA", [](const Problem& p) { return p.h_kv == 1 && p.h_q > 1; });
-  caught(M::row_max_init_finite, "large, causal", [](const Problem& p) { return p.regime == Regime::large && p.causal != Causal::none; });
+  caught(M::row_max_init_finite, "large, causal", [](const Problem& p) { return p.regime == Regime::large && !p.window.is_none(); });
   caught(M::row_max_init_finite, "fully masked rows", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
   caught(M::last_key_dropped, "no mask", [](const Problem& p) { return !p.has_mask(); });
   caught(M::last_key_dropped, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });

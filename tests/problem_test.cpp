@@ -195,7 +195,7 @@ TEST(ProblemRepro, EveryDTypeCausalKindAndRegimeRoundTrips) {
     for (Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
       for (Regime r : all_regimes()) {
         Problem p = small();
-        p.dtype = d, p.causal = c, p.regime = r;
+        p.dtype = d, p.window = Window::of(c), p.regime = r;
         p.seed = 17;
         expect_round_trip(p);
       }
@@ -250,7 +250,7 @@ TEST(ProblemRepro, ExtremeSeedsRoundTrip) {
 TEST(ProblemRepro, EverythingAtOnceRoundTrips) {
   Problem p;
   p.batch = 3, p.h_q = 12, p.h_kv = 3, p.n_q = 1013, p.n_k = 17, p.d_k = 40, p.d_v = 24;
-  p.dtype = DType::bf16, p.causal = Causal::bottom_right;
+  p.dtype = DType::bf16, p.window = Window::of(Causal::bottom_right);
   p.padding = {KeyPadding::Kind::per_batch, {17, 1, 9}};
   p.bool_mask = {true, 0.05, Broadcast::per_head};
   p.bias = {true, 3.0, Broadcast::per_batch};
@@ -366,12 +366,57 @@ TEST(ProblemRepro, MalformedStringsThrowNamingTheToken) {
   }
 }
 
+// Windows: a causal window prints as the causal= token it always did; any other as window=.
+TEST(ProblemRepro, WindowsRoundTripAndCausalKeepsItsToken) {
+  const std::string base = "b=1 hq=1 hkv=1 nq=4 nk=6 dk=8 dv=8 dtype=f32 ";
+  Problem p = parse_problem(base + "window=inf,0@bottom_right regime=diffuse seed=1");
+  EXPECT_EQ(p.window, Window::of(Causal::bottom_right));
+  EXPECT_NE(p.repro().find(" causal=bottom_right "), std::string::npos) << p.repro();
+  EXPECT_EQ(parse_problem(base + "window=inf,inf@bottom_right regime=diffuse seed=1").repro().find("window"), std::string::npos);
+  for (Window w : {Window{2, 0, Align::top_left}, Window{0, 3, Align::bottom_right}, Window{Window::unbounded, 5, Align::top_left},
+                   Window{7, Window::unbounded, Align::bottom_right}, Window{0, 0, Align::top_left}}) {
+    Problem q = small();
+    q.window = w;
+    q.padding = {KeyPadding::Kind::per_batch, {3, 7}};
+    expect_round_trip(q);
+    EXPECT_EQ(q.repro().find("causal="), std::string::npos) << q.repro();
+    EXPECT_NE(q.repro().find(" window=" + to_string(w) + " "), std::string::npos) << q.repro();
+    EXPECT_NE(q.label().find("window"), std::string::npos) << q.label();
+    EXPECT_TRUE(q.has_mask());
+  }
+  EXPECT_EQ(to_string(Window{128, 0, Align::bottom_right}), "128,0@bottom_right");
+  EXPECT_EQ(to_string(Window{Window::unbounded, 4, Align::top_left}), "inf,4@top_left");
+}
+
+TEST(ProblemRepro, MalformedWindowsNameTheToken) {
+  const std::string base = "b=1 hq=1 hkv=1 nq=4 nk=6 dk=8 dv=8 dtype=f32 regime=diffuse seed=1 ";
+  for (std::string bad : {"window=2", "window=2,0", "window=2,0@left", "window=x,0@top_left", "window=-1,0@top_left",
+                          "window=2,-3@top_left", "window=4294967296,0@top_left", "window=@top_left"})
+    expect_input_error([&] { (void)parse_problem(base + bad); }, "window");
+  expect_input_error([&] { (void)parse_problem(base + "window=2,0@top_left causal=none"); }, "exclusive");
+  Problem p = small();
+  p.window = {-2, 0, Align::top_left};
+  expect_invalid(p, "window");
+}
+
+TEST(ProblemJson, AGeneralWindowIsAnObjectAndACausalOneKeepsItsKey) {
+  Problem p = small();
+  p.window = {3, Window::unbounded, Align::bottom_right};
+  const nlohmann::json j = p;
+  EXPECT_FALSE(j.contains("causal"));
+  EXPECT_EQ(j.at("window"), (nlohmann::json{{"left", 3}, {"right", nullptr}, {"align", "bottom_right"}}));
+  EXPECT_EQ(j.get<Problem>(), p);
+  p.window = Window::of(Causal::top_left);
+  EXPECT_EQ(nlohmann::json(p).at("causal"), "top_left");
+  EXPECT_FALSE(nlohmann::json(p).contains("window"));
+}
+
 // ---------------------------------------------------------------------------------------
 // JSON.
 
 TEST(ProblemJson, CarriesTheReproAndReadsBackEqual) {
   Problem p = small();
-  p.dtype = DType::f16, p.causal = Causal::top_left;
+  p.dtype = DType::f16, p.window = Window::of(Causal::top_left);
   p.padding = {KeyPadding::Kind::per_batch, {3, 7}};
   p.bias = {true, 0.5, Broadcast::per_head};
   p.scale = 1.0 / 3.0;
@@ -413,26 +458,40 @@ TEST(ProblemFigures, UnmaskedSeesEveryPair) {
 TEST(ProblemFigures, CausalTopLeftSquareIsATriangle) {
   Problem p = small();
   p.n_q = p.n_k = 9;
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   EXPECT_EQ(p.visible_pairs(), 2 * 4 * (9 * 10 / 2));
-  p.causal = Causal::bottom_right;  // square: both alignments agree
+  p.window = Window::of(Causal::bottom_right);  // square: both alignments agree
   EXPECT_EQ(p.visible_pairs(), 2 * 4 * (9 * 10 / 2));
 }
 
 TEST(ProblemFigures, CausalAlignmentsDifferWhenLengthsDiffer) {
   Problem p;
   p.n_q = 4, p.n_k = 6;
-  p.causal = Causal::bottom_right;  // rows see 3, 4, 5, 6 keys
+  p.window = Window::of(Causal::bottom_right);  // rows see 3, 4, 5, 6 keys
   EXPECT_EQ(p.visible_pairs(), 18);
-  p.causal = Causal::top_left;  // rows see 1, 2, 3, 4
+  p.window = Window::of(Causal::top_left);  // rows see 1, 2, 3, 4
   EXPECT_EQ(p.visible_pairs(), 10);
   p.n_q = 6, p.n_k = 4;
-  p.causal = Causal::bottom_right;  // rows see 0, 0, 1, 2, 3, 4
+  p.window = Window::of(Causal::bottom_right);  // rows see 0, 0, 1, 2, 3, 4
   EXPECT_EQ(p.visible_pairs(), 10);
-  p.causal = Causal::top_left;  // rows see 1, 2, 3, 4, 4, 4
+  p.window = Window::of(Causal::top_left);  // rows see 1, 2, 3, 4, 4, 4
   EXPECT_EQ(p.visible_pairs(), 18);
   p.batch = 3, p.h_q = 2, p.h_kv = 1;  // scales with b * hq, not hkv
   EXPECT_EQ(p.visible_pairs(), 3 * 2 * 18);
+}
+
+// A sliding window counts its band exactly; the published FLOPs of a non-causal window are the
+// exact ones (no convention to halve by).
+TEST(ProblemFigures, SlidingWindowCountsItsBand) {
+  Problem p;
+  p.n_q = p.n_k = 10;
+  p.window = {3, 0, Align::top_left};  // rows see 1, 2, 3, 4, 4, ... keys
+  EXPECT_EQ(p.visible_pairs(), 1 + 2 + 3 + 4 * 7);
+  EXPECT_DOUBLE_EQ(p.flops(), 2.0 * 34 * double(p.d_k + p.d_v));
+  EXPECT_DOUBLE_EQ(p.flops_published(), p.flops());
+  p.window = {1, 1, Align::bottom_right};
+  p.n_q = 3;  // delta = 7: rows see keys 6..8, 7..9, 8..9
+  EXPECT_EQ(p.visible_pairs(), 3 + 3 + 2);
 }
 
 TEST(ProblemFigures, PaddingCountsLeadingKeys) {
@@ -441,7 +500,7 @@ TEST(ProblemFigures, PaddingCountsLeadingKeys) {
   EXPECT_EQ(p.visible_pairs(), 4 * (5 * 3 + 0));
   p.padding = {KeyPadding::Kind::per_query, {0, 1, 2, 3, 4, 7, 7, 7, 7, 7}};
   EXPECT_EQ(p.visible_pairs(), 4 * (10 + 35));
-  p.causal = Causal::top_left;  // intersection: min(i + 1, len) = 0,1,2,3,4 and 1,2,3,4,5
+  p.window = Window::of(Causal::top_left);  // intersection: min(i + 1, len) = 0,1,2,3,4 and 1,2,3,4,5
   EXPECT_EQ(p.visible_pairs(), 4 * (10 + 15));
 }
 
@@ -454,14 +513,14 @@ TEST(ProblemFigures, FlopsUseTheExactVisiblePairs) {
   EXPECT_EQ(p.flops(), p.flops_published());
   // Causal: the exact count follows the triangle, the published one simply halves.
   p.n_q = p.n_k = 9;
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   EXPECT_EQ(p.flops(), 2.0 * double(p.visible_pairs()) * (16 + 8));
   EXPECT_EQ(p.flops(), 2.0 * 2 * 4 * 45 * (16 + 8));
   Problem unmasked = p;
-  unmasked.causal = Causal::none;
+  unmasked.window = Window::of(Causal::none);
   EXPECT_EQ(p.flops_published(), unmasked.flops_published() / 2);
   EXPECT_NE(p.flops(), p.flops_published());  // 45 of 81 pairs is not one half
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   EXPECT_EQ(p.flops_published(), unmasked.flops_published() / 2);
 }
 
@@ -472,7 +531,7 @@ TEST(ProblemFigures, BytesCountQKVAndOOnce) {
   EXPECT_EQ(p.bytes_min(), 2.0 * (q + k + v + o));
   p.dtype = DType::f64;
   EXPECT_EQ(p.bytes_min(), 8.0 * (q + k + v + o));
-  p.causal = Causal::top_left;  // causality is computed, not read
+  p.window = Window::of(Causal::top_left);  // causality is computed, not read
   EXPECT_EQ(p.bytes_min(), 8.0 * (q + k + v + o));
   // A materialised mask or bias is read too, and a per-head one is bigger than a shared one.
   Problem shared = p, per_head = p;

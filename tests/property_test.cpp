@@ -87,7 +87,7 @@ TEST(ProblemGenerator, DrawsValidProblemsThatCoverTheSpace) {
     ASSERT_EQ(parse_problem(p.repro()), p) << p.repro();
     ASSERT_LE(double(p.batch * p.h_q) * double(p.n_q) * double(p.n_k) * double(p.d_k + p.d_v), space.max_work) << p.repro();
     seen.insert(std::string("dtype ") + std::string(to_string(p.dtype)));
-    seen.insert(std::string("causal ") + std::string(to_string(p.causal)));
+    seen.insert(std::string("causal ") + std::string(to_string(p.window)));
     seen.insert(std::string("regime ") + std::string(to_string(p.regime)));
     if (p.padding.kind == KeyPadding::Kind::per_batch) seen.insert("pad");
     if (p.padding.kind == KeyPadding::Kind::per_batch && p.batch > 1) seen.insert("pad b>1");
@@ -97,7 +97,7 @@ TEST(ProblemGenerator, DrawsValidProblemsThatCoverTheSpace) {
     if (p.padding.kind == KeyPadding::Kind::per_query) seen.insert("padq");
     if (p.bool_mask.enabled) seen.insert("bool");
     if (p.bias.enabled) seen.insert("bias");
-    if (p.bool_mask.enabled && p.bias.enabled && p.causal != Causal::none) seen.insert("causal+bool+bias");
+    if (p.bool_mask.enabled && p.bias.enabled && !p.window.is_none()) seen.insert("causal+bool+bias");
     if (p.n_q < p.n_k) seen.insert("nq<nk");
     if (p.n_q > p.n_k) seen.insert("nq>nk");
     if (p.d_k != p.d_v) seen.insert("dk!=dv");

@@ -108,10 +108,23 @@ TEST(ReferenceClosedForm, PaddingThatLeavesOneKeyGivesExactlyItsValue) {
     }
   // Causal top-left: query 0 sees key 0 only.
   Problem p = small(DType::f32, Regime::diffuse, 1, 9, 13);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   p.bias = {true, 3.0, Broadcast::per_batch_head};
   p.validate();
   expect_single_key_gives_its_value(p, 0);
+}
+
+// A window that leaves one key: the diagonal alone (bottom-right, so key n_k - 1), or a left
+// bound at the last key with the right side unbounded.
+TEST(ReferenceClosedForm, AWindowThatLeavesOneKeyGivesExactlyItsValue) {
+  for (DType d : all_dtypes)
+    for (Window w : {Window{0, 0, Align::bottom_right}, Window{0, Window::unbounded, Align::bottom_right}}) {
+      Problem p = small(d, Regime::diffuse, 1, 9, 31);
+      p.window = w;
+      p.validate();
+      SCOPED_TRACE(p.repro());
+      expect_single_key_gives_its_value(p, 8);
+    }
 }
 
 // Makes every key of every kv head equal to key 0 of that head.
@@ -206,7 +219,7 @@ TEST(ReferenceClosedForm, MaskedKeysDoNotMatter) {
 TEST(ReferenceClosedForm, ACausallyMaskedKeyMattersOnlyToRowsThatSeeIt) {
   // Top-left causal, n_q = n_k = 6: only query 5 sees key 5. Editing key 5 changes row 5 and no other.
   Problem p = small(DType::f32, Regime::diffuse, 6, 6, 41);
-  p.causal = Causal::top_left;
+  p.window = Window::of(Causal::top_left);
   p.validate();
   const CaseInputs clean = generate_inputs(p);
   CaseInputs dirty = generate_inputs(p);
@@ -237,7 +250,7 @@ TEST(ReferenceClosedForm, FullyMaskedRowsGiveZerosAndLseMinusInfinity) {
     none_kept.bool_mask = {true, 0.0, Broadcast::shared};
     // Causal bottom-right with n_q > n_k: the first n_q - n_k queries see nothing.
     Problem causal = small(d, Regime::uniform01, 9, 4, 52);
-    causal.causal = Causal::bottom_right;
+    causal.window = Window::of(Causal::bottom_right);
     for (const Problem& p : {padq, none_kept, causal}) {
       p.validate();
       const bool nothing_kept = p.bool_mask.enabled;
@@ -377,7 +390,7 @@ TEST(ReferenceBound, HoldsWithMasksBiasAndOddShapes) {
   std::vector<Problem> problems;
   {
     Problem p = small(DType::f32, Regime::peaked, 7, 13, 80);
-    p.causal = Causal::bottom_right;
+    p.window = Window::of(Causal::bottom_right);
     p.bias = {true, 2.0, Broadcast::per_batch_head};
     problems.push_back(p);
   }
@@ -402,7 +415,7 @@ TEST(ReferenceBound, HoldsWithMasksBiasAndOddShapes) {
   }
   {
     Problem p = small(DType::f64, Regime::large, 3, 17, 84);
-    p.causal = Causal::top_left;
+    p.window = Window::of(Causal::top_left);
     problems.push_back(p);
   }
   for (Problem& p : problems) {
@@ -554,8 +567,8 @@ std::vector<Problem> spread_of_problems() {
         p.d_k = 24;
         switch (variant) {
           case 0: break;
-          case 1: p.causal = Causal::top_left; break;
-          case 2: p.causal = Causal::bottom_right, p.padding = {KeyPadding::Kind::per_batch, {7, 13}}; break;
+          case 1: p.window = Window::of(Causal::top_left); break;
+          case 2: p.window = Window::of(Causal::bottom_right), p.padding = {KeyPadding::Kind::per_batch, {7, 13}}; break;
           case 3:
             p.padding.kind = KeyPadding::Kind::per_query;
             for (std::int64_t r = 0; r < p.batch * p.n_q; ++r) p.padding.valid_len.push_back((r * 5) % 14);
@@ -606,7 +619,7 @@ TEST(ReferenceBoundedPass, EqualsFloat128OnEveryRegimeDtypeAndMask) {
 
 TEST(ReferenceBoundedPass, ThreadCountDoesNotChangeABit) {
   Problem p = small(DType::f32, Regime::diffuse, 40, 37, 333);
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   p.validate();
   const CaseInputs in = generate_inputs(p);
   ReferenceOptions one_thread;
@@ -785,7 +798,7 @@ TEST(ReferenceSampling, SampledRowsMatchTheFullComputation) {
   Problem p;
   p.batch = 1, p.h_q = 2, p.h_kv = 1, p.n_q = 256, p.n_k = 256, p.d_k = 16, p.d_v = 16;
   p.dtype = DType::f32;
-  p.causal = Causal::bottom_right;
+  p.window = Window::of(Causal::bottom_right);
   p.seed = 3;
   p.validate();
   const CaseInputs in = generate_inputs(p);

@@ -104,7 +104,7 @@ void Diagnostician::describe_fully_masked_rows() {
   const std::size_t step = std::max<std::size_t>(1, rows.size() / 64);  // at most 64 rows, spread
   Problem no_padding = p_, no_causal = p_;
   no_padding.padding = {};
-  no_causal.causal = Causal::none;
+  no_causal.window = Window::of(Causal::none);
   const Mask causal_only(no_padding), padding_only(no_causal);
   std::vector<std::pair<std::string, std::int64_t>> kinds;  // what, rows
   auto count = [&](const std::string& what) {
@@ -154,9 +154,9 @@ void Diagnostician::describe_fully_masked_rows() {
     const long double scale = p_.effective_scale();
     if (matches([](std::int64_t) { return 1.0L; })) {
       count("hold the mean of V over all keys (masked keys given one finite score)");
-    } else if (p_.padding.kind != KeyPadding::Kind::none && matches([&](std::int64_t j) { return j < padding_only.key_limit(b, i) ? 1.0L : 0.0L; })) {
+    } else if (p_.padding.kind != KeyPadding::Kind::none && matches([&](std::int64_t j) { return j < padding_only.key_range(b, i).second ? 1.0L : 0.0L; })) {
       count("hold the mean of V over the keys the padding leaves visible");
-    } else if (p_.causal != Causal::none && matches([&](std::int64_t j) { return j < causal_only.key_limit(b, i) ? 1.0L : 0.0L; })) {
+    } else if (!p_.window.is_none() && matches([&](std::int64_t j) { return j < causal_only.key_range(b, i).second ? 1.0L : 0.0L; })) {
       count("hold the mean of V over the keys the causal mask leaves visible");
     } else if (matches([&](std::int64_t j) {
                  long double dot = 0;

@@ -122,11 +122,11 @@ void Diagnostician::fit_scale() {
 }
 
 void Diagnostician::mask_hypotheses() {
-  if (p_.causal != Causal::none) {
+  if (!p_.window.is_none()) {
     if (p_.n_q != p_.n_k) {
       Problem hp = p_;
-      const bool was_bottom_right = p_.causal == Causal::bottom_right;
-      hp.causal = was_bottom_right ? Causal::top_left : Causal::bottom_right;
+      const bool was_bottom_right = p_.window == Window::of(Causal::bottom_right);
+      hp.window = Window::of(was_bottom_right ? Causal::top_left : Causal::bottom_right);
       consider(M::causal_alignment_swapped,
                was_bottom_right
                    ? "the output matches a top-left causal mask where bottom-right was asked: query i saw keys j <= i instead of j <= i + (n_k - n_q)"
@@ -134,7 +134,7 @@ void Diagnostician::mask_hypotheses() {
                by_reference(hp, with_mask_of(hp)));
     }
     Problem hp = p_;
-    hp.causal = Causal::none;
+    hp.window = Window::of(Causal::none);
     consider(M::causal_ignored, "the output matches no causal mask: the causal part of the mask was ignored",
              by_reference(hp, with_mask_of(hp)));
   }
@@ -159,12 +159,12 @@ void Diagnostician::mask_hypotheses() {
         v[static_cast<std::size_t>(b * p_.n_q + i)] = std::clamp<std::int64_t>(limit_of(b, i), 0, p_.n_k);
     return v;
   };
-  const std::int64_t delta = p_.causal == Causal::bottom_right ? p_.n_k - p_.n_q : 0;
-  if (p_.causal != Causal::none)
+  const std::int64_t delta = p_.window == Window::of(Causal::bottom_right) ? p_.n_k - p_.n_q : 0;
+  if (!p_.window.is_none())
     limits.push_back({M::causal_strict,
                       fmt::format("the output matches a strict causal mask: query i saw keys j < i{} instead of j <= i{} (the diagonal key masked)",
                                   delta ? " + (n_k - n_q)" : "", delta ? " + (n_k - n_q)" : ""),
-                      each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_limit(b, i), i + delta); })});
+                      each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_range(b, i).second, i + delta); })});
   if (p_.padding.kind != KeyPadding::Kind::none) {
     // The padding limit alone, one further; causality still applies (the causal limit is kept).
     Limits leak{M::padding_one_key_leaks,
@@ -202,14 +202,14 @@ void Diagnostician::mask_hypotheses() {
     limits.push_back({M::last_key_tile_dropped,
                       fmt::format("the output matches keys {}..{} dropped: the partial last key tile (tile of {} keys, n_k = {}) was not processed",
                                   cut, p_.n_k - 1, tile_text, p_.n_k),
-                      each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_limit(b, i), at); })});
+                      each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_range(b, i).second, at); })});
   }
   limits.push_back({M::last_key_dropped,
                     "the output matches the last key of each row's range dropped: keys j < limit - 1 processed instead of j < limit (limit: "
                     "n_k, the causal limit or the valid length, whichever is smallest)",
-                    each_row([&](std::int64_t b, std::int64_t i) { return in_.mask.key_limit(b, i) - 1; })});
+                    each_row([&](std::int64_t b, std::int64_t i) { return in_.mask.key_range(b, i).second - 1; })});
   limits.push_back({M::last_key_dropped, fmt::format("the output matches key n_k - 1 = {} dropped for every row: the key loop stops one short", p_.n_k - 1),
-                    each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_limit(b, i), p_.n_k - 1); })});
+                    each_row([&](std::int64_t b, std::int64_t i) { return std::min(in_.mask.key_range(b, i).second, p_.n_k - 1); })});
   std::vector<std::vector<std::int64_t>> seen;
   std::vector<Limits*> distinct;
   for (Limits& l : limits) {
@@ -222,12 +222,12 @@ void Diagnostician::mask_hypotheses() {
       for (std::int64_t b = 0; b < p_.batch; ++b)
         for (std::int64_t i = 0; i < p_.n_q; ++i) {
           auto& v = effective[static_cast<std::size_t>(b * p_.n_q + i)];
-          v = std::min(v, mask.key_limit(b, i));
+          v = std::min(v, mask.key_range(b, i).second);
         }
     }
     bool same_as_case = true;
     for (std::int64_t b = 0; b < p_.batch; ++b)
-      for (std::int64_t i = 0; i < p_.n_q; ++i) same_as_case &= effective[static_cast<std::size_t>(b * p_.n_q + i)] == in_.mask.key_limit(b, i);
+      for (std::int64_t i = 0; i < p_.n_q; ++i) same_as_case &= effective[static_cast<std::size_t>(b * p_.n_q + i)] == in_.mask.key_range(b, i).second;
     if (same_as_case) continue;
     const auto same = std::find(seen.begin(), seen.end(), effective);
     if (same != seen.end()) {  // the same visibility: one prediction, both readings said

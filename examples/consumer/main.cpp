@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   attn::Problem p;
   p.batch = 2, p.h_q = 4, p.h_kv = 2, p.n_q = 33, p.n_k = 33, p.d_k = 64, p.d_v = 64;
   p.dtype = attn::DType::f32;
-  p.causal = attn::Causal::top_left;
+  p.window = attn::Window::of(attn::Causal::top_left);
   p.padding.kind = attn::KeyPadding::Kind::per_batch;
   p.padding.valid_len = {33, 20};
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/parallel.hpp"
+#include "core/precision.hpp"
 #include "impls/cpu_blocked/micro_kernels.hpp"
 #include "impls/cpu_blocked/simd.hpp"
 
@@ -128,6 +129,9 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   const std::int64_t rows_padded = round_up(tq, score_rows);
   constexpr Acc minus_inf = -std::numeric_limits<Acc>::infinity();
   const bool has_bool = !mask.bool_flags().empty();
+  // A window with a lower bound (sliding window): keys before a row's first are masked like the
+  // boolean mask's, in the scores; tiles are still visited from key 0.
+  const bool has_lower = p.window.left != Window::unbounded;
   // V is read where it lies when it already holds whole vectors of Acc per row.
   const bool values_in_place = holds<Acc>(in.v) && dv == dv_padded;
 
@@ -138,7 +142,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   for (std::int64_t r = 0; r < rows_padded; ++r) {
     w.m[r] = minus_inf;
     w.l[r] = 0;
-    w.limit[r] = r < tq ? mask.key_limit(b, i0 + r) : 0;
+    w.limit[r] = r < tq ? mask.key_range(b, i0 + r).second : 0;
     tile_limit = std::max(tile_limit, w.limit[r]);
   }
   // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
@@ -205,6 +209,10 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         if (has_bool)
           for (std::int64_t c = 0; c < visible; ++c)
             if (!mask.visible(b, h, i0 + row, j0 + c)) scores[c] = minus_inf;
+        if (has_lower && row < tq) {
+          const std::int64_t first = std::clamp<std::int64_t>(mask.key_range(b, i0 + row).first - j0, 0, visible);
+          std::fill(scores, scores + first, minus_inf);
+        }
         std::fill(scores + visible, scores + columns, minus_inf);
 
         // Scaled scores are rounded and stored before the row max is taken and subtracted: an
@@ -255,7 +263,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         std::int64_t shared_keys = block_keys;
         for (std::int64_t g = r; g < r + value_rows; ++g)
           shared_keys = std::min(shared_keys, std::clamp<std::int64_t>(limit[g] - j0, 0, block_keys));
-        if (has_bool) shared_keys = 0;
+        if (has_bool || has_lower) shared_keys = 0;
         if (values_finite) shared_keys = block_keys;
         const Acc* weights = s + r * key_tile;
         for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
@@ -322,7 +330,7 @@ void forward(const RunArgs& a) {
   const std::int64_t heads = p.batch * p.h_q, tiles = items / heads;
   std::vector<std::int64_t> tile_cost(static_cast<std::size_t>(p.batch * tiles), 0);
   for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t i = 0; i < p.n_q; ++i) tile_cost[static_cast<std::size_t>(b * tiles + i / query_tile)] += a.inputs.mask.key_limit(b, i);
+    for (std::int64_t i = 0; i < p.n_q; ++i) tile_cost[static_cast<std::size_t>(b * tiles + i / query_tile)] += a.inputs.mask.key_range(b, i).second - a.inputs.mask.key_range(b, i).first;
   std::vector<std::pair<std::int64_t, std::int64_t>> schedule(static_cast<std::size_t>(items));  // (-cost, item)
   for (std::int64_t item = 0; item < items; ++item) {
     const std::int64_t b = item % heads / p.h_q;
@@ -356,14 +364,11 @@ class CpuBlocked final : public Implementation {
   }
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem& p) const override {
-    const std::size_t per_thread = p.dtype == DType::f64 ? Scratch<double>::bytes(p) : Scratch<float>::bytes(p);
+    const std::size_t per_thread = with_working_type(p.dtype, [&]<class Acc>(Acc) { return Scratch<Acc>::bytes(p); });
     return per_thread * std::size_t(default_thread_count()) + alignment;
   }
   void run(const RunArgs& args) const override {
-    if (args.problem.dtype == DType::f64)
-      forward<double>(args);
-    else
-      forward<float>(args);
+    with_working_type(args.problem.dtype, [&]<class Acc>(Acc) { forward<Acc>(args); });
   }
 };
 

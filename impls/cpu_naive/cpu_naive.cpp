@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/precision.hpp"
+
 namespace attn {
 namespace {
 
@@ -93,17 +95,14 @@ void run_in(const RunArgs& a) {
 }  // namespace
 
 std::size_t naive_workspace_bytes(const Problem& p) {
-  const std::size_t element = p.dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  const std::size_t element = std::size_t(bytes_per_element(working_dtype(p.dtype)));
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v) +
                      static_cast<std::size_t>(p.d_v));
 }
 
 void naive_attention(const RunArgs& args) {
-  if (args.problem.dtype == DType::f64)
-    run_in<double>(args);
-  else
-    run_in<float>(args);
+  with_working_type(args.problem.dtype, [&]<class Acc>(Acc) { run_in<Acc>(args); });
 }
 
 }  // namespace attn

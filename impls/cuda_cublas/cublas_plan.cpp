@@ -22,13 +22,6 @@ cudaDataType_t cuda_type(DType dtype) {
   return CUDA_R_32F;
 }
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
-
-double mask_elements(const Problem& p, Broadcast b) {
-  return double(varies_over_batch(b) ? p.batch : 1) * double(varies_over_head(b) ? p.h_q : 1) * double(p.n_q) * double(p.n_k);
-}
-
 // The first GEMM argument beyond cuBLAS's 32-bit int, or "".
 std::string int_overflow(const char* gemm, const GemmArgs& g) {
   const std::pair<const char*, std::int64_t> values[] = {{"m", g.m},     {"n", g.n},     {"k", g.k},
@@ -52,6 +45,12 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   }
   if (precision == MatmulPrecision::tf32 && p.dtype != DType::f32) {
     result.reason = fmt::format("TF32 products apply to f32 inputs only (got {})", to_string(p.dtype));
+    return result;
+  }
+  if (!p.window.as_causal()) {
+    // The kernels take one key limit per row (keys j >= limit masked): no lower bound.
+    result.reason = fmt::format("window {} is not supported: the kernels mask by one key limit per row (causal windows and padding only)",
+                                to_string(p.window));
     return result;
   }
   const double scores_total = double(p.batch) * double(p.h_q) * double(p.n_q) * double(p.n_k);
@@ -139,9 +138,9 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   bytes += sb * double(plan.lse_elements);
   bytes += 4.0 * double(guard_bytes) + double(cublas_workspace_bytes);
   bytes += 4.0 * double(p.batch * p.h_kv);                                                                  // non-finite V flags
-  if (p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none) bytes += 8.0 * double(p.batch * p.n_q);  // key limits
-  if (p.bool_mask.enabled) bytes += mask_elements(p, p.bool_mask.broadcast);
-  if (p.bias.enabled) bytes += sb * mask_elements(p, p.bias.broadcast);
+  if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) bytes += 8.0 * double(p.batch * p.n_q);  // key limits
+  if (p.bool_mask.enabled) bytes += broadcast_elements(p, p.bool_mask.broadcast);
+  if (p.bias.enabled) bytes += sb * broadcast_elements(p, p.bias.broadcast);
   plan.device_bytes = bytes;
 
   result.plan = std::move(plan);

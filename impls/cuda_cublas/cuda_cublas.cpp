@@ -24,8 +24,6 @@ using cuda::DeviceBuffer;
 using cuda::GuardedBuffer;
 using cuda::Stream;
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 std::size_t bytes_of(std::int64_t elements, int element_bytes) { return std::size_t(elements) * std::size_t(element_bytes); }
 
@@ -107,26 +105,25 @@ class CublasRun final : public DeviceRun {
     k.lse = lse_.data();
     k.out = out_.data();
 
-    // The mask: key limits per (b, i) from causality and padding, exactly as Mask computes them;
+    // The mask: key limits per (b, i) from causality and padding, exactly as Mask::key_range does;
     // the boolean flags and the bias as Mask stores them, with zero strides where broadcast.
-    if (p.causal != Causal::none || p.padding.kind != KeyPadding::Kind::none) {
+    if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) {
       std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
       for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_limit(b, i);
+        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_range(b, i).second;  // lo = 0: the plan refuses lower bounds
       key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
       key_limit_.upload(limits.data());
       k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());
     }
     if (const auto& flags = in.mask.bool_flags(); !flags.empty()) {
-      const bool per_batch = varies_over_batch(p.bool_mask.broadcast), per_head = varies_over_head(p.bool_mask.broadcast);
-      const std::int64_t heads = per_head ? p.h_q : 1;
-      if (std::int64_t(flags.size()) != (per_batch ? p.batch : 1) * heads * p.n_q * p.n_k)
+      if (double(flags.size()) != broadcast_elements(p, p.bool_mask.broadcast))
         throw std::logic_error(fmt::format("cuda_cublas: the boolean mask holds {} flags, not what its broadcast implies", flags.size()));
       flags_ = DeviceBuffer(flags.size());
       flags_.upload(flags.data());
       k.bool_flags = static_cast<const std::uint8_t*>(flags_.data());
-      k.flags_batch_stride = per_batch ? heads * p.n_q * p.n_k : 0;
-      k.flags_head_stride = per_head ? p.n_q * p.n_k : 0;
+      const BroadcastStrides strides = broadcast_strides(p.bool_mask.broadcast, p.h_q, p.n_q, p.n_k);
+      k.flags_batch_stride = strides.batch;
+      k.flags_head_stride = strides.head;
     }
     if (in.mask.has_bias()) {
       const Tensor& bias = in.mask.bias_tensor();

@@ -56,10 +56,10 @@ class FusedRun final : public DeviceRun {
     FusedParams& k = plan_.params;
     k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.o = out_.data();
     k.lse = static_cast<float*>(lse_.data());
-    if (plan_.upload_key_limit) {  // key padding (with causality, if any): Mask::key_limit per (b, i)
+    if (plan_.upload_key_limit) {  // key padding (with causality, if any): Mask::key_range's end per (b, i)
       std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
       for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_limit(b, i);
+        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_range(b, i).second;  // lo = 0: the plan refuses lower bounds
       key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
       key_limit_.upload(limits.data());
       k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());

@@ -7,9 +7,6 @@
 namespace attn::cuda_fused {
 namespace {
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
-
 FusedPlanResult no(std::string why) { return FusedPlanResult{std::nullopt, std::move(why)}; }
 
 }  // namespace
@@ -22,6 +19,9 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   }
   if (p.dtype == DType::f64)
     return no("f64 is not supported: the fused kernel computes in f32 (f16/bf16 tensor-core products or f32 FMA); cuda_cublas runs f64");
+  if (!p.window.as_causal())
+    return no(fmt::format("window {} is not supported: the fused kernel computes causal windows and key padding only (no lower bound)",
+                          to_string(p.window)));
   if (p.d_k != p.d_v) return no(fmt::format("d_k = {} and d_v = {} differ: the fused kernel needs d_k = d_v", p.d_k, p.d_v));
   if (!is_supported_head_dim(p.d_k))
     return no(fmt::format("head dimension {} is not one of 32, 64, 96, 128, 256 (the instantiated kernels)", p.d_k));
@@ -43,21 +43,20 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   if (!std::isfinite(k.scale) || !std::isfinite(k.scale_log2))
     return no(fmt::format("scale {} is not finite in f32", scale));
 
-  k.causal = p.causal == Causal::top_left ? CausalMode::top_left
-             : p.causal == Causal::bottom_right ? CausalMode::bottom_right
-                                                : CausalMode::none;
+  const Causal causal = *p.window.as_causal();
+  k.causal = causal == Causal::top_left ? CausalMode::top_left : causal == Causal::bottom_right ? CausalMode::bottom_right : CausalMode::none;
   plan.upload_key_limit = p.padding.kind != KeyPadding::Kind::none;
-  k.key_limits = p.causal != Causal::none || plan.upload_key_limit;
+  k.key_limits = causal != Causal::none || plan.upload_key_limit;
   k.element_mask = p.bool_mask.enabled || p.bias.enabled;
   if (p.bool_mask.enabled) {
-    const bool per_batch = varies_over_batch(p.bool_mask.broadcast), per_head = varies_over_head(p.bool_mask.broadcast);
-    k.flags_head_stride = per_head ? p.n_q * p.n_k : 0;
-    k.flags_batch_stride = per_batch ? (per_head ? p.h_q : 1) * p.n_q * p.n_k : 0;
+    const BroadcastStrides strides = broadcast_strides(p.bool_mask.broadcast, p.h_q, p.n_q, p.n_k);
+    k.flags_head_stride = strides.head;
+    k.flags_batch_stride = strides.batch;
   }
   if (p.bias.enabled) {
-    const bool per_batch = varies_over_batch(p.bias.broadcast), per_head = varies_over_head(p.bias.broadcast);
-    k.bias_head_stride = per_head ? p.n_q * p.n_k : 0;
-    k.bias_batch_stride = per_batch ? (per_head ? p.h_q : 1) * p.n_q * p.n_k : 0;
+    const BroadcastStrides strides = broadcast_strides(p.bias.broadcast, p.h_q, p.n_q, p.n_k);
+    k.bias_head_stride = strides.head;
+    k.bias_batch_stride = strides.batch;
   }
 
   k.dtype = p.dtype;

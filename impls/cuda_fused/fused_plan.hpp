@@ -13,7 +13,7 @@ namespace attn::cuda_fused {
 struct FusedPlan {
   Problem problem;
   FusedParams params;       // pointers null; the run fills them
-  bool upload_key_limit = false;  // key padding: Mask::key_limit per (b, i) goes to the device
+  bool upload_key_limit = false;  // key padding: the end of Mask::key_range per (b, i) goes to the device
 };
 
 struct FusedPlanResult {

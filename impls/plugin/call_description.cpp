@@ -8,10 +8,10 @@
 namespace attn::plugin {
 
 attnbench_window abi_window(const Problem& p) {
-  attnbench_window w{ATTNBENCH_WINDOW_UNBOUNDED, ATTNBENCH_WINDOW_UNBOUNDED, ATTNBENCH_ALIGN_TOP_LEFT, 0};
-  if (p.causal != Causal::none) w.right = 0;
-  if (p.causal == Causal::bottom_right) w.align = ATTNBENCH_ALIGN_BOTTOM_RIGHT;
-  return w;
+  // The ABI spells an unbounded side -1 where core uses Window::unbounded.
+  const auto side = [](std::int64_t keys) { return keys == Window::unbounded ? std::int64_t{ATTNBENCH_WINDOW_UNBOUNDED} : keys; };
+  return {side(p.window.left), side(p.window.right),
+          p.window.align == Align::bottom_right ? ATTNBENCH_ALIGN_BOTTOM_RIGHT : ATTNBENCH_ALIGN_TOP_LEFT, 0};
 }
 
 CallDescription describe_call(const Problem& p) {

@@ -13,8 +13,6 @@
 namespace attn::plugin {
 namespace {
 
-bool varies_over_batch(Broadcast b) { return b == Broadcast::per_batch || b == Broadcast::per_batch_head; }
-bool varies_over_head(Broadcast b) { return b == Broadcast::per_head || b == Broadcast::per_batch_head; }
 
 std::string head_dims_text(const PluginInfo& info) {
   if (!info.head_dims.empty()) return fmt::format("{}", fmt::join(info.head_dims, ", "));
@@ -203,6 +201,8 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
   if ((info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) == 0) return Support::no("operation forward not declared");
+  if (!p.window.as_causal() && !info.has(ATTNBENCH_FEATURE_SLIDING_WINDOW))
+    return Support::no(fmt::format("window {} not declared (ATTNBENCH_FEATURE_SLIDING_WINDOW)", to_string(p.window)));
   const Capabilities caps = to_capabilities(info);
   const std::optional<Layout> layout = handover_layout(info, p);
   if (!layout) return Support::no("no layout declared");
@@ -291,9 +291,8 @@ Strides layout_strides(const Tensor::Shape& s, Layout layout) {
 }
 
 Strides broadcast_strides(const Problem& p, Broadcast broadcast) {
-  const bool over_batch = varies_over_batch(broadcast), over_head = varies_over_head(broadcast);
-  const std::int64_t hh = over_head ? p.h_q : 1;
-  return {over_batch ? hh * p.n_q * p.n_k : 0, over_head ? p.n_q * p.n_k : 0, p.n_k, 1};
+  const BroadcastStrides s = attn::broadcast_strides(broadcast, p.h_q, p.n_q, p.n_k);  // core's one rule
+  return {s.batch, s.head, p.n_k, 1};
 }
 
 std::int64_t storage_elements(const Tensor::Shape& shape, const Strides& strides) {

@@ -18,9 +18,10 @@ using Which = std::optional<Mistake>;  // none: the control
 
 // ---- The mistaken pieces of the mask, evaluated locally (core/mask.cpp's rules, one changed) ----
 
-// Mask::key_limit with the causal alignment and the padding as the mutant (mis)reads them.
+// The end of Mask::key_range with the causal alignment and the padding as the mutant (mis)reads
+// them. Mutants read causal windows only (they refuse any other, Mutant::supports).
 std::int64_t key_limit_as_written(Which mistake, const Problem& p, std::int64_t b, std::int64_t i) {
-  Causal causal = p.causal;
+  Causal causal = p.window.as_causal().value_or(Causal::none);
   if (mistake == M::causal_ignored) causal = Causal::none;
   if (mistake == M::causal_alignment_swapped) {
     if (causal == Causal::top_left)
@@ -272,7 +273,10 @@ class MutantAttention final : public Implementation {
     c.masked_nonfinite_safe = true;
     return c;
   }
-  Support supports(const Problem&) const override { return Support::yes(); }
+  Support supports(const Problem& p) const override {
+    if (!p.window.as_causal()) return Support::no("the mutants' mask rules know causal windows only");
+    return Support::yes();
+  }
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // allocates its own
   void run(const RunArgs& args) const override {
     const std::uint64_t run_number = runs_.fetch_add(1);

@@ -6,7 +6,7 @@
 // everything (so a kill is the mistake's doing, not the harness's or the scaffolding's).
 //
 // Every mutant declares returns_lse, returns_weights, deterministic, fully_masked = zeros,
-// masked_nonfinite_safe and all four dtypes, and supports every problem: nothing excuses it from a check.
+// masked_nonfinite_safe and all four dtypes, and supports every problem with a causal window or none: nothing excuses it from a check.
 #include <cstdint>
 #include <memory>
 #include <optional>
