@@ -13,8 +13,8 @@
 #include "core/parallel.hpp"
 #include "core/result_file.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
-#include "reports/context.hpp"
-#include "reports/progress.hpp"
+#include "records/context.hpp"
+#include "records/progress.hpp"
 #include "reports/verify_report.hpp"
 
 namespace attn::cli {

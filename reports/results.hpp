@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "records/shard.hpp"
 
 namespace attn {
 
@@ -20,20 +21,6 @@ inline constexpr std::string_view schema_bench = "attnbench.bench";
 inline constexpr std::string_view schema_properties = "attnbench.properties";
 inline constexpr std::string_view schema_peers = "attnbench.peers";
 inline constexpr int result_schema_version = 1;
-
-// --shard I/N: this process runs the I-th of N deterministic parts (1 <= I <= N).
-struct Shard {
-  int index = 1;
-  int count = 1;
-  // Position `position` of the full list (cases, or benchmark families) belongs to this shard
-  // when position % count == index - 1: round robin, so every shard gets a mix.
-  bool contains(std::size_t position) const { return position % static_cast<std::size_t>(count) == static_cast<std::size_t>(index - 1); }
-  nlohmann::json to_json() const { return {{"index", index}, {"count", count}}; }
-};
-// "I/N"; throws InputError ("--shard '3/2': ...") unless 1 <= I <= N.
-Shard parse_shard(std::string_view text);
-// The positions of a list of `size` items that belong to the shard, ascending.
-std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard);
 
 // One result file as read: which kind it is ("verify", "bench", "properties", "peers") and its
 // document. Unknown fields are kept and ignored.

@@ -23,7 +23,7 @@
 #include "impls/cpu_naive/cpu_naive.hpp"
 #include "properties/verify.hpp"
 #include "reference/reference.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
 #include "reports/verify_report.hpp"

@@ -16,8 +16,8 @@
 
 #include "core/error.hpp"
 #include "impls/registry.hpp"
-#include "reports/context.hpp"
-#include "reports/progress.hpp"
+#include "records/context.hpp"
+#include "records/progress.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
