@@ -76,7 +76,7 @@ struct BenchFit {
   std::string family, implementation, dtype, mask, device;
   std::int64_t head_dim = 0, fit_min_n = 0;
   std::vector<std::int64_t> sizes_measured;
-  double workspace_bytes_at_16384 = 0;
+  std::int64_t workspace_bytes_at_16384 = 0;
   std::optional<std::string> roofline_precision;  // GPU families: the GEMM precision of their roofline
   std::optional<double> exponent, r_squared, coefficient_ms;
   std::optional<std::int64_t> points;

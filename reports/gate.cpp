@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "records/bench_record.hpp"
 #include "reports/mann_whitney.hpp"
 
 namespace attn::gate {
@@ -125,22 +126,6 @@ std::map<std::string, std::string> machine_of(const json& document) {
   return m;
 }
 
-double to_ms(double value, const std::string& unit, const std::string& source, const std::string& where) {
-  if (unit == "ns") return value * 1e-6;
-  if (unit == "us") return value * 1e-3;
-  if (unit == "ms") return value;
-  if (unit == "s") return value * 1e3;
-  bad(source, fmt::format("{}: unknown time_unit '{}'", where, unit));
-}
-
-std::string strip_time_suffix(std::string name) {
-  for (const char* suffix : {"/real_time", "/manual_time"}) {
-    const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return name.substr(0, name.size() - s.size());
-  }
-  return name;
-}
-
 void add_accuracy(Results& results, AccuracyCase c, const std::string& source) {
   const std::string key = c.implementation + " " + c.repro;
   const auto [it, inserted] = results.accuracy.emplace(key, c);
@@ -180,31 +165,23 @@ void add_verify(Results& results, const json& document, const std::string& sourc
 }
 
 void add_bench(Results& results, const json& document, const std::string& source) {
-  const json& benchmarks = member(document, "benchmarks", source, "bench results");
-  if (!benchmarks.is_array()) bad(source, "\"benchmarks\" is not an array");
+  const BenchDocument bench = read_bench_document(document, source);
   const auto machine = machine_of(document);
   std::map<std::string, SpeedCase> here;
-  for (std::size_t i = 0; i < benchmarks.size(); ++i) {
-    const json& b = benchmarks[i];
-    const std::string where = fmt::format("benchmarks[{}]", i);
-    if (!b.is_object()) bad(source, where + " is not an object");
-    if (b.value("run_type", std::string("iteration")) != "iteration") continue;  // mean, median, BigO, ...
-    const std::string run_name = b.contains("run_name") ? string_member(b, "run_name", source, where) : string_member(b, "name", source, where);
-    SpeedCase& c = here[strip_time_suffix(run_name)];
-    c.name = strip_time_suffix(run_name);
+  for (const BenchRun& run : bench.runs) {
+    if (!run.is_iteration()) continue;  // mean, median, BigO, ...
+    SpeedCase& c = here[run.case_name()];
+    c.name = run.case_name();
     c.source = source;
     c.machine = machine;
-    if (b.value("error_occurred", false)) {
-      c.error = b.value("error_message", std::string("error"));
+    if (run.error) {
+      c.error = *run.error;
       continue;
     }
-    const json& t = member(b, "real_time", source, where);
-    if (!t.is_number()) bad(source, where + ": \"real_time\" is not a number");
-    const std::string unit = b.value("time_unit", std::string("ns"));
-    c.samples_ms.push_back(to_ms(t.get<double>(), unit, source, where));
-    const json& cpu = member(b, "cpu_time", source, where);
-    if (!cpu.is_number()) bad(source, where + ": \"cpu_time\" is not a number");
-    c.cpu_samples_ms.push_back(to_ms(cpu.get<double>(), unit, source, where));
+    for (const auto& [key, ms] : {std::pair{"real_time", run.real_time_ms()}, std::pair{"cpu_time", run.cpu_time_ms()}})
+      if (!std::isfinite(ms)) bad(source, fmt::format("benchmark '{}': \"{}\" is missing or not a number", run.name, key));
+    c.samples_ms.push_back(run.real_time_ms());
+    c.cpu_samples_ms.push_back(run.cpu_time_ms());
   }
   for (auto& [name, c] : here) {
     const auto [it, inserted] = results.speed.emplace(name, c);

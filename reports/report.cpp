@@ -232,68 +232,27 @@ std::string mask_name(const json& problem) {
 
 // --- bench runs ----------------------------------------------------------------------------------
 
-struct BenchPoint {
+struct FamilyPoint {
   std::int64_t n = 0;
-  double time_ms = NAN, gflops_exact = NAN, gflops_published = NAN, gbytes = NAN, peak_fraction = NAN, workspace = NAN;
+  double time_ms = NAN, gflops_exact = NAN, workspace = NAN;
 };
 struct BenchFamily {
   std::string name, implementation;
-  std::vector<BenchPoint> points;  // ascending n
-  json fit;                        // attnbench.fits entry, or null
+  std::vector<FamilyPoint> points;  // ascending n
+  const BenchFit* fit = nullptr;
 };
 
-double to_ms(double t, const std::string& unit) {
-  if (unit == "ns") return t / 1e6;
-  if (unit == "us") return t / 1e3;
-  if (unit == "s") return t * 1e3;
-  return t;
-}
-
+// The families of the merged runs, each with its median run per n (records/bench_record.hpp).
 std::vector<BenchFamily> bench_families(const MergedResults& m, std::vector<std::string>& errors) {
-  // (family, n) -> candidate runs: iteration runs, or "median" aggregates when present.
-  std::map<std::string, std::map<std::int64_t, std::vector<const json*>>> iterations, medians;
-  std::vector<std::string> order;
-  for (const auto& r : m.bench_runs) {
-    const std::string run_name = r.contains("run_name") ? text(r, "run_name") : text(r, "name");
-    const auto at = run_name.find("/n:");
-    if (at == std::string::npos) continue;  // BigO / RMS rows and anything else
-    const std::string family = run_name.substr(0, at);
-    std::int64_t n = 0;
-    try {
-      n = std::stoll(run_name.substr(at + 3));
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (std::find(order.begin(), order.end(), family) == order.end()) order.push_back(family);
-    if (r.value("error_occurred", false)) {
-      errors.push_back(fmt::format("{}: {}", text(r, "name"), text(r, "error_message")));
-      continue;
-    }
-    const std::string type = text(r, "run_type");
-    if (type == "aggregate") {
-      if (text(r, "aggregate_name") == "median") medians[family][n].push_back(&r);
-    } else {
-      iterations[family][n].push_back(&r);
-    }
-  }
-  std::map<std::string, json> fits;
-  for (const auto& f : m.bench_fits) fits[text(f, "family")] = f;
+  for (const BenchRun& r : m.bench_runs)
+    if (r.error) errors.push_back(fmt::format("{}: {}", r.name, *r.error));
   std::vector<BenchFamily> families;
-  for (const auto& name : order) {
-    BenchFamily fam{name, name.substr(0, name.find('/')), {}, fits.count(name) ? fits[name] : json()};
-    std::set<std::int64_t> sizes;
-    for (const auto& [n, runs] : iterations[name]) sizes.insert(n);
-    for (const auto& [n, runs] : medians[name]) sizes.insert(n);
-    for (std::int64_t n : sizes) {
-      std::vector<const json*> runs = medians[name].count(n) ? medians[name][n] : iterations[name][n];
-      if (runs.empty()) continue;
-      auto time = [](const json* r) { return to_ms(field(*r, "real_time"), text(*r, "time_unit")); };
-      std::sort(runs.begin(), runs.end(), [&](const json* a, const json* b) { return time(a) < time(b); });
-      const json& r = *runs[runs.size() / 2];
-      fam.points.push_back({n, time(&r), field(r, "gflops_exact"), field(r, "gflops_published"), field(r, "gbytes_per_second"),
-                            field(r, "peak_fraction"), field(r, "workspace_bytes")});
+  for (const BenchPoint& p : median_points(m.bench_runs)) {
+    if (families.empty() || families.back().name != p.family) {
+      const auto fit = std::find_if(m.bench_fits.begin(), m.bench_fits.end(), [&](const BenchFit& f) { return f.family == p.family; });
+      families.push_back({p.family, p.family.substr(0, p.family.find('/')), {}, fit == m.bench_fits.end() ? nullptr : &*fit});
     }
-    families.push_back(std::move(fam));
+    families.back().points.push_back({p.n, p.time_ms(), p.run->counter("gflops_exact"), p.run->counter("workspace_bytes")});
   }
   return families;
 }
@@ -494,9 +453,9 @@ std::vector<std::int64_t> all_sizes(const std::vector<BenchFamily>& families) {
   return {sizes.begin(), sizes.end()};
 }
 
-std::string fit_slope(const json& fit) {
-  if (!fit.is_object() || !fit.contains("exponent") || !fit["exponent"].is_number()) return "no fit";
-  return fmt::format("slope {:.2f}", fit["exponent"].get<double>());
+std::string fit_slope(const BenchFit* fit) {
+  if (fit == nullptr || !fit->exponent) return "no fit";
+  return fmt::format("slope {:.2f}", *fit->exponent);
 }
 
 Section bench_section(const MergedResults& m, const std::vector<BenchFamily>& families, const std::vector<std::string>& errors) {
@@ -507,8 +466,8 @@ Section bench_section(const MergedResults& m, const std::vector<BenchFamily>& fa
   }
   std::vector<std::string> peaks;
   for (const auto& p : m.bench_peaks)
-    peaks.push_back(fmt::format("fp32 FMA {:.1f}, Eigen SGEMM {:.1f}, roofline {:.1f} GFLOP/s ({})", field(p, "fma_gflops"),
-                                field(p, "sgemm_gflops"), field(p, "roofline_gflops"), text(p, "file")));
+    peaks.push_back(fmt::format("fp32 FMA {:.1f}, Eigen SGEMM {:.1f}, roofline {:.1f} GFLOP/s ({})", p.cpu.fma_gflops, p.cpu.sgemm_gflops,
+                                p.cpu.roofline_gflops, p.file));
   s.blocks.emplace_back(Paragraph{fmt::format(
       "Median run per size. GFLOP/s count the visible (query, key) pairs exactly: 2·b·h·P·(d_k + d_v). Measured peaks: {}.",
       peaks.empty() ? "not recorded" : fmt::format("{}", fmt::join(peaks, "; ")))});
@@ -523,7 +482,7 @@ Section bench_section(const MergedResults& m, const std::vector<BenchFamily>& fa
   for (const auto& f : families) {
     std::vector<std::string> g{f.name}, t{f.name};
     for (std::int64_t n : sizes) {
-      const auto it = std::find_if(f.points.begin(), f.points.end(), [&](const BenchPoint& p) { return p.n == n; });
+      const auto it = std::find_if(f.points.begin(), f.points.end(), [&](const FamilyPoint& p) { return p.n == n; });
       g.push_back(it == f.points.end() ? "" : fmt_num(it->gflops_exact));
       t.push_back(it == f.points.end() ? "" : fmt_num(it->time_ms));
     }
@@ -541,17 +500,12 @@ Section fit_section(const std::vector<BenchFamily>& families) {
   Section s{"scaling", "Fitted exponents (time = c·n^p)", {}};
   Table t{{"family", "exponent p", "R²", "n used", "workspace at n=16384 (MiB)"}, {}, {}, {1, 2, 4}};
   for (const auto& f : families) {
-    const json& fit = f.fit;
     std::string used = "-";
-    if (fit.is_object() && fit.contains("sizes_measured") && fit["sizes_measured"].is_array() && !fit["sizes_measured"].empty()) {
-      const double min_n = field(fit, "fit_min_n");
-      std::vector<std::int64_t> ns;
-      for (const auto& n : fit["sizes_measured"])
-        if (n.is_number() && !(n.get<double>() < min_n)) ns.push_back(n.get<std::int64_t>());
-      if (!ns.empty()) used = fmt::format("{}..{}", ns.front(), ns.back());
-    }
-    t.rows.push_back({f.name, fmt_fixed(field(fit, "exponent"), 3), fmt_fixed(field(fit, "r_squared"), 4), used,
-                      fmt_fixed(field(fit, "workspace_bytes_at_16384") / (1024.0 * 1024.0), 1)});
+    const std::vector<std::int64_t> ns = f.fit ? f.fit->sizes_used() : std::vector<std::int64_t>{};
+    if (!ns.empty()) used = fmt::format("{}..{}", ns.front(), ns.back());
+    auto number = [](const std::optional<double>& x) { return x ? *x : NAN; };
+    t.rows.push_back({f.name, fmt_fixed(f.fit ? number(f.fit->exponent) : NAN, 3), fmt_fixed(f.fit ? number(f.fit->r_squared) : NAN, 4), used,
+                      fmt_fixed(f.fit ? static_cast<double>(f.fit->workspace_bytes_at_16384) / (1024.0 * 1024.0) : NAN, 1)});
   }
   s.blocks.emplace_back(Paragraph{"Least squares of log time on log n; attention is O(n²), so p near 2 at large n is expected, and "
                                   "p well below 2 means the sizes are too small to leave the overheads behind."});
@@ -674,14 +628,13 @@ Section chart_section(const MergedResults& m, const std::vector<BenchFamily>& fa
     }
     std::set<std::string> drawn;
     for (const auto& p : m.bench_peaks) {
-      const double roof = field(p, "roofline_gflops");
+      const double roof = p.cpu.roofline_gflops;
       const std::string label = fmt::format("measured CPU peak (roofline) {:.1f} GFLOP/s", roof);
       if (std::isfinite(roof) && drawn.insert(label).second) c.lines.push_back({roof, label});
-      if (p.contains("gpu_gemm") && p["gpu_gemm"].is_array())
-        for (const auto& g : p["gpu_gemm"]) {
-          const std::string gl = fmt::format("cuBLAS GEMM {} {:.0f} GFLOP/s", text(g, "precision"), field(g, "gflops"));
-          if (drawn.insert(gl).second) c.lines.push_back({field(g, "gflops"), gl});
-        }
+      for (const auto& [precision, gflops] : p.gpu_gemm) {
+        const std::string gl = fmt::format("cuBLAS GEMM {} {:.0f} GFLOP/s", precision, gflops);
+        if (drawn.insert(gl).second) c.lines.push_back({gflops, gl});
+      }
     }
     s.blocks.emplace_back(Chart{std::move(c)});
   }

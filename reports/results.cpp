@@ -67,7 +67,7 @@ int add_unique(json& into, std::set<std::string>& seen, const json& records, Key
 }  // namespace
 
 ResultFile parse_result_file(const std::string& path, const std::string& text) {
-  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}};
+  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, std::nullopt};
   try {
     file.doc = json::parse(text);
   } catch (const json::parse_error& e) {
@@ -135,6 +135,7 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
     if (file.shard->count < 1 || file.shard->index < 1 || file.shard->index > file.shard->count)
       throw InputError(fmt::format("{}: shard {}/{} is not 1 <= I <= N", path, file.shard->index, file.shard->count));
   }
+  if (file.kind == "bench") file.bench = read_bench_document(doc, path);
   if (file.kind == "bench" && doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("context") &&
       doc["attnbench"]["context"].is_object())
     file.context = doc["attnbench"]["context"];
@@ -191,21 +192,22 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
       duplicates[f.kind] += add_unique(m.property_records, property_seen, doc["records"],
                                        [](const json& r) { return number_text(r, "property") + '\x1f' + string_field(r, "implementation"); });
     } else if (f.kind == "bench") {
-      duplicates[f.kind] += add_unique(m.bench_runs, run_seen, doc["benchmarks"], [](const json& r) {
-        return string_field(r, "name") + '\x1f' + string_field(r, "run_type") + '\x1f' + number_text(r, "repetition_index");
-      });
-      if (doc.contains("attnbench") && doc["attnbench"].is_object()) {
+      const BenchDocument& bench = *f.bench;
+      for (const BenchRun& r : bench.runs)
+        if (run_seen.insert(fmt::format("{}\x1f{}\x1f{}", r.name, r.aggregate, r.repetition_index)).second)
+          m.bench_runs.push_back(r);
+        else
+          ++duplicates[f.kind];
+      for (const BenchFit& fit : bench.attnbench.fits)
+        if (fit_seen.insert(fit.family).second) m.bench_fits.push_back(fit);
+      if (doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("peaks")) {
+        MergedResults::Peaks p{f.path, bench.attnbench.peaks, {}};
+        const json& gpu = bench.attnbench.gpu;
+        if (gpu.is_object() && gpu.contains("peaks") && gpu["peaks"].is_object() && gpu["peaks"].contains("gemm") && gpu["peaks"]["gemm"].is_array())
+          for (const json& g : gpu["peaks"]["gemm"])
+            if (g.is_object() && g.contains("gflops") && g["gflops"].is_number()) p.gpu_gemm.emplace_back(string_field(g, "precision"), g["gflops"].get<double>());
+        m.bench_peaks.push_back(std::move(p));
         const json& a = doc["attnbench"];
-        if (a.contains("fits") && a["fits"].is_array())
-          add_unique(m.bench_fits, fit_seen, a["fits"], [](const json& r) { return string_field(r, "family"); });
-        if (a.contains("peaks") && a["peaks"].is_object()) {
-          json p = a["peaks"];
-          p["file"] = f.path;
-          if (a.contains("gpu") && a["gpu"].is_object() && a["gpu"].contains("peaks") && a["gpu"]["peaks"].is_object() &&
-              a["gpu"]["peaks"].contains("gemm"))
-            p["gpu_gemm"] = a["gpu"]["peaks"]["gemm"];
-          m.bench_peaks.push_back(std::move(p));
-        }
         if (a.contains("peers") && a["peers"].is_object() && a["peers"].contains("comparisons") && a["peers"]["comparisons"].is_array())
           add_unique(m.peer_comparisons, comparison_seen, a["peers"]["comparisons"], [](const json& r) {
             return string_field(r, "dtype") + '\x1f' + number_text(r, "head_dim") + '\x1f' + string_field(r, "mask") + '\x1f' + number_text(r, "n");

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "records/bench_record.hpp"
 #include "records/shard.hpp"
 
 namespace attn {
 
 // Every result file carries top-level "schema" (one of these) and "schema_version".
 inline constexpr std::string_view schema_verify = "attnbench.verify";
-inline constexpr std::string_view schema_bench = "attnbench.bench";
 inline constexpr std::string_view schema_properties = "attnbench.properties";
 inline constexpr std::string_view schema_peers = "attnbench.peers";
 inline constexpr int result_schema_version = 1;
@@ -31,6 +31,7 @@ struct ResultFile {
   std::optional<Shard> shard;
   nlohmann::json context;  // the common context block ({} where the file has none)
   std::string command;     // what wrote a verify-shaped file: verify, check or validate ("" in older files)
+  std::optional<BenchDocument> bench;  // a bench file, read (records/bench_record.hpp)
 };
 
 // An attnbench file that is not a result (a gate baseline or configuration, a cases manifest):
@@ -63,9 +64,14 @@ struct MergedResults {
   std::vector<std::string> file_shards;    // "I/N", or "" for an unsharded file
   nlohmann::json verify_records = nlohmann::json::array();      // by (case_index, implementation), duplicates dropped
   nlohmann::json property_records = nlohmann::json::array();    // by (property, implementation)
-  nlohmann::json bench_runs = nlohmann::json::array();          // Google Benchmark "benchmarks" entries, by name
-  nlohmann::json bench_fits = nlohmann::json::array();          // attnbench.fits, by family
-  nlohmann::json bench_peaks = nlohmann::json::array();         // attnbench.peaks of each bench file
+  std::vector<BenchRun> bench_runs;                             // by (name, run_type, repetition_index)
+  std::vector<BenchFit> bench_fits;                             // by family
+  struct Peaks {
+    std::string file;
+    BenchPeaks cpu;
+    std::vector<std::pair<std::string, double>> gpu_gemm;  // (precision, GFLOP/s) of a GPU run
+  };
+  std::vector<Peaks> bench_peaks;                               // of each bench file
   nlohmann::json peer_comparisons = nlohmann::json::array();    // attnbench.peers.comparisons
   nlohmann::json peer_results = nlohmann::json::array();        // standalone peers files' results
   nlohmann::json pass_rule;                                     // of the first verify file
