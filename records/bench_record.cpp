@@ -297,7 +297,7 @@ ordered_json to_json(const BenchSection& s) {
   ordered_json fits = ordered_json::array();
   for (const auto& f : s.fits) fits.push_back(to_json(f));
   ordered_json j{{"schema", schema_bench},
-                 {"version", bench_schema_version},
+                 {"version", result_schema_version},
                  {"context", ordered_json::parse(s.context.dump())},
                  {"complete", s.complete},
                  {"peaks",
@@ -321,7 +321,7 @@ ordered_json to_json(const BenchSection& s) {
 ordered_json to_json(const BenchDocument& d) {
   ordered_json runs = ordered_json::array();
   for (const auto& r : d.runs) runs.push_back(to_json(r));
-  ordered_json j{{"context", d.benchmark_context}, {"benchmarks", std::move(runs)}, {"schema", schema_bench}, {"schema_version", bench_schema_version}};
+  ordered_json j{{"context", d.benchmark_context}, {"benchmarks", std::move(runs)}, {"schema", schema_bench}, {"schema_version", result_schema_version}};
   if (d.shard) j["shard"] = {{"index", d.shard->index}, {"count", d.shard->count}};
   j["attnbench"] = to_json(d.attnbench);
   return j;

@@ -17,12 +17,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "records/result_schema.hpp"
 #include "records/shard.hpp"
 
 namespace attn {
 
-inline constexpr std::string_view schema_bench = "attnbench.bench";
-inline constexpr int bench_schema_version = 1;
 
 // One entry of "benchmarks": a timed run of one (family, n), or an aggregate of repetitions
 // (mean, median, stddev, cv), or a family's complexity rows (BigO, RMS).

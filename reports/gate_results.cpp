@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "records/bench_record.hpp"
+#include "records/result_schema.hpp"
 
 namespace attn::gate {
 namespace {
@@ -176,22 +177,7 @@ void add_baseline(Results& results, const json& document, const std::string& sou
 
 }  // namespace
 
-std::string document_schema(const json& document, const std::string& source) {
-  if (!document.is_object()) bad(source, "not a JSON object");
-  if (const auto it = document.find("schema"); it != document.end()) {
-    if (!it->is_string()) bad(source, "\"schema\" is not a string");
-    const auto schema = it->get<std::string>();
-    static const std::set<std::string> known{"attnbench.verify", "attnbench.bench", "attnbench.properties", "attnbench.peers", baseline_schema};
-    if (!known.count(schema)) bad(source, fmt::format("unknown schema '{}'", schema));
-    const auto version = document.find("schema_version");
-    const int readable = schema == baseline_schema ? baseline_schema_version : 1;
-    if (version != document.end() && (!version->is_number_integer() || version->get<int>() > readable))
-      bad(source, fmt::format("{} schema_version {} is newer than this attnbench reads ({})", schema, version->dump(), readable));
-    return schema;
-  }
-  if (document.contains("benchmarks") && document.contains("attnbench")) return "attnbench.bench";
-  bad(source, "no \"schema\" and not a bench result (\"benchmarks\" and \"attnbench\"): not an attnbench result file");
-}
+std::string document_schema(const json& document, const std::string& source) { return recognise_schema(document, source); }
 
 void add_results(Results& results, const json& document, const std::string& source) {
   try {

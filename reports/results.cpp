@@ -74,35 +74,14 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
     throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   const json& doc = file.doc;
-  if (!doc.is_object()) throw InputError(fmt::format("{}: not an attnbench result (the top level is not a JSON object)", path));
-  if (doc.contains("schema")) {
-    if (!doc["schema"].is_string()) throw InputError(fmt::format("{}: 'schema' is not a string", path));
-    file.kind = kind_of_schema(doc["schema"].get<std::string>());
-    const std::string schema = doc["schema"].get<std::string>();
-    if (schema == "attnbench.gate-baseline" || schema == "attnbench.gate-config" || schema == "attnbench.cases")
-      throw NotAResult(fmt::format("{}: {} (schema {}), not a result file", path,
-                                   schema == "attnbench.cases" ? "a cases directory's manifest (attnbench cases)"
-                                   : schema == "attnbench.gate-config" ? "a gate configuration (attnbench gate --config)"
-                                                                        : "a gate baseline (attnbench gate --write-baseline)",
-                                   schema));
-    if (file.kind.empty())
-      throw InputError(fmt::format("{}: unknown schema '{}' (attnbench reads {}, {}, {}, {})", path, doc["schema"].get<std::string>(),
-                                   schema_verify, schema_bench, schema_properties, schema_peers));
-  } else if (doc.contains("benchmarks") && doc.contains("context")) {
-    file.kind = "bench";  // Google Benchmark JSON written before the top-level schema field
-  } else if (doc.contains("results") && doc.contains("peers")) {
-    file.kind = "peers";  // a peers script's JSON written before the schema field
-  } else {
-    throw InputError(fmt::format("{}: not an attnbench result (no 'schema' field; expected one of {}, {}, {}, {})", path, schema_verify,
-                                 schema_bench, schema_properties, schema_peers));
-  }
-  int version = result_schema_version;
-  if (doc.contains("schema_version")) {
-    if (!doc["schema_version"].is_number_integer()) throw InputError(fmt::format("{}: 'schema_version' is not an integer", path));
-    version = doc["schema_version"].get<int>();
-  }
-  if (version > result_schema_version || version < 1)
-    throw InputError(fmt::format("{}: {} schema version {} (this attnbench reads version {})", path, file.kind, version, result_schema_version));
+  const std::string schema = recognise_schema(doc, path);
+  if (schema == schema_gate_baseline || schema == schema_gate_config || schema == schema_cases)
+    throw NotAResult(fmt::format("{}: {} (schema {}), not a result file", path,
+                                 schema == schema_cases         ? "a cases directory's manifest (attnbench cases)"
+                                 : schema == schema_gate_config ? "a gate configuration (attnbench gate --config)"
+                                                                : "a gate baseline (attnbench gate --write-baseline)",
+                                 schema));
+  file.kind = kind_of_schema(schema);
 
   const char* needed = file.kind == "bench" ? "benchmarks" : file.kind == "peers" ? "results" : "records";
   if (!doc.contains(needed) || !doc[needed].is_array())

@@ -12,15 +12,11 @@
 
 #include "core/error.hpp"
 #include "records/bench_record.hpp"
+#include "records/result_schema.hpp"
 #include "records/shard.hpp"
 
 namespace attn {
 
-// Every result file carries top-level "schema" (one of these) and "schema_version".
-inline constexpr std::string_view schema_verify = "attnbench.verify";
-inline constexpr std::string_view schema_properties = "attnbench.properties";
-inline constexpr std::string_view schema_peers = "attnbench.peers";
-inline constexpr int result_schema_version = 1;
 
 // One result file as read: which kind it is ("verify", "bench", "properties", "peers") and its
 // document. Unknown fields are kept and ignored.

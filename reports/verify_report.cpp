@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "core/result_file.hpp"
+#include "records/result_schema.hpp"
 #include "reports/report_fields.hpp"
 
 namespace attn {
@@ -154,7 +155,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
   }
   return {{"schema", "attnbench.verify"},
           {"command", command},
-          {"schema_version", verify_schema_version},
+          {"schema_version", result_schema_version},
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
           {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.named_cases}}},
