@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "records/bench_record.hpp"
 #include "records/result_schema.hpp"
+#include "records/verify_record.hpp"
 
 namespace attn::gate {
 namespace {
@@ -63,28 +64,19 @@ void add_verify(Results& results, const json& document, const std::string& sourc
   const json& records = member(document, "records", source, "verify results");
   if (!records.is_array()) bad(source, "\"records\" is not an array");
   for (std::size_t i = 0; i < records.size(); ++i) {
-    const json& r = records[i];
-    const std::string where = fmt::format("records[{}]", i);
-    if (!r.is_object()) bad(source, where + " is not an object");
+    const VerifyRecord r = read_verify_record(records[i], i, source);
     AccuracyCase c;
-    c.implementation = string_member(r, "implementation", source, where);
-    c.repro = string_member(r, "repro", source, where);
-    c.label = r.contains("label") && r["label"].is_string() ? r["label"].get<std::string>() : c.repro;
-    c.status = string_member(r, "status", source, where);
-    if (c.status != "pass" && c.status != "fail" && c.status != "skip")
-      bad(source, fmt::format("{}: unknown status '{}' (pass, fail, skip)", where, c.status));
+    c.implementation = r.implementation;
+    c.repro = r.repro;
+    c.label = r.label;
+    c.status = r.status;
     c.source = source;
-    if (c.status == "skip") {
-      if (r.contains("skip_reason") && r["skip_reason"].is_string()) c.skip_reason = r["skip_reason"].get<std::string>();
-    } else {
-      const json& m = member(r, "metrics", source, where);
-      c.max_ulps = figure(member(m, "max_ulps", source, where + ".metrics"), source, where + ".metrics.max_ulps");
-      // The writer stores an unsigned 64-bit max for NaN ulps.
-      if (c.max_ulps >= 1.8e19) c.max_ulps = std::numeric_limits<double>::infinity();
-      c.max_abs = figure(member(m, "max_abs", source, where + ".metrics"), source, where + ".metrics.max_abs");
-      if (r.contains("reasons") && r["reasons"].is_array())
-        for (const auto& reason : r["reasons"])
-          if (reason.is_string()) c.reasons.push_back(reason.get<std::string>());
+    c.skip_reason = r.skip_reason;
+    if (r.measured()) {
+      // A NaN or infinite error is infinitely bad.
+      c.max_ulps = std::isfinite(r.max_ulps) ? r.max_ulps : std::numeric_limits<double>::infinity();
+      c.max_abs = std::isfinite(r.max_abs) ? r.max_abs : std::numeric_limits<double>::infinity();
+      c.reasons = r.reasons;
     }
     add_accuracy(results, std::move(c), source);
   }

@@ -164,21 +164,18 @@ Section chart_section(const MergedResults& m, const std::vector<BenchFamily>& fa
   // Max error in ulps vs n per dtype (verify), with the naive yardstick.
   std::map<std::string, std::map<std::string, svg::Series>> by_dtype;
   for (const auto& r : m.verify_records) {
-    const std::string status = text(r, "status");
-    if (status != "pass" && status != "fail") continue;
-    const json problem = r.contains("problem") ? r["problem"] : json::object();
-    const double n = field(problem, "n_k"), u = r.contains("metrics") ? ulps_value(r["metrics"]) : NAN;
-    auto& series = by_dtype[text(problem, "dtype")];
-    auto& mine = series[text(r, "implementation")];
-    mine.name = text(r, "implementation");
+    if (!r.measured()) continue;
+    const double u = ulps_value(r);
+    auto& series = by_dtype[r.dtype];
+    auto& mine = series[r.implementation];
+    mine.name = r.implementation;
     mine.joined = false;
-    if (std::isfinite(u)) mine.points.emplace_back(n, u);
-    if (r.contains("baseline") && r["baseline"].is_object() && r["baseline"].contains("metrics")) {
+    if (std::isfinite(u)) mine.points.emplace_back(r.n_k, u);
+    if (!std::isnan(r.baseline_max_ulps)) {
       auto& naive = series["~naive yardstick"];
       naive.name = "naive in the same precision (yardstick)";
       naive.joined = false;
-      const double b = ulps_value(r["baseline"]["metrics"]);
-      if (std::isfinite(b)) naive.points.emplace_back(n, b);
+      if (std::isfinite(r.baseline_max_ulps)) naive.points.emplace_back(r.n_k, r.baseline_max_ulps);
     }
   }
   for (auto& [dtype, series] : by_dtype) {

@@ -39,33 +39,14 @@ std::string fmt_num(double x, int digits) {
 }
 std::string fmt_fixed(double x, int decimals) { return std::isfinite(x) ? fmt::format("{:.{}f}", x, decimals) : fmt_num(x); }
 
-std::string fmt_ulps(const json& metrics) {
-  if (!metrics.is_object() || !metrics.contains("max_ulps")) return "-";
+std::string format_ulps(const VerifyRecord& r) {
   // Every compared output lies near zero, where ulps are not measured (core/metrics.hpp).
-  if (metrics.contains("max_ulps_at") && metrics["max_ulps_at"] == "-") return "-";
-  const json& u = metrics["max_ulps"];
-  if (u.is_number_unsigned() && u.get<std::uint64_t>() == std::numeric_limits<std::uint64_t>::max()) return "nan";
-  const double v = as_double(u);
-  return v > 999999 ? fmt::format("{:.1e}", v) : fmt_num(v, 7);
-}
-double ulps_value(const json& metrics) {
-  if (!metrics.is_object() || !metrics.contains("max_ulps")) return NAN;
-  const json& u = metrics["max_ulps"];
-  if (u.is_number_unsigned() && u.get<std::uint64_t>() == std::numeric_limits<std::uint64_t>::max()) return INFINITY;
-  return as_double(u);
+  if (!r.measured() || !r.ulps_measured) return "-";
+  if (std::isnan(r.max_ulps)) return "nan";
+  return r.max_ulps > 999999 ? fmt::format("{:.1e}", r.max_ulps) : fmt_num(r.max_ulps, 7);
 }
 
-std::string mask_name(const json& problem) {
-  std::vector<std::string> parts;
-  const std::string causal = text(problem, "causal");
-  if (!causal.empty() && causal != "none") parts.push_back("causal " + causal);
-  if (problem.is_object() && problem.contains("padding")) parts.push_back("pad " + text(problem["padding"], "kind"));
-  if (problem.is_object() && problem.contains("bool_mask")) parts.push_back("bool");
-  if (problem.is_object() && problem.contains("bias")) parts.push_back("bias");
-  if (parts.empty()) return "none";
-  std::string out = parts.front();
-  for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];
-  return out;
-}
+double ulps_value(const VerifyRecord& r) { return std::isnan(r.max_ulps) ? INFINITY : r.max_ulps; }
+
 }  // namespace report_parts
 }  // namespace attn

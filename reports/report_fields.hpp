@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "records/verify_record.hpp"
+
 namespace attn {
 
 // The share of its error budget a case used (verify's budget_used: the worst error over its
@@ -21,10 +23,8 @@ double field(const nlohmann::json& j, const char* key);       // NaN when absent
 std::string text(const nlohmann::json& j, const char* key);   // "" when absent or null; numbers as JSON
 std::string fmt_num(double x, int digits = 3);                // "-" for NaN
 std::string fmt_fixed(double x, int decimals);
-std::string fmt_ulps(const nlohmann::json& metrics);
-double ulps_value(const nlohmann::json& metrics);             // infinite for NaN ulps
-// The mask of a verify record's problem, in words: "none", "causal top_left", "causal bottom_right + pad", "bool", ...
-std::string mask_name(const nlohmann::json& problem);
+std::string format_ulps(const VerifyRecord& record);          // "-" where not measured, "nan" for NaN ulps
+double ulps_value(const VerifyRecord& record);                // infinite for NaN ulps
 
 }  // namespace report_parts
 }  // namespace attn

@@ -74,15 +74,14 @@ Section verdict_section(const MergedResults& m) {
   std::map<std::tuple<std::string, std::string, std::string>, Cell> cells;
   int pass = 0, fail = 0, skip = 0;
   for (const auto& r : m.verify_records) {
-    const json problem = r.contains("problem") ? r["problem"] : json::object();
-    Cell& c = cells[{text(r, "implementation"), text(problem, "dtype"), mask_name(problem)}];
-    const std::string status = text(r, "status");
+    Cell& c = cells[{r.implementation, r.dtype, r.mask}];
+    const std::string& status = r.status;
     if (status == "pass") ++c.pass, ++pass;
     else if (status == "fail") ++c.fail, ++fail;
     else ++c.skip, ++skip;
     if (status == "pass" || status == "fail") {
-      const double u = r.contains("metrics") ? ulps_value(r["metrics"]) : NAN;
-      const double budget = field(r, "budget_used");
+      const double u = ulps_value(r);
+      const double budget = r.budget_used ? *r.budget_used : NAN;
       if (!(u <= c.worst_ulps)) c.worst_ulps = std::isnan(u) ? INFINITY : u;
       if (!(budget <= c.worst_budget)) c.worst_budget = std::isnan(budget) ? INFINITY : budget;
     }
@@ -115,16 +114,16 @@ Section coverage_section(const MergedResults& m) {
   std::map<std::string, Count> counts;
   std::set<std::string> every_feature;
   for (const auto& r : m.verify_records) {
-    Count& c = counts[text(r, "implementation")];
-    if (text(r, "status") == "skip") {
+    Count& c = counts[r.implementation];
+    if (r.status == "skip") {
       ++c.skipped;
       continue;
     }
     ++c.ran;
-    if (r.contains("projected_from")) ++c.projected;
-    if (r.contains("reference") && r["reference"].value("sampled", false)) ++c.sampled;
+    if (r.projected) ++c.projected;
+    if (r.sampled) ++c.sampled;
     try {
-      for (const std::string& f : features_of(parse_problem(text(r, "repro")))) ++c.features[f], every_feature.insert(f);
+      for (const std::string& f : features_of(parse_problem(r.repro))) ++c.features[f], every_feature.insert(f);
     } catch (const std::exception&) {
       // An older file's repro string this build cannot read: its features are not counted.
     }
@@ -148,14 +147,14 @@ Section coverage_section(const MergedResults& m) {
 
 Section worst_section(const MergedResults& m, std::size_t limit) {
   Section s{"worst", "Worst errors (with repro strings)", {}};
-  std::vector<const json*> measured;
+  std::vector<const VerifyRecord*> measured;
   for (const auto& r : m.verify_records)
-    if (text(r, "status") == "pass" || text(r, "status") == "fail") measured.push_back(&r);
-  auto key = [](const json* r) {
-    const double budget = field(*r, "budget_used");
-    return std::make_tuple(text(*r, "status") == "fail", std::isnan(budget) ? INFINITY : budget, r->contains("metrics") ? ulps_value((*r)["metrics"]) : 0.0);
+    if (r.measured()) measured.push_back(&r);
+  auto key = [](const VerifyRecord* r) {
+    const double budget = r->budget_used ? *r->budget_used : NAN;
+    return std::make_tuple(r->status == "fail", std::isnan(budget) ? INFINITY : budget, ulps_value(*r));
   };
-  std::stable_sort(measured.begin(), measured.end(), [&](const json* a, const json* b) { return key(a) > key(b); });
+  std::stable_sort(measured.begin(), measured.end(), [&](const VerifyRecord* a, const VerifyRecord* b) { return key(a) > key(b); });
   if (measured.size() > limit) measured.resize(limit);
   s.blocks.emplace_back(Paragraph{fmt::format(
       "The {} records with the largest share of their error budget used (max abs error over the tolerance; 100% is the pass line), failures first. Rerun one with "
@@ -163,17 +162,13 @@ Section worst_section(const MergedResults& m, std::size_t limit) {
       measured.size())});
   Table t{{"implementation", "case", "problem", "max abs", "max ulps", "budget used", "verdict", "repro", "diagnosis"}, {}, {7}, {1, 3, 4, 5}};
   std::vector<std::string> reasons;
-  for (const json* r : measured) {
-    const json metrics = r->contains("metrics") ? (*r)["metrics"] : json::object();
-    // Written by verify for a diagnosed failure (reports/README.md); older files have none.
-    const std::string diagnosis = r->contains("diagnosis") && (*r)["diagnosis"].is_object() ? text((*r)["diagnosis"], "summary") : "";
-    t.rows.push_back({text(*r, "implementation"), text(*r, "case_index"), text(*r, "label"), fmt_num(field(metrics, "max_abs")), fmt_ulps(metrics),
-                      r->contains("budget_used") ? format_budget(field(*r, "budget_used")) : "-", text(*r, "status") == "fail" ? "FAIL" : "pass", text(*r, "repro"),
-                      diagnosis});
-    if (text(*r, "status") == "fail" && r->contains("reasons") && (*r)["reasons"].is_array())
-      for (const auto& why : (*r)["reasons"])
-        reasons.push_back(fmt::format("{} case {}: {}", text(*r, "implementation"), text(*r, "case_index"), why.is_string() ? why.get<std::string>() : why.dump()));
-    if (!diagnosis.empty()) reasons.push_back(fmt::format("{} case {}: diagnosis: {}", text(*r, "implementation"), text(*r, "case_index"), diagnosis));
+  for (const VerifyRecord* r : measured) {
+    // The diagnosis is written by verify for a diagnosed failure (reports/README.md); older files have none.
+    t.rows.push_back({r->implementation, std::to_string(r->case_index), r->label, fmt_num(r->max_abs), format_ulps(*r),
+                      r->budget_used ? format_budget(*r->budget_used) : "-", r->status == "fail" ? "FAIL" : "pass", r->repro, r->diagnosis});
+    if (r->status == "fail")
+      for (const auto& why : r->reasons) reasons.push_back(fmt::format("{} case {}: {}", r->implementation, r->case_index, why));
+    if (!r->diagnosis.empty()) reasons.push_back(fmt::format("{} case {}: diagnosis: {}", r->implementation, r->case_index, r->diagnosis));
   }
   s.blocks.emplace_back(std::move(t));
   for (const auto& why : reasons) s.blocks.emplace_back(Paragraph{"FAIL " + why});
@@ -220,10 +215,10 @@ Section scale_section(const MergedResults& m) {
   s.blocks.emplace_back(std::move(t));
 
   // The regime of each accuracy case, in the same terms, from the case's own inputs.
-  std::map<std::string, const json*> cases;  // by repro, first record of each
+  std::map<std::string, const VerifyRecord*> cases;  // by repro, first record of each
   std::vector<std::string> order;
   for (const auto& r : m.verify_records) {
-    const std::string repro = text(r, "repro");
+    const std::string& repro = r.repro;
     if (repro.empty() || cases.count(repro)) continue;
     cases[repro] = &r;
     order.push_back(repro);
@@ -232,15 +227,15 @@ Section scale_section(const MergedResults& m) {
   Table regimes{{"case", "regime", "dtype", "problem", "score std", "max |score|", "entropy / ln(visible)", "largest weight"}, {}, {}, {0, 4, 5, 6, 7}};
   std::map<std::string, std::vector<CaseRegime>> by_regime;
   for (const auto& repro : order) {
-    const json& r = *cases[repro];
+    const VerifyRecord& r = *cases[repro];
     try {
       const Problem p = parse_problem(repro);
       const CaseRegime c = case_regime(p);
       by_regime[c.regime].push_back(c);
-      regimes.rows.push_back({text(r, "case_index"), c.regime, std::string(to_string(p.dtype)), text(r, "label"), fmt_num(c.score_std),
+      regimes.rows.push_back({std::to_string(r.case_index), c.regime, std::string(to_string(p.dtype)), r.label, fmt_num(c.score_std),
                               fmt_num(c.max_abs_score), c.rows > 0 ? fmt_fixed(c.entropy_fraction, 3) : "-", c.rows > 0 ? fmt_fixed(c.max_weight, 3) : "-"});
     } catch (const std::exception& e) {
-      regimes.rows.push_back({text(r, "case_index"), "?", "", repro, e.what(), "", "", ""});
+      regimes.rows.push_back({std::to_string(r.case_index), "?", "", repro, e.what(), "", "", ""});
     }
   }
   Table summary{{"regime", "cases", "median score std", "mean entropy / ln(visible)", "mean largest weight"}, {}, {}, {1, 2, 3, 4}};

@@ -67,7 +67,7 @@ int add_unique(json& into, std::set<std::string>& seen, const json& records, Key
 }  // namespace
 
 ResultFile parse_result_file(const std::string& path, const std::string& text) {
-  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, std::nullopt};
+  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, {}, std::nullopt};
   try {
     file.doc = json::parse(text);
   } catch (const json::parse_error& e) {
@@ -88,20 +88,21 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
     throw InputError(fmt::format("{}: a {} result needs an array '{}'", path, file.kind, needed));
 
   // A record whose status is unknown would be counted as neither passed nor failed: the gate
-  // refuses it, and so does the report.
-  if (file.kind == "verify" || file.kind == "properties") {
-    const bool verify = file.kind == "verify";
-    const char* key = verify ? "status" : "verdict";
-    const std::set<std::string> known = verify ? std::set<std::string>{"pass", "fail", "skip"}
-                                               : std::set<std::string>{"held", "failed", "finding", "not_applicable", "gave_up"};
+  // refuses it, and so does the report (a verify record through its one reader).
+  if (file.kind == "verify") {
+    std::vector<VerifyRecord> records;
+    for (std::size_t i = 0; i < doc["records"].size(); ++i) records.push_back(read_verify_record(doc["records"][i], i, path));
+    file.verify_records = std::move(records);
+  }
+  if (file.kind == "properties") {
+    const std::set<std::string> known{"held", "failed", "finding", "not_applicable", "gave_up"};
     const json& records = doc["records"];
     for (std::size_t i = 0; i < records.size(); ++i) {
       const json& r = records[i];
-      const std::string value = string_field(r, key);
+      const std::string value = string_field(r, "verdict");
       if (known.count(value)) continue;
-      const std::string which = fmt::format("record {} ({}, {} {})", i, string_field(r, "implementation"), verify ? "case" : "property",
-                                            number_text(r, verify ? "case_index" : "property"));
-      const std::string what = value.empty() ? fmt::format("no {}", key) : fmt::format("unknown {} '{}'", key, value);
+      const std::string which = fmt::format("record {} ({}, property {})", i, string_field(r, "implementation"), number_text(r, "property"));
+      const std::string what = value.empty() ? "no verdict" : fmt::format("unknown verdict '{}'", value);
       throw InputError(fmt::format("{}: {}: {} (expected {})", path, which, what, fmt::join(known, ", ")));
     }
   }
@@ -164,9 +165,11 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
     const json& doc = f.doc;
     if (f.kind == "verify") {
       if (m.pass_rule.is_null() && doc.contains("pass_rule")) m.pass_rule = doc["pass_rule"];
-      duplicates[f.kind] += add_unique(m.verify_records, verify_seen, doc["records"], [](const json& r) {
-        return string_field(r, "implementation") + '\x1f' + number_text(r, "case_index") + '\x1f' + string_field(r, "repro");
-      });
+      for (const VerifyRecord& r : f.verify_records)
+        if (verify_seen.insert(fmt::format("{}\x1f{}\x1f{}", r.implementation, r.case_index, r.repro)).second)
+          m.verify_records.push_back(r);
+        else
+          ++duplicates[f.kind];
     } else if (f.kind == "properties") {
       duplicates[f.kind] += add_unique(m.property_records, property_seen, doc["records"],
                                        [](const json& r) { return number_text(r, "property") + '\x1f' + string_field(r, "implementation"); });
@@ -196,10 +199,8 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
       add_unique(m.peer_results, peer_seen, doc["results"], [](const json& r) { return r.dump(); });
     }
   }
-  std::stable_sort(m.verify_records.begin(), m.verify_records.end(), [](const json& a, const json& b) {
-    const auto ia = a.value("case_index", std::int64_t{0}), ib = b.value("case_index", std::int64_t{0});
-    return ia < ib;
-  });
+  std::stable_sort(m.verify_records.begin(), m.verify_records.end(),
+                   [](const VerifyRecord& a, const VerifyRecord& b) { return a.case_index < b.case_index; });
   std::stable_sort(m.property_records.begin(), m.property_records.end(),
                    [](const json& a, const json& b) { return a.value("property", 0) < b.value("property", 0); });
   for (const auto& [kind, counts] : shards) {

@@ -14,6 +14,7 @@
 #include "records/bench_record.hpp"
 #include "records/result_schema.hpp"
 #include "records/shard.hpp"
+#include "records/verify_record.hpp"
 
 namespace attn {
 
@@ -27,6 +28,7 @@ struct ResultFile {
   std::optional<Shard> shard;
   nlohmann::json context;  // the common context block ({} where the file has none)
   std::string command;     // what wrote a verify-shaped file: verify, check or validate ("" in older files)
+  std::vector<VerifyRecord> verify_records;  // a verify file's, read (records/verify_record.hpp)
   std::optional<BenchDocument> bench;  // a bench file, read (records/bench_record.hpp)
 };
 
@@ -58,7 +60,7 @@ struct MergedResults {
   std::vector<nlohmann::json> contexts;    // one per input file, in order
   std::vector<std::string> file_kinds;     // one per input file
   std::vector<std::string> file_shards;    // "I/N", or "" for an unsharded file
-  nlohmann::json verify_records = nlohmann::json::array();      // by (case_index, implementation), duplicates dropped
+  std::vector<VerifyRecord> verify_records;                     // by (implementation, case_index, repro), duplicates dropped
   nlohmann::json property_records = nlohmann::json::array();    // by (property, implementation)
   std::vector<BenchRun> bench_runs;                             // by (name, run_type, repetition_index)
   std::vector<BenchFit> bench_fits;                             // by family

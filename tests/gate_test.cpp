@@ -176,7 +176,7 @@ TEST(GateResults, RecognisesSchemasAndMergesShards) {
   expect_input_error([&] { add_results(r, props, "props.json"); }, "nothing the gate reads");
   json broken = verify_doc({verify_record("impl_a", "case 9", "pass", 3)});
   broken["records"][0].erase("metrics");
-  expect_input_error([&] { add_results(r, broken, "broken.json"); }, "broken.json: records[0]: missing \"metrics\"");
+  expect_input_error([&] { add_results(r, broken, "broken.json"); }, "broken.json: records[0] (impl_a, case 0): missing \"metrics\"");
 }
 
 TEST(GateResults, BaselineRoundTrip) {

@@ -227,6 +227,11 @@ std::set<std::string> record_keys(const json& records) {
                             r["status"].get<std::string>()));
   return keys;
 }
+std::set<std::string> record_keys(const std::vector<VerifyRecord>& records) {
+  std::set<std::string> keys;
+  for (const auto& r : records) keys.insert(fmt::format("{}|{}|{}|{}", r.implementation, r.case_index, r.repro, r.status));
+  return keys;
+}
 
 TEST(Shard, ParsesAndRejectsWithAClearMessage) {
   const Shard s = parse_shard("2/4");
@@ -317,7 +322,7 @@ TEST(Merge, ShardsEqualTheUnshardedRun) {
   EXPECT_EQ(record_keys(merged.verify_records), record_keys(whole["records"]));
   // Merged records come back in case order, like the unsharded file.
   for (std::size_t i = 0; i < merged.verify_records.size(); ++i)
-    EXPECT_EQ(merged.verify_records[i]["case_index"], whole["records"][i]["case_index"]);
+    EXPECT_EQ(merged.verify_records[i].case_index, whole["records"][i]["case_index"]);
 
   // A missing shard is said; the same shard twice counts once.
   const MergedResults partial = merge_results({shards[0], shards[2], shards[2]});
@@ -365,7 +370,7 @@ TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
   ASSERT_GE(doc["records"].size(), 2u);
   doc["records"][1]["status"] = "banana";
   const std::string m = message_of([&] { parse_result_file("v.json", doc.dump()); });
-  const std::string which = fmt::format("v.json: record 1 ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
+  const std::string which = fmt::format("v.json: records[1] ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
                                         doc["records"][1]["case_index"].dump());
   EXPECT_NE(m.find(which), std::string::npos) << m;
   EXPECT_NE(m.find("unknown status 'banana' (expected fail, pass, skip)"), std::string::npos) << m;
