@@ -28,6 +28,7 @@
 #include "core/dtype.hpp"
 #include "benchmarks/peer_table.hpp"
 #include "core/error.hpp"
+#include "records/peers_record.hpp"
 
 namespace attn::bench {
 namespace {
@@ -104,17 +105,6 @@ std::string read_peers_json(const std::string& path, json& doc) {
   if (doc.contains("peers") && !doc["peers"].is_array()) return fmt::format("{}: \"peers\" is not an array", path);
   return {};
 }
-
-std::string string_or(const json& j, const char* key, const std::string& fallback) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
-}
-
-// valid_target: true, false, or null (checks skipped; a missing key reads as null).
-std::optional<bool> validity(const json& record) {
-  if (record.contains("valid_target") && record["valid_target"].is_boolean()) return record["valid_target"].get<bool>();
-  return std::nullopt;
-}
-
 
 // A record's problem differs from the plan's problem list in a field it states (dtype and d_k
 // it must state: they say which of our families it is compared with).
@@ -289,30 +279,26 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     section["results"] = doc["results"];
   }
 
+  const PeersDocument peers_doc = read_error.empty() ? read_peers_document(doc, out_path) : PeersDocument{};
+
   // Skipped peers (not installed, broken) say why, whatever the exit code.
   std::vector<std::string> peer_order;
   std::set<std::string> invalid;
-  if (read_error.empty() && doc.contains("peers")) {
-    for (const auto& p : doc["peers"]) {
-      const std::string name = string_or(p, "peer", "");
-      if (name.empty()) continue;
-      if (p.contains("skipped")) {
-        fmt::print("  peer {}: skipped ({})\n", name, p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump());
-        continue;
-      }
-      if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-      if (validity(p) == false) invalid.insert(name);
+  for (const PeerStatus& p : peers_doc.peers) {
+    if (p.peer.empty()) continue;
+    if (p.skipped) {
+      fmt::print("  peer {}: skipped ({})\n", p.peer, *p.skipped);
+      continue;
     }
+    if (std::find(peer_order.begin(), peer_order.end(), p.peer) == peer_order.end()) peer_order.push_back(p.peer);
+    if (p.valid_target == false) invalid.insert(p.peer);
   }
 
   if (t.exit_code == peer_unavailable_exit_code) {
     // The script's peer cannot run here (no PyTorch, no GPU): said, kept in the JSON, not a failure.
     std::vector<std::string> reasons;
-    if (read_error.empty() && doc.contains("peers"))
-      for (const auto& p : doc["peers"])
-        if (p.is_object() && p.contains("skipped"))
-          reasons.push_back(fmt::format("{}: {}", string_or(p, "peer", "?"),
-                                        p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump()));
+    for (const PeerStatus& p : peers_doc.peers)
+      if (p.skipped) reasons.push_back(fmt::format("{}: {}", p.peer.empty() ? "?" : p.peer, *p.skipped));
     outcome.unavailable = true;
     outcome.unavailable_reason = reasons.empty() ? fmt::format("'{}' exited {} (its peer cannot run here; see its output above)",
                                                                plan.command, peer_unavailable_exit_code)
@@ -331,36 +317,28 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   // The records, by (peer, dtype, d, mask, n); the first of each counts.
   PeerRecords records;
   std::vector<std::string> skipped_records;
-  for (const auto& r : doc["results"]) {
-    const std::string name = string_or(r, "peer", "");
-    if (name.empty() || !r.contains("problem") || !r["problem"].is_object() || !r["problem"].contains("causal") ||
-        !r["problem"]["causal"].is_string() || !r["problem"].contains("n_q") || !r["problem"]["n_q"].is_number_integer()) {
-      skipped_records.push_back(fmt::format("a record without peer, problem.causal or problem.n_q: {:.120}", r.dump()));
+  for (const PeerResult& r : peers_doc.results) {
+    if (!r.unplaced.empty()) {
+      skipped_records.push_back(r.unplaced);
       continue;
     }
-    const json& p = r["problem"];
-    if (const std::string mismatch = problem_mismatch(p, plan); !mismatch.empty()) {
-      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, string_or(p, "repro", ""), mismatch, describe_list(plan)));
+    const std::string& name = r.peer;
+    if (const std::string mismatch = problem_mismatch(r.problem, plan); !mismatch.empty()) {
+      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, r.repro, mismatch, describe_list(plan)));
+      continue;
+    }
+    if (!r.untimed.empty()) {
+      skipped_records.push_back(r.untimed);
       continue;
     }
     PeerRecord rec;
-    rec.raw = &r;
-    rec.version = string_or(r, "peer_version", "");
-    rec.valid = validity(r);
-    if (r.contains("error")) {
-      rec.error = r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump();
-    } else if (r.contains("median_seconds") && r["median_seconds"].is_number() && std::isfinite(r["median_seconds"].get<double>()) &&
-               r["median_seconds"].get<double>() > 0) {
-      rec.median_ms = r["median_seconds"].get<double>() * 1e3;
-    } else {
-      skipped_records.push_back(fmt::format("{} {}: neither a positive median_seconds nor an error", name, string_or(p, "repro", "")));
-      continue;
-    }
+    rec.version = r.peer_version;
+    rec.valid = r.valid_target;
+    rec.median_ms = r.median_ms;
+    if (r.error) rec.error = *r.error;
     if (rec.valid == false) invalid.insert(name);
     if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-    records.try_emplace({name, p["dtype"].get<std::string>(), p["d_k"].get<std::int64_t>(), p["causal"].get<std::string>(),
-                         p["n_q"].get<std::int64_t>()},
-                        rec);
+    records.try_emplace({name, r.dtype, r.d_k, r.causal, r.n_q}, rec);
   }
   outcome.invalid_peers.assign(invalid.begin(), invalid.end());
 

@@ -18,7 +18,6 @@ namespace attn::bench {
 
 // One usable record of the peers' JSON: a time or an error.
 struct PeerRecord {
-  const nlohmann::json* raw = nullptr;
   std::string version;
   std::optional<double> median_ms;  // absent: an error record
   std::string error;

@@ -115,11 +115,9 @@ Section peers_section(const MergedResults& m) {
     t.rows.push_back({text(c, "dtype"), text(c, "head_dim"), text(c, "mask"), text(c, "n"), fmt::format("{}", fmt::join(ours, "; ")),
                       fmt::format("{}", fmt::join(peers, "; ")), target.is_object() ? text(target, "peer") : "none valid"});
   }
-  for (const auto& r : m.peer_results) {
-    const json problem = r.contains("problem") ? r["problem"] : json::object();
-    t.rows.push_back({text(problem, "dtype"), text(problem, "d_k"), text(problem, "causal"), text(problem, "n_q"), "",
-                      fmt::format("{} {}", text(r, "peer"), r.contains("median_ms") ? fmt_num(field(r, "median_ms")) : text(r, "error")), ""});
-  }
+  for (const auto& r : m.peer_results)
+    t.rows.push_back({r.dtype, r.d_k > 0 ? std::to_string(r.d_k) : "", r.causal, r.n_q > 0 ? std::to_string(r.n_q) : "", "",
+                      fmt::format("{} {}", r.peer, r.median_ms ? fmt_num(*r.median_ms) : r.error.value_or(r.untimed)), ""});
   s.blocks.emplace_back(Paragraph{"ratio = peer time / ours: at least 1.0 means ours is faster."});
   s.blocks.emplace_back(std::move(t));
   return s;

@@ -180,15 +180,15 @@ Section property_section(const MergedResults& m) {
   Table t{{"#", "property", "implementation", "verdict", "cases", "seed", "message / counterexample"}, {}, {}, {0, 4}};
   int held = 0, failed = 0, findings = 0, gave_up = 0, other = 0;
   for (const auto& r : m.property_records) {
-    const std::string verdict = text(r, "verdict");
+    const std::string& verdict = r.verdict;
     if (verdict == "held") ++held;
     else if (verdict == "failed") ++failed;
     else if (verdict == "finding") ++findings;
     else if (verdict == "gave_up") ++gave_up;
     else ++other;
-    std::string message = text(r, "message");
-    if (!text(r, "repro").empty()) message += (message.empty() ? "" : "; repro: ") + text(r, "repro");
-    t.rows.push_back({text(r, "property"), text(r, "name"), text(r, "implementation"), verdict, text(r, "cases"), text(r, "seed"), message});
+    std::string message = r.message;
+    if (!r.repro.empty()) message += (message.empty() ? "" : "; repro: ") + r.repro;
+    t.rows.push_back({std::to_string(r.property), r.name, r.implementation, verdict, std::to_string(r.cases), std::to_string(r.seed), message});
   }
   // A finding is shown but fails nothing; gave up is neither a pass nor a failure.
   s.blocks.emplace_back(Paragraph{fmt::format("{} held, {} failed, {} finding(s), {} gave up, {} not applicable.", held, failed, findings,

@@ -67,7 +67,7 @@ int add_unique(json& into, std::set<std::string>& seen, const json& records, Key
 }  // namespace
 
 ResultFile parse_result_file(const std::string& path, const std::string& text) {
-  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, {}, std::nullopt};
+  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, {}, {}, std::nullopt, std::nullopt};
   try {
     file.doc = json::parse(text);
   } catch (const json::parse_error& e) {
@@ -94,18 +94,8 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
     for (std::size_t i = 0; i < doc["records"].size(); ++i) records.push_back(read_verify_record(doc["records"][i], i, path));
     file.verify_records = std::move(records);
   }
-  if (file.kind == "properties") {
-    const std::set<std::string> known{"held", "failed", "finding", "not_applicable", "gave_up"};
-    const json& records = doc["records"];
-    for (std::size_t i = 0; i < records.size(); ++i) {
-      const json& r = records[i];
-      const std::string value = string_field(r, "verdict");
-      if (known.count(value)) continue;
-      const std::string which = fmt::format("record {} ({}, property {})", i, string_field(r, "implementation"), number_text(r, "property"));
-      const std::string what = value.empty() ? "no verdict" : fmt::format("unknown verdict '{}'", value);
-      throw InputError(fmt::format("{}: {}: {} (expected {})", path, which, what, fmt::join(known, ", ")));
-    }
-  }
+  if (file.kind == "properties")
+    for (std::size_t i = 0; i < doc["records"].size(); ++i) file.property_records.push_back(read_property_record(doc["records"][i], i, path));
   file.command = string_field(doc, "command");
   if (doc.contains("shard")) {
     const json& s = doc["shard"];
@@ -116,6 +106,7 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
       throw InputError(fmt::format("{}: shard {}/{} is not 1 <= I <= N", path, file.shard->index, file.shard->count));
   }
   if (file.kind == "bench") file.bench = read_bench_document(doc, path);
+  if (file.kind == "peers") file.peers = read_peers_document(doc, path);
   if (file.kind == "bench" && doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("context") &&
       doc["attnbench"]["context"].is_object())
     file.context = doc["attnbench"]["context"];
@@ -171,8 +162,11 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
         else
           ++duplicates[f.kind];
     } else if (f.kind == "properties") {
-      duplicates[f.kind] += add_unique(m.property_records, property_seen, doc["records"],
-                                       [](const json& r) { return number_text(r, "property") + '\x1f' + string_field(r, "implementation"); });
+      for (const PropertyRecord& r : f.property_records)
+        if (property_seen.insert(fmt::format("{}\x1f{}", r.property, r.implementation)).second)
+          m.property_records.push_back(r);
+        else
+          ++duplicates[f.kind];
     } else if (f.kind == "bench") {
       const BenchDocument& bench = *f.bench;
       for (const BenchRun& r : bench.runs)
@@ -196,13 +190,15 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
           });
       }
     } else if (f.kind == "peers") {
-      add_unique(m.peer_results, peer_seen, doc["results"], [](const json& r) { return r.dump(); });
+      for (const PeerResult& r : f.peers->results)
+        if (peer_seen.insert(fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", r.peer, r.dtype, r.d_k, r.causal, r.n_q, r.repro)).second)
+          m.peer_results.push_back(r);
     }
   }
   std::stable_sort(m.verify_records.begin(), m.verify_records.end(),
                    [](const VerifyRecord& a, const VerifyRecord& b) { return a.case_index < b.case_index; });
   std::stable_sort(m.property_records.begin(), m.property_records.end(),
-                   [](const json& a, const json& b) { return a.value("property", 0) < b.value("property", 0); });
+                   [](const PropertyRecord& a, const PropertyRecord& b) { return a.property < b.property; });
   for (const auto& [kind, counts] : shards) {
     if (counts.size() > 1 || unsharded[kind] > 0)
       m.warnings.push_back(fmt::format("{}: files from different splits (shard counts and unsharded runs) were merged", kind));

@@ -13,6 +13,8 @@
 #include "core/error.hpp"
 #include "records/bench_record.hpp"
 #include "records/result_schema.hpp"
+#include "records/peers_record.hpp"
+#include "records/properties_record.hpp"
 #include "records/shard.hpp"
 #include "records/verify_record.hpp"
 
@@ -29,7 +31,9 @@ struct ResultFile {
   nlohmann::json context;  // the common context block ({} where the file has none)
   std::string command;     // what wrote a verify-shaped file: verify, check or validate ("" in older files)
   std::vector<VerifyRecord> verify_records;  // a verify file's, read (records/verify_record.hpp)
+  std::vector<PropertyRecord> property_records;  // a properties file's (records/properties_record.hpp)
   std::optional<BenchDocument> bench;  // a bench file, read (records/bench_record.hpp)
+  std::optional<PeersDocument> peers;  // a peers file (records/peers_record.hpp)
 };
 
 // An attnbench file that is not a result (a gate baseline or configuration, a cases manifest):
@@ -61,7 +65,7 @@ struct MergedResults {
   std::vector<std::string> file_kinds;     // one per input file
   std::vector<std::string> file_shards;    // "I/N", or "" for an unsharded file
   std::vector<VerifyRecord> verify_records;                     // by (implementation, case_index, repro), duplicates dropped
-  nlohmann::json property_records = nlohmann::json::array();    // by (property, implementation)
+  std::vector<PropertyRecord> property_records;                 // by (property, implementation)
   std::vector<BenchRun> bench_runs;                             // by (name, run_type, repetition_index)
   std::vector<BenchFit> bench_fits;                             // by family
   struct Peaks {
@@ -71,7 +75,7 @@ struct MergedResults {
   };
   std::vector<Peaks> bench_peaks;                               // of each bench file
   nlohmann::json peer_comparisons = nlohmann::json::array();    // attnbench.peers.comparisons
-  nlohmann::json peer_results = nlohmann::json::array();        // standalone peers files' results
+  std::vector<PeerResult> peer_results;                         // standalone peers files' results
   nlohmann::json pass_rule;                                     // of the first verify file
   std::vector<std::string> warnings;                            // incomplete shard sets, mixed revisions, duplicates
   bool has(std::string_view kind) const;

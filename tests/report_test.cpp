@@ -18,6 +18,8 @@
 #include "impls/registry.hpp"
 #include "records/bench_record.hpp"
 #include "records/context.hpp"
+#include "records/peers_record.hpp"
+#include "records/properties_record.hpp"
 #include "records/progress.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/report.hpp"
@@ -112,6 +114,38 @@ TEST(BenchRecord, ReadsFilesWrittenBeforeRunsCarriedFamilyAndN) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.json: benchmarks[0]: \"real_time\" is not a number"), std::string::npos) << e.what();
   }
+}
+
+// The peers scripts write median_seconds; a record that cannot be placed or has no time says why.
+TEST(PeersRecord, ReadsTimesInMillisecondsAndMarksUnusableRecords) {
+  const json doc = json::parse(R"({"context": {}, "peers": [{"peer": "onnx", "valid_target": true}, {"peer": "jax", "skipped": "not installed"}],
+    "results": [{"peer": "onnx", "peer_version": "1.2", "valid_target": true, "median_seconds": 0.002,
+                 "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 128, "repro": "R"}},
+                {"peer": "onnx", "error": "out of memory", "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 256}},
+                {"peer": "onnx", "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 512}},
+                {"problem": {"n_q": 16}}]})");
+  const PeersDocument d = read_peers_document(doc, "peers.json");
+  ASSERT_EQ(d.peers.size(), 2u);
+  EXPECT_EQ(d.peers[1].skipped.value_or(""), "not installed");
+  ASSERT_EQ(d.results.size(), 4u);
+  EXPECT_DOUBLE_EQ(d.results[0].median_ms.value_or(0), 2.0);
+  EXPECT_EQ(d.results[0].n_q, 128);
+  EXPECT_TRUE(d.results[0].unplaced.empty() && d.results[0].untimed.empty());
+  EXPECT_EQ(d.results[1].error.value_or(""), "out of memory");
+  EXPECT_NE(d.results[2].untimed.find("neither a positive median_seconds nor an error"), std::string::npos);
+  EXPECT_NE(d.results[3].unplaced.find("a record without peer"), std::string::npos);
+  EXPECT_THROW(read_peers_document(json{{"results", 3}}, "bad.json"), InputError);
+}
+
+TEST(PropertyRecord, RoundTrips) {
+  const PropertyRecord r{3, "the sentence", "impl", "failed", 10, 2, 1, 42, "broke", "REPRO", "attnbench properties ..."};
+  const PropertyRecord back = read_property_record(to_json(r), 0, "p.json");
+  EXPECT_EQ(back.property, 3);
+  EXPECT_EQ(back.verdict, "failed");
+  EXPECT_EQ(back.seed, 42u);
+  EXPECT_EQ(back.repro, "REPRO");
+  EXPECT_EQ(back.rerun, r.rerun);
+  EXPECT_EQ(to_json(back), to_json(r));
 }
 
 TEST(BenchRecord, TheMedianPerFamilyAndSizeIsTheMiddleRepetitionElseTheMedianAggregate) {
@@ -379,7 +413,7 @@ TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
   const std::string p = message_of([] {
     parse_result_file("p.json", R"({"schema": "attnbench.properties", "records": [{"property": 3, "implementation": "x", "verdict": "maybe"}]})");
   });
-  EXPECT_NE(p.find("p.json: record 0 (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
+  EXPECT_NE(p.find("p.json: records[0] (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
 }
 
 // attnbench's files that are not results are told apart from foreign JSON: `report` skips them.
