@@ -2,8 +2,9 @@
 // `attnbench bench`: measures the machine's peaks, registers one Google Benchmark family per
 // (implementation, dtype, head dimension, mask) with n varying, runs them, prints Google
 // Benchmark's console output, then a summary table and the fitted scaling exponents (and, with
-// --peers, the peers' medians side by side with ours), and writes Google Benchmark's JSON (with
-// an "attnbench" section of peaks, fits and peer comparisons added).
+// --peers, the peers' medians side by side with ours), and writes the bench result file
+// (records/bench_record.hpp: Google Benchmark's JSON keys and attnbench's section of peaks, fits
+// and peer comparisons).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "impls/implementation.hpp"
+#include "records/shard.hpp"
 
 namespace attn::bench {
 
@@ -51,7 +53,7 @@ struct BenchOptions {
   std::string l2 = "cold";
   // --shard I/N: only the families at positions p of the problem list with p % N == I - 1 (a
   // family's n-sweep stays whole). The JSON gets "shard": {"index": I, "count": N}.
-  std::optional<std::pair<int, int>> shard;
+  std::optional<Shard> shard;
   ProgressHooks progress;
 };
 

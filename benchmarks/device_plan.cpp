@@ -14,20 +14,6 @@ L2Mode parse_l2_mode(const std::string& text) {
 
 std::string to_string(L2Mode mode) { return mode == L2Mode::cold ? "cold" : "hot"; }
 
-nlohmann::json to_json(const GpuDeviceInfo& d) {
-  if (!d.available) return {{"available", false}, {"reason", d.reason}};
-  return {{"available", true},
-          {"name", d.name},
-          {"compute_capability", fmt::format("{}.{}", d.sm_major, d.sm_minor)},
-          {"multiprocessors", d.multiprocessors},
-          {"sm_clock_mhz", d.sm_clock_mhz},
-          {"memory_clock_mhz", d.memory_clock_mhz},
-          {"memory_gib", d.memory_gib},
-          {"l2_bytes", d.l2_bytes},
-          {"driver_version", d.driver_version},
-          {"runtime_version", d.runtime_version}};
-}
-
 std::string GemmPrecision::name() const { return tf32 ? "tf32" : std::string(to_string(dtype)); }
 
 GemmPrecision roofline_precision(const Implementation& implementation, DType dtype) {

@@ -1,7 +1,8 @@
 #pragma once
 // Which implementations `attnbench bench` can run on this machine, and how GPU families are
 // timed: the device they would run on (or why there is none), the L2 mode (--l2 cold|hot), and
-// the split of the implementations into runnable and skipped. Plain C++: the same in builds with
+// the split of the implementations into runnable and skipped (the device itself:
+// records/device_info.hpp). Plain C++: the same in builds with
 // and without CUDA (without it, the device is "unavailable: built without CUDA").
 #include <cstdint>
 #include <span>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "impls/implementation.hpp"
+#include "records/device_info.hpp"
 
 namespace attn::bench {
 
@@ -20,24 +22,6 @@ enum class L2Mode { cold, hot };
 // "cold" or "hot"; throws InputError naming anything else.
 L2Mode parse_l2_mode(const std::string& text);
 std::string to_string(L2Mode mode);
-
-struct GpuDeviceInfo {
-  bool available = false;
-  std::string reason;  // why not, when !available: "no CUDA device: ..." or "built without CUDA"
-  std::string name;
-  int sm_major = 0, sm_minor = 0;
-  int multiprocessors = 0;
-  double sm_clock_mhz = 0;      // the maximum SM clock the driver reports
-  double memory_clock_mhz = 0;
-  double memory_gib = 0;
-  std::int64_t l2_bytes = 0;
-  int driver_version = 0, runtime_version = 0;  // e.g. 13000
-};
-nlohmann::json to_json(const GpuDeviceInfo& device);
-
-// The device GPU families run on (queried once per process; never throws). Defined in
-// gpu_timing.cpp where CUDA is built, else in gpu_unavailable.cpp.
-GpuDeviceInfo gpu_device_info();
 
 // An implementation whose describe().device is "cuda": timed with CUDA events around
 // DeviceRun::enqueue (gpu_timing.hpp), never through run(). Not one that times itself (a CUDA

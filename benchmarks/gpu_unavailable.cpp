@@ -12,12 +12,6 @@ namespace {
 constexpr const char* without_cuda = "attnbench was built without CUDA (ATTN_HAVE_CUDA is off)";
 }
 
-GpuDeviceInfo gpu_device_info() {
-  GpuDeviceInfo d;
-  d.reason = without_cuda;
-  return d;
-}
-
 struct GpuTimer::Resources {};
 
 GpuTimer::GpuTimer(L2Mode) { throw std::runtime_error(without_cuda); }

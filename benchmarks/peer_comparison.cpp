@@ -26,7 +26,9 @@
 #include "benchmarks/device_plan.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "core/dtype.hpp"
+#include "benchmarks/peer_table.hpp"
 #include "core/error.hpp"
+#include "records/peers_record.hpp"
 
 namespace attn::bench {
 namespace {
@@ -104,18 +106,6 @@ std::string read_peers_json(const std::string& path, json& doc) {
   return {};
 }
 
-std::string string_or(const json& j, const char* key, const std::string& fallback) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
-}
-
-// valid_target: true, false, or null (checks skipped; a missing key reads as null).
-std::optional<bool> validity(const json& record) {
-  if (record.contains("valid_target") && record["valid_target"].is_boolean()) return record["valid_target"].get<bool>();
-  return std::nullopt;
-}
-
-std::string validity_json_name(std::optional<bool> v) { return v ? (*v ? "valid" : "invalid") : "unchecked"; }
-
 // A record's problem differs from the plan's problem list in a field it states (dtype and d_k
 // it must state: they say which of our families it is compared with).
 std::string problem_mismatch(const json& p, const PeersPlan& plan) {
@@ -132,48 +122,6 @@ std::string problem_mismatch(const json& p, const PeersPlan& plan) {
     return fmt::format("dtype={}", p["dtype"].dump());
   if (p.contains("n_k") && p["n_k"] != p["n_q"]) return fmt::format("n_k={} differs from n_q={}", p["n_k"].dump(), p["n_q"].dump());
   return {};
-}
-
-struct PeerRecord {
-  const json* raw = nullptr;
-  std::string version;
-  std::optional<double> median_ms;  // absent: an error record
-  std::string error;
-  std::optional<bool> valid;
-};
-
-struct Column {  // a cell per row, with a header
-  std::string header;
-  bool left = false;
-  std::vector<std::string> cells;
-};
-
-void print_columns(const std::vector<Column>& columns) {
-  std::vector<std::size_t> widths;
-  std::size_t rows = 0;
-  for (const auto& c : columns) {
-    std::size_t w = c.header.size();
-    for (const auto& cell : c.cells) w = std::max(w, cell.size());
-    widths.push_back(w);
-    rows = std::max(rows, c.cells.size());
-  }
-  auto line = [&](auto&& text_of) {
-    std::string out;
-    for (std::size_t i = 0; i < columns.size(); ++i) {
-      const std::string text = text_of(columns[i]);
-      out += (i ? "  " : "") + (columns[i].left ? fmt::format("{:<{}}", text, widths[i]) : fmt::format("{:>{}}", text, widths[i]));
-    }
-    while (!out.empty() && out.back() == ' ') out.pop_back();
-    fmt::print("{}\n", out);
-  };
-  line([](const Column& c) { return c.header; });
-  for (std::size_t r = 0; r < rows; ++r) line([r](const Column& c) { return r < c.cells.size() ? c.cells[r] : std::string(); });
-}
-
-// Milliseconds: three decimals from 1 ms, four below it, scientific below 1 µs (made-up times).
-std::string ms_cell(double ms) {
-  if (ms >= 1) return fmt::format("{:.3f}", ms);
-  return ms >= 1e-3 ? fmt::format("{:.4f}", ms) : fmt::format("{:.2e}", ms);
 }
 
 }  // namespace
@@ -331,30 +279,26 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     section["results"] = doc["results"];
   }
 
+  const PeersDocument peers_doc = read_error.empty() ? read_peers_document(doc, out_path) : PeersDocument{};
+
   // Skipped peers (not installed, broken) say why, whatever the exit code.
   std::vector<std::string> peer_order;
   std::set<std::string> invalid;
-  if (read_error.empty() && doc.contains("peers")) {
-    for (const auto& p : doc["peers"]) {
-      const std::string name = string_or(p, "peer", "");
-      if (name.empty()) continue;
-      if (p.contains("skipped")) {
-        fmt::print("  peer {}: skipped ({})\n", name, p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump());
-        continue;
-      }
-      if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-      if (validity(p) == false) invalid.insert(name);
+  for (const PeerStatus& p : peers_doc.peers) {
+    if (p.peer.empty()) continue;
+    if (p.skipped) {
+      fmt::print("  peer {}: skipped ({})\n", p.peer, *p.skipped);
+      continue;
     }
+    if (std::find(peer_order.begin(), peer_order.end(), p.peer) == peer_order.end()) peer_order.push_back(p.peer);
+    if (p.valid_target == false) invalid.insert(p.peer);
   }
 
   if (t.exit_code == peer_unavailable_exit_code) {
     // The script's peer cannot run here (no PyTorch, no GPU): said, kept in the JSON, not a failure.
     std::vector<std::string> reasons;
-    if (read_error.empty() && doc.contains("peers"))
-      for (const auto& p : doc["peers"])
-        if (p.is_object() && p.contains("skipped"))
-          reasons.push_back(fmt::format("{}: {}", string_or(p, "peer", "?"),
-                                        p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump()));
+    for (const PeerStatus& p : peers_doc.peers)
+      if (p.skipped) reasons.push_back(fmt::format("{}: {}", p.peer.empty() ? "?" : p.peer, *p.skipped));
     outcome.unavailable = true;
     outcome.unavailable_reason = reasons.empty() ? fmt::format("'{}' exited {} (its peer cannot run here; see its output above)",
                                                                plan.command, peer_unavailable_exit_code)
@@ -371,38 +315,30 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   if (!read_error.empty()) return fail(fmt::format("'{}' {}, but {}", plan.command, describe(t), read_error));
 
   // The records, by (peer, dtype, d, mask, n); the first of each counts.
-  std::map<std::tuple<std::string, std::string, std::int64_t, std::string, std::int64_t>, PeerRecord> records;
+  PeerRecords records;
   std::vector<std::string> skipped_records;
-  for (const auto& r : doc["results"]) {
-    const std::string name = string_or(r, "peer", "");
-    if (name.empty() || !r.contains("problem") || !r["problem"].is_object() || !r["problem"].contains("causal") ||
-        !r["problem"]["causal"].is_string() || !r["problem"].contains("n_q") || !r["problem"]["n_q"].is_number_integer()) {
-      skipped_records.push_back(fmt::format("a record without peer, problem.causal or problem.n_q: {:.120}", r.dump()));
+  for (const PeerResult& r : peers_doc.results) {
+    if (!r.unplaced.empty()) {
+      skipped_records.push_back(r.unplaced);
       continue;
     }
-    const json& p = r["problem"];
-    if (const std::string mismatch = problem_mismatch(p, plan); !mismatch.empty()) {
-      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, string_or(p, "repro", ""), mismatch, describe_list(plan)));
+    const std::string& name = r.peer;
+    if (const std::string mismatch = problem_mismatch(r.problem, plan); !mismatch.empty()) {
+      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, r.repro, mismatch, describe_list(plan)));
+      continue;
+    }
+    if (!r.untimed.empty()) {
+      skipped_records.push_back(r.untimed);
       continue;
     }
     PeerRecord rec;
-    rec.raw = &r;
-    rec.version = string_or(r, "peer_version", "");
-    rec.valid = validity(r);
-    if (r.contains("error")) {
-      rec.error = r["error"].is_string() ? r["error"].get<std::string>() : r["error"].dump();
-    } else if (r.contains("median_seconds") && r["median_seconds"].is_number() && std::isfinite(r["median_seconds"].get<double>()) &&
-               r["median_seconds"].get<double>() > 0) {
-      rec.median_ms = r["median_seconds"].get<double>() * 1e3;
-    } else {
-      skipped_records.push_back(fmt::format("{} {}: neither a positive median_seconds nor an error", name, string_or(p, "repro", "")));
-      continue;
-    }
+    rec.version = r.peer_version;
+    rec.valid = r.valid_target;
+    rec.median_ms = r.median_ms;
+    if (r.error) rec.error = *r.error;
     if (rec.valid == false) invalid.insert(name);
     if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-    records.try_emplace({name, p["dtype"].get<std::string>(), p["d_k"].get<std::int64_t>(), p["causal"].get<std::string>(),
-                         p["n_q"].get<std::int64_t>()},
-                        rec);
+    records.try_emplace({name, r.dtype, r.d_k, r.causal, r.n_q}, rec);
   }
   outcome.invalid_peers.assign(invalid.begin(), invalid.end());
 
@@ -411,146 +347,12 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
                             plan.command));
   if (records.empty()) return fail(fmt::format("{} holds no usable timing or error record", out_path));
 
-  // Our rows: one per (dtype, d, mask, n), groups in the order they ran, implementations as columns.
-  std::vector<std::string> impls, masks;
-  std::vector<std::tuple<std::string, std::int64_t, std::string>> groups;  // (dtype, d, mask)
-  for (const auto& o : ours) {
-    if (std::find(impls.begin(), impls.end(), o.implementation) == impls.end()) impls.push_back(o.implementation);
-    if (std::find(masks.begin(), masks.end(), o.mask) == masks.end()) masks.push_back(o.mask);
-    const auto group = std::make_tuple(o.dtype, o.head_dim, o.mask);
-    if (std::find(groups.begin(), groups.end(), group) == groups.end()) groups.push_back(group);
-  }
-  struct Row {
-    std::string dtype;
-    std::int64_t head_dim = 0;
-    std::string mask;
-    Causal causal = Causal::none;
-    std::int64_t n = 0;
-    std::map<std::string, double> ours_ms;
-  };
-  std::map<std::pair<std::size_t, std::int64_t>, Row> rows;
-  for (const auto& o : ours) {
-    const auto group = std::make_tuple(o.dtype, o.head_dim, o.mask);
-    const std::size_t group_index = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), group) - groups.begin());
-    Row& row = rows[{group_index, o.n}];
-    row.dtype = o.dtype;
-    row.head_dim = o.head_dim;
-    row.mask = o.mask;
-    row.causal = o.causal;
-    row.n = o.n;
-    row.ours_ms.try_emplace(o.implementation, o.time_ms);
-  }
-
-  std::vector<Column> columns{{"dtype", true, {}}, {"d", false, {}}, {"mask", true, {}}, {"n", false, {}}};
-  for (const auto& impl : impls) columns.push_back({impl + " ms", false, {}});
-  for (const auto& peer : peer_order) columns.push_back({peer + " ms", false, {}});
-  columns.push_back({"faster valid peer", true, {}});
-  for (const auto& impl : impls) columns.push_back({"peer/" + impl, false, {}});
-
-  json comparisons = json::array();
-  std::vector<std::string> errors;
-  bool any_unchecked_target = false, any_row_without_target = false;
-  for (const auto& [key, row] : rows) {
-    const std::string peer_mask = row.causal == Causal::none ? "none" : "top_left";
-    std::size_t c = 0;
-    columns[c++].cells.push_back(row.dtype);
-    columns[c++].cells.push_back(std::to_string(row.head_dim));
-    columns[c++].cells.push_back(row.mask);
-    columns[c++].cells.push_back(std::to_string(row.n));
-    for (const auto& impl : impls) {
-      const auto it = row.ours_ms.find(impl);
-      columns[c++].cells.push_back(it == row.ours_ms.end() ? "-" : ms_cell(it->second));
-    }
-    json peers_json = json::array();
-    const PeerRecord* target = nullptr;
-    std::string target_name;
-    for (const auto& peer : peer_order) {
-      const auto it = records.find({peer, row.dtype, row.head_dim, peer_mask, row.n});
-      if (it == records.end()) {
-        columns[c++].cells.push_back("-");
-        continue;
-      }
-      const PeerRecord& rec = it->second;
-      json pj{{"peer", peer}, {"peer_version", rec.version}, {"valid_target", rec.valid ? json(*rec.valid) : json(nullptr)}};
-      if (rec.median_ms) {
-        pj["median_ms"] = *rec.median_ms;
-        columns[c++].cells.push_back(ms_cell(*rec.median_ms) + (rec.valid == false ? " (invalid)" : !rec.valid ? " (unchecked)" : ""));
-        if (rec.valid != false && (target == nullptr || *rec.median_ms < *target->median_ms)) {
-          target = &rec;
-          target_name = peer;
-        }
-      } else {
-        pj["error"] = rec.error;
-        columns[c++].cells.push_back("error");
-        errors.push_back(fmt::format("{} {} d{} {} n={}: {}", peer, row.dtype, row.head_dim, peer_mask, row.n, rec.error));
-      }
-      peers_json.push_back(std::move(pj));
-    }
-    if (target) {
-      any_unchecked_target |= !target->valid.has_value();
-      columns[c++].cells.push_back(target_name + (target->valid ? "" : " (unchecked)"));
-    } else {
-      any_row_without_target = true;
-      columns[c++].cells.push_back("none valid");
-    }
-    json ours_json = json::array();
-    for (const auto& impl : impls) {
-      const auto it = row.ours_ms.find(impl);
-      std::optional<double> ratio;
-      if (it != row.ours_ms.end() && target && it->second > 0) ratio = *target->median_ms / it->second;
-      columns[c++].cells.push_back(ratio ? fmt::format("{:.2f}", *ratio) : "-");
-      if (it != row.ours_ms.end())
-        ours_json.push_back({{"implementation", impl}, {"time_ms", it->second}, {"ratio", ratio ? json(*ratio) : json(nullptr)}});
-    }
-    json target_json = nullptr;
-    if (target)
-      target_json = {{"peer", target_name},
-                     {"median_ms", *target->median_ms},
-                     {"valid_target", target->valid ? json(*target->valid) : json(nullptr)},
-                     {"checked", validity_json_name(target->valid)}};
-    comparisons.push_back({{"dtype", row.dtype},
-                           {"head_dim", row.head_dim},
-                           {"mask", row.mask},
-                           {"peer_mask", peer_mask},
-                           {"n", row.n},
-                           {"ours", std::move(ours_json)},
-                           {"peers", std::move(peers_json)},
-                           {"target", std::move(target_json)}});
-  }
-
-  fmt::print("\nSide by side with the peers (medians, same run)\n"
-             "Times in ms. peer/IMPL = the faster valid peer's time / IMPL's time: >= 1.0 means ours is faster.\n"
-             "A peer marked (invalid) failed its correctness checks and is never the target; (unchecked): its checks were\n"
-             "skipped (valid_target null), so it may be the target, unverified.{}\n\n",
-             std::find(masks.begin(), masks.end(), "causal_bottom_right") == masks.end()
-                 ? ""
-                 : "\nOur causal_bottom_right rows are compared with the peers' top-left causal (the same mask at n_q = n_k).");
-  if (rows.empty()) {
-    fmt::print("  (none of our implementations has a time to compare: every run failed or was filtered out)\n");
-  } else {
-    print_columns(columns);
-  }
-  if (any_unchecked_target) fmt::print("\n  note: some targets are unchecked: the peers ran with their correctness checks skipped\n");
-  if (any_row_without_target && !rows.empty()) fmt::print("  note: rows with 'none valid' have no valid peer time: no ratio\n");
-  if (!errors.empty()) {
-    fmt::print("\n  peer errors ({}):\n", errors.size());
-    for (const auto& e : errors) fmt::print("    {}\n", e);
-  }
-  if (!skipped_records.empty()) {
-    fmt::print("\n  peer records left out ({}):\n", skipped_records.size());
-    for (const auto& s : skipped_records) fmt::print("    {}\n", s);
-  }
-  if (!invalid.empty())
-    fmt::print("\n  *** {} FAILED the peers' own correctness checks (valid_target false): shown, marked (invalid), never the\n"
-               "  *** target. Not a failure of ours: the bench's exit code is unaffected. See the checks printed above.\n",
-               fmt::join(invalid, ", "));
-
+  print_comparison(ours, records, peer_order, invalid, skipped_records, outcome);
   outcome.table_built = true;
   section["status"] = invalid.empty() ? "ok" : "peer_checks_failed";
   section["invalid_peers"] = outcome.invalid_peers;
   section["left_out_records"] = skipped_records;
   section["ratio"] = "faster valid peer's median time / our time; >= 1.0: ours is faster";
-  section["comparisons"] = std::move(comparisons);
   return outcome;
 }
 

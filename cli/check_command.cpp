@@ -14,7 +14,9 @@
 #include "core/result_file.hpp"
 #include "cli/run_output.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
+#include "records/progress.hpp"
+#include "reports/verify_report.hpp"
 
 namespace attn::cli {
 

@@ -9,7 +9,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/result_file.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "verification/verify.hpp"
 
 namespace attn::cli {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "properties/run_properties.hpp"
-#include "reports/progress.hpp"
+#include "records/progress.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/verify_report.hpp"
 #include "verification/run.hpp"

@@ -15,7 +15,7 @@
 #include "impls/plugin/plugin_implementation.hpp"
 #include "impls/plugin/worker_process.hpp"
 #include "cli/run_output.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
 

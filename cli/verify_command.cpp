@@ -10,7 +10,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "core/result_file.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "reports/results.hpp"
 
 namespace attn::cli {

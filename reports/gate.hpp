@@ -20,10 +20,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "records/result_schema.hpp"
+
 namespace attn::gate {
 
-inline constexpr const char* config_schema = "attnbench.gate-config";
-inline constexpr const char* baseline_schema = "attnbench.gate-baseline";
+inline constexpr const char* config_schema = schema_gate_config.data();
+inline constexpr const char* baseline_schema = schema_gate_baseline.data();
 inline constexpr int config_schema_version = 1;
 inline constexpr int baseline_schema_version = 1;
 
@@ -96,10 +98,8 @@ struct Results {
   std::vector<std::string> notes;  // e.g. a bench file whose run did not finish ("complete": false)
 };
 
-// The schema a document declares, or recognises: "attnbench.verify", "attnbench.bench" (also
-// today's bench files without a top-level schema: "benchmarks" and "attnbench"),
-// "attnbench.gate-baseline". Other known schemas ("attnbench.properties", "attnbench.peers")
-// are returned as they are; the caller decides what it can use. Throws InputError otherwise.
+// The schema of a document (records/result_schema.hpp's recognise_schema, the one recogniser the
+// report uses too); add_results decides what it can use. Throws InputError naming `source`.
 std::string document_schema(const nlohmann::json& document, const std::string& source);
 
 // Adds a verify, bench or gate-baseline document's cases (merging shards). A case already

@@ -16,27 +16,19 @@ std::string_view to_string(PropertyVerdict::Kind kind) {
 }
 
 void PropertiesJson::add(const PropertyVerdict& v, const Property& property, const Implementation& implementation) {
-  nlohmann::json r{{"property", property.number},
-                   {"name", property.name},
-                   {"implementation", implementation.name()},
-                   {"verdict", to_string(v.kind)},
-                   {"cases", v.cases},
-                   {"projected", v.projected},
-                   {"discarded", v.discarded},
-                   {"seed", v.seed},
-                   {"message", v.message}};
-  if (!v.repro.empty()) {
-    r["repro"] = v.repro;
-    r["rerun"] = "attnbench properties --impl " + std::string(implementation.name()) + " --property " + std::to_string(property.number) +
-                 " --case '" + v.repro + "'";
-  }
+  PropertyRecord r{property.number, property.name, std::string(implementation.name()), std::string(to_string(v.kind)), v.cases, v.projected,
+                   v.discarded, v.seed, v.message, v.repro, ""};
+  if (!v.repro.empty())
+    r.rerun = "attnbench properties --impl " + r.implementation + " --property " + std::to_string(property.number) + " --case '" + v.repro + "'";
   records.push_back(std::move(r));
 }
 
 nlohmann::json PropertiesJson::to_json() const {
   int held = 0, failed = 0, finding = 0, gave_up = 0, not_applicable = 0;
+  nlohmann::json written = nlohmann::json::array();
   for (const auto& r : records) {
-    const auto v = r["verdict"].get<std::string>();
+    written.push_back(attn::to_json(r));
+    const std::string& v = r.verdict;
     held += v == "held", failed += v == "failed", finding += v == "finding", gave_up += v == "gave_up", not_applicable += v == "not_applicable";
   }
   nlohmann::json opts{{"cases", options.cases}, {"seed", options.seed}, {"large", options.large}};
@@ -47,7 +39,7 @@ nlohmann::json PropertiesJson::to_json() const {
           {"options", opts},
           {"complete", complete},
           {"summary", {{"held", held}, {"failed", failed}, {"finding", finding}, {"gave_up", gave_up}, {"not_applicable", not_applicable}}},
-          {"records", records}};
+          {"records", std::move(written)}};
 }
 
 }  // namespace attn

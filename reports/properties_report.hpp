@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "properties/property_suite.hpp"
+#include "records/properties_record.hpp"
 
 namespace attn {
 
@@ -17,7 +18,7 @@ struct PropertiesJson {
   nlohmann::json context;
   std::string single_case;  // --case REPRO, when given
   bool complete = false;    // every chosen (property, implementation) was checked
-  nlohmann::json records = nlohmann::json::array();
+  std::vector<PropertyRecord> records;
 
   void add(const PropertyVerdict& verdict, const Property& property, const Implementation& implementation);
   nlohmann::json to_json() const;

@@ -1,7 +1,6 @@
 #include "reports/results.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -17,14 +16,6 @@ namespace attn {
 namespace {
 
 using nlohmann::json;
-
-int parse_int(std::string_view text, std::string_view what, std::string_view whole) {
-  int value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-    throw InputError(fmt::format("--shard '{}': {} '{}' is not an integer (expected I/N, e.g. 2/4)", whole, what, text));
-  return value;
-}
 
 std::string kind_of_schema(std::string_view schema) {
   if (schema == schema_verify) return "verify";
@@ -75,82 +66,36 @@ int add_unique(json& into, std::set<std::string>& seen, const json& records, Key
 
 }  // namespace
 
-Shard parse_shard(std::string_view text) {
-  const auto slash = text.find('/');
-  if (slash == std::string_view::npos) throw InputError(fmt::format("--shard '{}': expected I/N (e.g. 2/4: the second of four parts)", text));
-  Shard s{parse_int(text.substr(0, slash), "I", text), parse_int(text.substr(slash + 1), "N", text)};
-  if (s.count < 1) throw InputError(fmt::format("--shard '{}': N must be at least 1", text));
-  if (s.index < 1 || s.index > s.count) throw InputError(fmt::format("--shard '{}': I must be between 1 and N = {}", text, s.count));
-  return s;
-}
-
-std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard) {
-  std::vector<std::size_t> positions;
-  for (std::size_t i = 0; i < size; ++i)
-    if (shard.contains(i)) positions.push_back(i);
-  return positions;
-}
-
 ResultFile parse_result_file(const std::string& path, const std::string& text) {
-  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}};
+  ResultFile file{path, {}, {}, std::nullopt, json::object(), {}, {}, {}, std::nullopt, std::nullopt};
   try {
     file.doc = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   const json& doc = file.doc;
-  if (!doc.is_object()) throw InputError(fmt::format("{}: not an attnbench result (the top level is not a JSON object)", path));
-  if (doc.contains("schema")) {
-    if (!doc["schema"].is_string()) throw InputError(fmt::format("{}: 'schema' is not a string", path));
-    file.kind = kind_of_schema(doc["schema"].get<std::string>());
-    const std::string schema = doc["schema"].get<std::string>();
-    if (schema == "attnbench.gate-baseline" || schema == "attnbench.gate-config" || schema == "attnbench.cases")
-      throw NotAResult(fmt::format("{}: {} (schema {}), not a result file", path,
-                                   schema == "attnbench.cases" ? "a cases directory's manifest (attnbench cases)"
-                                   : schema == "attnbench.gate-config" ? "a gate configuration (attnbench gate --config)"
-                                                                        : "a gate baseline (attnbench gate --write-baseline)",
-                                   schema));
-    if (file.kind.empty())
-      throw InputError(fmt::format("{}: unknown schema '{}' (attnbench reads {}, {}, {}, {})", path, doc["schema"].get<std::string>(),
-                                   schema_verify, schema_bench, schema_properties, schema_peers));
-  } else if (doc.contains("benchmarks") && doc.contains("context")) {
-    file.kind = "bench";  // Google Benchmark JSON written before the top-level schema field
-  } else if (doc.contains("results") && doc.contains("peers")) {
-    file.kind = "peers";  // a peers script's JSON written before the schema field
-  } else {
-    throw InputError(fmt::format("{}: not an attnbench result (no 'schema' field; expected one of {}, {}, {}, {})", path, schema_verify,
-                                 schema_bench, schema_properties, schema_peers));
-  }
-  int version = result_schema_version;
-  if (doc.contains("schema_version")) {
-    if (!doc["schema_version"].is_number_integer()) throw InputError(fmt::format("{}: 'schema_version' is not an integer", path));
-    version = doc["schema_version"].get<int>();
-  }
-  if (version > result_schema_version || version < 1)
-    throw InputError(fmt::format("{}: {} schema version {} (this attnbench reads version {})", path, file.kind, version, result_schema_version));
+  const std::string schema = recognise_schema(doc, path);
+  if (schema == schema_gate_baseline || schema == schema_gate_config || schema == schema_cases)
+    throw NotAResult(fmt::format("{}: {} (schema {}), not a result file", path,
+                                 schema == schema_cases         ? "a cases directory's manifest (attnbench cases)"
+                                 : schema == schema_gate_config ? "a gate configuration (attnbench gate --config)"
+                                                                : "a gate baseline (attnbench gate --write-baseline)",
+                                 schema));
+  file.kind = kind_of_schema(schema);
 
   const char* needed = file.kind == "bench" ? "benchmarks" : file.kind == "peers" ? "results" : "records";
   if (!doc.contains(needed) || !doc[needed].is_array())
     throw InputError(fmt::format("{}: a {} result needs an array '{}'", path, file.kind, needed));
 
   // A record whose status is unknown would be counted as neither passed nor failed: the gate
-  // refuses it, and so does the report.
-  if (file.kind == "verify" || file.kind == "properties") {
-    const bool verify = file.kind == "verify";
-    const char* key = verify ? "status" : "verdict";
-    const std::set<std::string> known = verify ? std::set<std::string>{"pass", "fail", "skip"}
-                                               : std::set<std::string>{"held", "failed", "finding", "not_applicable", "gave_up"};
-    const json& records = doc["records"];
-    for (std::size_t i = 0; i < records.size(); ++i) {
-      const json& r = records[i];
-      const std::string value = string_field(r, key);
-      if (known.count(value)) continue;
-      const std::string which = fmt::format("record {} ({}, {} {})", i, string_field(r, "implementation"), verify ? "case" : "property",
-                                            number_text(r, verify ? "case_index" : "property"));
-      const std::string what = value.empty() ? fmt::format("no {}", key) : fmt::format("unknown {} '{}'", key, value);
-      throw InputError(fmt::format("{}: {}: {} (expected {})", path, which, what, fmt::join(known, ", ")));
-    }
+  // refuses it, and so does the report (a verify record through its one reader).
+  if (file.kind == "verify") {
+    std::vector<VerifyRecord> records;
+    for (std::size_t i = 0; i < doc["records"].size(); ++i) records.push_back(read_verify_record(doc["records"][i], i, path));
+    file.verify_records = std::move(records);
   }
+  if (file.kind == "properties")
+    for (std::size_t i = 0; i < doc["records"].size(); ++i) file.property_records.push_back(read_property_record(doc["records"][i], i, path));
   file.command = string_field(doc, "command");
   if (doc.contains("shard")) {
     const json& s = doc["shard"];
@@ -160,6 +105,8 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
     if (file.shard->count < 1 || file.shard->index < 1 || file.shard->index > file.shard->count)
       throw InputError(fmt::format("{}: shard {}/{} is not 1 <= I <= N", path, file.shard->index, file.shard->count));
   }
+  if (file.kind == "bench") file.bench = read_bench_document(doc, path);
+  if (file.kind == "peers") file.peers = read_peers_document(doc, path);
   if (file.kind == "bench" && doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("context") &&
       doc["attnbench"]["context"].is_object())
     file.context = doc["attnbench"]["context"];
@@ -209,43 +156,49 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
     const json& doc = f.doc;
     if (f.kind == "verify") {
       if (m.pass_rule.is_null() && doc.contains("pass_rule")) m.pass_rule = doc["pass_rule"];
-      duplicates[f.kind] += add_unique(m.verify_records, verify_seen, doc["records"], [](const json& r) {
-        return string_field(r, "implementation") + '\x1f' + number_text(r, "case_index") + '\x1f' + string_field(r, "repro");
-      });
+      for (const VerifyRecord& r : f.verify_records)
+        if (verify_seen.insert(fmt::format("{}\x1f{}\x1f{}", r.implementation, r.case_index, r.repro)).second)
+          m.verify_records.push_back(r);
+        else
+          ++duplicates[f.kind];
     } else if (f.kind == "properties") {
-      duplicates[f.kind] += add_unique(m.property_records, property_seen, doc["records"],
-                                       [](const json& r) { return number_text(r, "property") + '\x1f' + string_field(r, "implementation"); });
+      for (const PropertyRecord& r : f.property_records)
+        if (property_seen.insert(fmt::format("{}\x1f{}", r.property, r.implementation)).second)
+          m.property_records.push_back(r);
+        else
+          ++duplicates[f.kind];
     } else if (f.kind == "bench") {
-      duplicates[f.kind] += add_unique(m.bench_runs, run_seen, doc["benchmarks"], [](const json& r) {
-        return string_field(r, "name") + '\x1f' + string_field(r, "run_type") + '\x1f' + number_text(r, "repetition_index");
-      });
-      if (doc.contains("attnbench") && doc["attnbench"].is_object()) {
+      const BenchDocument& bench = *f.bench;
+      for (const BenchRun& r : bench.runs)
+        if (run_seen.insert(fmt::format("{}\x1f{}\x1f{}", r.name, r.aggregate, r.repetition_index)).second)
+          m.bench_runs.push_back(r);
+        else
+          ++duplicates[f.kind];
+      for (const BenchFit& fit : bench.attnbench.fits)
+        if (fit_seen.insert(fit.family).second) m.bench_fits.push_back(fit);
+      if (doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("peaks")) {
+        MergedResults::Peaks p{f.path, bench.attnbench.peaks, {}};
+        const json& gpu = bench.attnbench.gpu;
+        if (gpu.is_object() && gpu.contains("peaks") && gpu["peaks"].is_object() && gpu["peaks"].contains("gemm") && gpu["peaks"]["gemm"].is_array())
+          for (const json& g : gpu["peaks"]["gemm"])
+            if (g.is_object() && g.contains("gflops") && g["gflops"].is_number()) p.gpu_gemm.emplace_back(string_field(g, "precision"), g["gflops"].get<double>());
+        m.bench_peaks.push_back(std::move(p));
         const json& a = doc["attnbench"];
-        if (a.contains("fits") && a["fits"].is_array())
-          add_unique(m.bench_fits, fit_seen, a["fits"], [](const json& r) { return string_field(r, "family"); });
-        if (a.contains("peaks") && a["peaks"].is_object()) {
-          json p = a["peaks"];
-          p["file"] = f.path;
-          if (a.contains("gpu") && a["gpu"].is_object() && a["gpu"].contains("peaks") && a["gpu"]["peaks"].is_object() &&
-              a["gpu"]["peaks"].contains("gemm"))
-            p["gpu_gemm"] = a["gpu"]["peaks"]["gemm"];
-          m.bench_peaks.push_back(std::move(p));
-        }
         if (a.contains("peers") && a["peers"].is_object() && a["peers"].contains("comparisons") && a["peers"]["comparisons"].is_array())
           add_unique(m.peer_comparisons, comparison_seen, a["peers"]["comparisons"], [](const json& r) {
             return string_field(r, "dtype") + '\x1f' + number_text(r, "head_dim") + '\x1f' + string_field(r, "mask") + '\x1f' + number_text(r, "n");
           });
       }
     } else if (f.kind == "peers") {
-      add_unique(m.peer_results, peer_seen, doc["results"], [](const json& r) { return r.dump(); });
+      for (const PeerResult& r : f.peers->results)
+        if (peer_seen.insert(fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", r.peer, r.dtype, r.d_k, r.causal, r.n_q, r.repro)).second)
+          m.peer_results.push_back(r);
     }
   }
-  std::stable_sort(m.verify_records.begin(), m.verify_records.end(), [](const json& a, const json& b) {
-    const auto ia = a.value("case_index", std::int64_t{0}), ib = b.value("case_index", std::int64_t{0});
-    return ia < ib;
-  });
+  std::stable_sort(m.verify_records.begin(), m.verify_records.end(),
+                   [](const VerifyRecord& a, const VerifyRecord& b) { return a.case_index < b.case_index; });
   std::stable_sort(m.property_records.begin(), m.property_records.end(),
-                   [](const json& a, const json& b) { return a.value("property", 0) < b.value("property", 0); });
+                   [](const PropertyRecord& a, const PropertyRecord& b) { return a.property < b.property; });
   for (const auto& [kind, counts] : shards) {
     if (counts.size() > 1 || unsharded[kind] > 0)
       m.warnings.push_back(fmt::format("{}: files from different splits (shard counts and unsharded runs) were merged", kind));

@@ -11,29 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "records/bench_record.hpp"
+#include "records/result_schema.hpp"
+#include "records/peers_record.hpp"
+#include "records/properties_record.hpp"
+#include "records/shard.hpp"
+#include "records/verify_record.hpp"
 
 namespace attn {
 
-// Every result file carries top-level "schema" (one of these) and "schema_version".
-inline constexpr std::string_view schema_verify = "attnbench.verify";
-inline constexpr std::string_view schema_bench = "attnbench.bench";
-inline constexpr std::string_view schema_properties = "attnbench.properties";
-inline constexpr std::string_view schema_peers = "attnbench.peers";
-inline constexpr int result_schema_version = 1;
-
-// --shard I/N: this process runs the I-th of N deterministic parts (1 <= I <= N).
-struct Shard {
-  int index = 1;
-  int count = 1;
-  // Position `position` of the full list (cases, or benchmark families) belongs to this shard
-  // when position % count == index - 1: round robin, so every shard gets a mix.
-  bool contains(std::size_t position) const { return position % static_cast<std::size_t>(count) == static_cast<std::size_t>(index - 1); }
-  nlohmann::json to_json() const { return {{"index", index}, {"count", count}}; }
-};
-// "I/N"; throws InputError ("--shard '3/2': ...") unless 1 <= I <= N.
-Shard parse_shard(std::string_view text);
-// The positions of a list of `size` items that belong to the shard, ascending.
-std::vector<std::size_t> shard_positions(std::size_t size, const Shard& shard);
 
 // One result file as read: which kind it is ("verify", "bench", "properties", "peers") and its
 // document. Unknown fields are kept and ignored.
@@ -44,6 +30,10 @@ struct ResultFile {
   std::optional<Shard> shard;
   nlohmann::json context;  // the common context block ({} where the file has none)
   std::string command;     // what wrote a verify-shaped file: verify, check or validate ("" in older files)
+  std::vector<VerifyRecord> verify_records;  // a verify file's, read (records/verify_record.hpp)
+  std::vector<PropertyRecord> property_records;  // a properties file's (records/properties_record.hpp)
+  std::optional<BenchDocument> bench;  // a bench file, read (records/bench_record.hpp)
+  std::optional<PeersDocument> peers;  // a peers file (records/peers_record.hpp)
 };
 
 // An attnbench file that is not a result (a gate baseline or configuration, a cases manifest):
@@ -74,13 +64,18 @@ struct MergedResults {
   std::vector<nlohmann::json> contexts;    // one per input file, in order
   std::vector<std::string> file_kinds;     // one per input file
   std::vector<std::string> file_shards;    // "I/N", or "" for an unsharded file
-  nlohmann::json verify_records = nlohmann::json::array();      // by (case_index, implementation), duplicates dropped
-  nlohmann::json property_records = nlohmann::json::array();    // by (property, implementation)
-  nlohmann::json bench_runs = nlohmann::json::array();          // Google Benchmark "benchmarks" entries, by name
-  nlohmann::json bench_fits = nlohmann::json::array();          // attnbench.fits, by family
-  nlohmann::json bench_peaks = nlohmann::json::array();         // attnbench.peaks of each bench file
+  std::vector<VerifyRecord> verify_records;                     // by (implementation, case_index, repro), duplicates dropped
+  std::vector<PropertyRecord> property_records;                 // by (property, implementation)
+  std::vector<BenchRun> bench_runs;                             // by (name, run_type, repetition_index)
+  std::vector<BenchFit> bench_fits;                             // by family
+  struct Peaks {
+    std::string file;
+    BenchPeaks cpu;
+    std::vector<std::pair<std::string, double>> gpu_gemm;  // (precision, GFLOP/s) of a GPU run
+  };
+  std::vector<Peaks> bench_peaks;                               // of each bench file
   nlohmann::json peer_comparisons = nlohmann::json::array();    // attnbench.peers.comparisons
-  nlohmann::json peer_results = nlohmann::json::array();        // standalone peers files' results
+  std::vector<PeerResult> peer_results;                         // standalone peers files' results
   nlohmann::json pass_rule;                                     // of the first verify file
   std::vector<std::string> warnings;                            // incomplete shard sets, mixed revisions, duplicates
   bool has(std::string_view kind) const;

@@ -15,6 +15,8 @@
 
 #include "core/error.hpp"
 #include "core/result_file.hpp"
+#include "records/result_schema.hpp"
+#include "reports/report_fields.hpp"
 
 namespace attn {
 namespace {
@@ -71,11 +73,6 @@ double budget_used(const ErrorMetrics& m, const Verdict& v) {
   double used = v.tolerance > 0 ? m.max_abs / v.tolerance : (m.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
   if (m.has_lse && v.lse_tolerance > 0) used = std::max(used, m.lse_max_abs / v.lse_tolerance);
   return used;
-}
-
-std::string format_budget(double used) {
-  if (!std::isfinite(used)) return ">>100%";
-  return used >= 10 ? fmt::format("{:.0f}x", used) : fmt::format("{:.0f}%", 100 * used);
 }
 
 std::string format_error(double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : fmt::format("{}", x); }
@@ -158,7 +155,7 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
   }
   return {{"schema", "attnbench.verify"},
           {"command", command},
-          {"schema_version", verify_schema_version},
+          {"schema_version", result_schema_version},
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
           {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.named_cases}}},

@@ -10,8 +10,6 @@
 
 namespace attn {
 
-inline constexpr int verify_schema_version = 1;
-
 // `command` (verify, check, validate) is written beside the schema: a report merging a glob of
 // files says which were the file route's or a plugin's.
 nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context,

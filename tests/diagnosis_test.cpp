@@ -26,7 +26,7 @@
 #include "verification/naive_row.hpp"
 #include "verification/verify.hpp"
 #include "reference/reference.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
 #include "reports/verify_report.hpp"

@@ -27,7 +27,7 @@
 #include "core/case_sets.hpp"
 #include "core/error.hpp"
 #include "impls/registry.hpp"
-#include "reports/context.hpp"
+#include "records/context.hpp"
 #include "reports/verify_report.hpp"
 #include "tests/mutants/mutants.hpp"
 

@@ -154,7 +154,7 @@ TEST(GateResults, RecognisesSchemasAndMergesShards) {
   EXPECT_NE(partial.notes[0].find("partial.json: the bench run did not finish"), std::string::npos);
   json odd_type = bench_doc("impl_a/f32/d64/causal/n:64", {1});
   odd_type["benchmarks"][0]["run_type"] = 3;
-  expect_input_error([&] { add_results(partial, odd_type, "odd_type.json"); }, "odd_type.json: unexpected content");
+  expect_input_error([&] { add_results(partial, odd_type, "odd_type.json"); }, "odd_type.json: benchmarks[0]: \"run_type\" is not a string");
   json newer = tagged;
   newer["schema_version"] = 2;
   expect_input_error([&] { document_schema(newer, "newer.json"); }, "newer.json: attnbench.bench schema_version 2 is newer");
@@ -176,7 +176,7 @@ TEST(GateResults, RecognisesSchemasAndMergesShards) {
   expect_input_error([&] { add_results(r, props, "props.json"); }, "nothing the gate reads");
   json broken = verify_doc({verify_record("impl_a", "case 9", "pass", 3)});
   broken["records"][0].erase("metrics");
-  expect_input_error([&] { add_results(r, broken, "broken.json"); }, "broken.json: records[0]: missing \"metrics\"");
+  expect_input_error([&] { add_results(r, broken, "broken.json"); }, "broken.json: records[0] (impl_a, case 0): missing \"metrics\"");
 }
 
 TEST(GateResults, BaselineRoundTrip) {

@@ -136,7 +136,7 @@ expect_err "--allow-mixed-revisions"
 python3 -c "import json; d=json.load(open('verify.json')); d['records'][3]['status']='banana'; json.dump(d, open('banana.json','w'))"
 run banana report banana.json --out bad
 expect_rc 2
-expect_err "banana.json: record 3 ("
+expect_err "banana.json: records[3] ("
 expect_err "unknown status 'banana'"
 # Not a file to read from: a link to /dev/zero or a FIFO is refused, not read without end.
 ln -s /dev/zero zero.json

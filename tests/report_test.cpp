@@ -16,8 +16,11 @@
 
 #include "core/error.hpp"
 #include "impls/registry.hpp"
-#include "reports/context.hpp"
-#include "reports/progress.hpp"
+#include "records/bench_record.hpp"
+#include "records/context.hpp"
+#include "records/peers_record.hpp"
+#include "records/properties_record.hpp"
+#include "records/progress.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/report.hpp"
 #include "reports/results.hpp"
@@ -29,6 +32,144 @@ namespace attn {
 namespace {
 
 using nlohmann::json;
+
+// --- the typed bench record (records/bench_record.hpp) ---------------------------------------------
+
+BenchRun timed_run(const std::string& family, std::int64_t n, double ms, int repetition = 0) {
+  BenchRun r;
+  r.family = family;
+  r.n = n;
+  r.run_name = fmt::format("{}/n:{}/real_time", family, n);
+  r.name = r.run_name;
+  r.repetitions = 3;
+  r.repetition_index = repetition;
+  r.iterations = 10;
+  r.real_time = ms;
+  r.cpu_time = ms / 2;
+  r.time_unit = "ms";
+  r.counters["gflops_exact"] = 2.5;
+  r.counters["peak_fraction"] = std::nan("");
+  return r;
+}
+
+TEST(BenchRecord, RoundTripsAndWritesNonFiniteFiguresAsNull) {
+  BenchDocument d;
+  d.shard = Shard{2, 3};
+  d.runs = {timed_run("impl/f32/d64/none", 128, 1.5)};
+  d.attnbench.complete = true;
+  d.attnbench.peaks.fma_gflops = std::numeric_limits<double>::infinity();
+  BenchFit fit;
+  fit.family = "impl/f32/d64/none";
+  fit.fit_min_n = 64;
+  fit.sizes_measured = {32, 64, 128};
+  fit.exponent = 2.0;
+  d.attnbench.fits = {fit};
+  const json written = json::parse(to_json(d).dump());  // strict JSON: nlohmann refuses NaN tokens
+  EXPECT_EQ(written["schema"], "attnbench.bench");
+  EXPECT_TRUE(written["benchmarks"][0]["peak_fraction"].is_null());
+  EXPECT_EQ(written["benchmarks"][0]["n"], 128);
+  EXPECT_EQ(written["benchmarks"][0]["time_unit"], "ms");
+  EXPECT_TRUE(written["attnbench"]["peaks"]["fma_gflops"].is_null());
+  EXPECT_EQ(written["shard"], (json{{"index", 2}, {"count", 3}}));
+  const BenchDocument read = read_bench_document(written, "round.json");
+  ASSERT_EQ(read.runs.size(), 1u);
+  EXPECT_EQ(read.runs[0].family, "impl/f32/d64/none");
+  EXPECT_EQ(read.runs[0].n, 128);
+  EXPECT_DOUBLE_EQ(read.runs[0].real_time_ms(), 1.5);
+  EXPECT_TRUE(std::isnan(read.runs[0].counter("peak_fraction")));
+  EXPECT_DOUBLE_EQ(read.runs[0].counter("gflops_exact"), 2.5);
+  ASSERT_EQ(read.attnbench.fits.size(), 1u);
+  EXPECT_EQ(read.attnbench.fits[0].sizes_used(), (std::vector<std::int64_t>{64, 128}));
+  EXPECT_TRUE(read.attnbench.complete);
+}
+
+// Files written before the runs carried "family" and "n" (Google Benchmark's JSON as its
+// JSONReporter wrote it, names and all) still read: the family and n come from the run name.
+TEST(BenchRecord, ReadsFilesWrittenBeforeRunsCarriedFamilyAndN) {
+  const json old = json::parse(R"({"context": {"num_cpus": 2}, "benchmarks": [
+    {"name": "cpu_naive/f32/d64/none/n:128/real_time", "run_name": "cpu_naive/f32/d64/none/n:128/real_time", "run_type": "iteration",
+     "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": 4, "real_time": 2000.0, "cpu_time": 1900.0, "time_unit": "us",
+     "gflops_exact": 1.25, "peak_fraction": null},
+    {"name": "cpu_naive/f32/d64/none_BigO", "run_name": "cpu_naive/f32/d64/none", "run_type": "aggregate", "repetitions": 1,
+     "threads": 1, "aggregate_name": "BigO", "aggregate_unit": "time", "cpu_coefficient": 1e-4, "real_coefficient": 2e-4,
+     "big_o": "N^2", "time_unit": "ms"}],
+    "attnbench": {"fits": [{"family": "cpu_naive/f32/d64/none", "exponent": null}]}})");
+  const BenchDocument d = read_bench_document(old, "old.json");
+  ASSERT_EQ(d.runs.size(), 2u);
+  EXPECT_EQ(d.runs[0].family, "cpu_naive/f32/d64/none");
+  EXPECT_EQ(d.runs[0].n, 128);
+  EXPECT_DOUBLE_EQ(d.runs[0].real_time_ms(), 2.0);
+  EXPECT_EQ(d.runs[0].case_name(), "cpu_naive/f32/d64/none/n:128");
+  EXPECT_EQ(d.runs[1].family, "cpu_naive/f32/d64/none");
+  EXPECT_EQ(d.runs[1].n, 0);
+  EXPECT_TRUE(d.runs[1].is_complexity());
+  EXPECT_DOUBLE_EQ(d.runs[1].real_time_ms(), 2e-4);
+  EXPECT_FALSE(d.attnbench.fits[0].exponent.has_value());
+  EXPECT_TRUE(d.attnbench.fits[0].sizes_used().empty());
+  json bad = old;
+  bad["benchmarks"][0]["real_time"] = "fast";
+  try {
+    read_bench_document(bad, "bad.json");
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.json: benchmarks[0]: \"real_time\" is not a number"), std::string::npos) << e.what();
+  }
+}
+
+// The peers scripts write median_seconds; a record that cannot be placed or has no time says why.
+TEST(PeersRecord, ReadsTimesInMillisecondsAndMarksUnusableRecords) {
+  const json doc = json::parse(R"({"context": {}, "peers": [{"peer": "onnx", "valid_target": true}, {"peer": "jax", "skipped": "not installed"}],
+    "results": [{"peer": "onnx", "peer_version": "1.2", "valid_target": true, "median_seconds": 0.002,
+                 "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 128, "repro": "R"}},
+                {"peer": "onnx", "error": "out of memory", "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 256}},
+                {"peer": "onnx", "problem": {"dtype": "f32", "d_k": 64, "causal": "none", "n_q": 512}},
+                {"problem": {"n_q": 16}}]})");
+  const PeersDocument d = read_peers_document(doc, "peers.json");
+  ASSERT_EQ(d.peers.size(), 2u);
+  EXPECT_EQ(d.peers[1].skipped.value_or(""), "not installed");
+  ASSERT_EQ(d.results.size(), 4u);
+  EXPECT_DOUBLE_EQ(d.results[0].median_ms.value_or(0), 2.0);
+  EXPECT_EQ(d.results[0].n_q, 128);
+  EXPECT_TRUE(d.results[0].unplaced.empty() && d.results[0].untimed.empty());
+  EXPECT_EQ(d.results[1].error.value_or(""), "out of memory");
+  EXPECT_NE(d.results[2].untimed.find("neither a positive median_seconds nor an error"), std::string::npos);
+  EXPECT_NE(d.results[3].unplaced.find("a record without peer"), std::string::npos);
+  EXPECT_THROW(read_peers_document(json{{"results", 3}}, "bad.json"), InputError);
+}
+
+TEST(PropertyRecord, RoundTrips) {
+  const PropertyRecord r{3, "the sentence", "impl", "failed", 10, 2, 1, 42, "broke", "REPRO", "attnbench properties ..."};
+  const PropertyRecord back = read_property_record(to_json(r), 0, "p.json");
+  EXPECT_EQ(back.property, 3);
+  EXPECT_EQ(back.verdict, "failed");
+  EXPECT_EQ(back.seed, 42u);
+  EXPECT_EQ(back.repro, "REPRO");
+  EXPECT_EQ(back.rerun, r.rerun);
+  EXPECT_EQ(to_json(back), to_json(r));
+}
+
+TEST(BenchRecord, TheMedianPerFamilyAndSizeIsTheMiddleRepetitionElseTheMedianAggregate) {
+  std::vector<BenchRun> runs{timed_run("a", 64, 3.0, 0), timed_run("a", 64, 1.0, 1), timed_run("a", 64, 2.0, 2), timed_run("a", 32, 0.5)};
+  BenchRun failed = timed_run("a", 128, 9.0);
+  failed.error = "deliberate";
+  runs.push_back(failed);
+  BenchRun median = timed_run("b", 64, 7.0);
+  median.aggregate = true;
+  median.aggregate_name = "median";
+  BenchRun mean = median;
+  mean.aggregate_name = "mean";
+  mean.real_time = 100;
+  runs.push_back(mean);
+  runs.push_back(median);
+  const auto points = median_points(runs);
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[0].family, "a");
+  EXPECT_EQ(points[0].n, 32);
+  EXPECT_EQ(points[1].n, 64);
+  EXPECT_DOUBLE_EQ(points[1].time_ms(), 2.0);
+  EXPECT_EQ(points[2].family, "b");
+  EXPECT_DOUBLE_EQ(points[2].time_ms(), 7.0);
+}
 
 std::string message_of(const std::function<void()>& f) {
   try {
@@ -118,6 +259,11 @@ std::set<std::string> record_keys(const json& records) {
   for (const auto& r : records)
     keys.insert(fmt::format("{}|{}|{}|{}", r["implementation"].get<std::string>(), r["case_index"].get<int>(), r["repro"].get<std::string>(),
                             r["status"].get<std::string>()));
+  return keys;
+}
+std::set<std::string> record_keys(const std::vector<VerifyRecord>& records) {
+  std::set<std::string> keys;
+  for (const auto& r : records) keys.insert(fmt::format("{}|{}|{}|{}", r.implementation, r.case_index, r.repro, r.status));
   return keys;
 }
 
@@ -210,7 +356,7 @@ TEST(Merge, ShardsEqualTheUnshardedRun) {
   EXPECT_EQ(record_keys(merged.verify_records), record_keys(whole["records"]));
   // Merged records come back in case order, like the unsharded file.
   for (std::size_t i = 0; i < merged.verify_records.size(); ++i)
-    EXPECT_EQ(merged.verify_records[i]["case_index"], whole["records"][i]["case_index"]);
+    EXPECT_EQ(merged.verify_records[i].case_index, whole["records"][i]["case_index"]);
 
   // A missing shard is said; the same shard twice counts once.
   const MergedResults partial = merge_results({shards[0], shards[2], shards[2]});
@@ -258,7 +404,7 @@ TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
   ASSERT_GE(doc["records"].size(), 2u);
   doc["records"][1]["status"] = "banana";
   const std::string m = message_of([&] { parse_result_file("v.json", doc.dump()); });
-  const std::string which = fmt::format("v.json: record 1 ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
+  const std::string which = fmt::format("v.json: records[1] ({}, case {}): ", doc["records"][1]["implementation"].get<std::string>(),
                                         doc["records"][1]["case_index"].dump());
   EXPECT_NE(m.find(which), std::string::npos) << m;
   EXPECT_NE(m.find("unknown status 'banana' (expected fail, pass, skip)"), std::string::npos) << m;
@@ -267,7 +413,7 @@ TEST(BadInput, UnknownStatusOrVerdictIsRefused) {
   const std::string p = message_of([] {
     parse_result_file("p.json", R"({"schema": "attnbench.properties", "records": [{"property": 3, "implementation": "x", "verdict": "maybe"}]})");
   });
-  EXPECT_NE(p.find("p.json: record 0 (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
+  EXPECT_NE(p.find("p.json: records[0] (x, property 3): unknown verdict 'maybe'"), std::string::npos) << p;
 }
 
 // attnbench's files that are not results are told apart from foreign JSON: `report` skips them.

@@ -1,4 +1,4 @@
-#include "reports/progress.hpp"
+#include "records/progress.hpp"
 
 #include <algorithm>
 #include <unistd.h>

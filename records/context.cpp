@@ -1,4 +1,4 @@
-#include "reports/context.hpp"
+#include "records/context.hpp"
 
 #include <chrono>
 #include <ctime>
@@ -6,7 +6,7 @@
 #include <string>
 #include <thread>
 
-#include "benchmarks/device_plan.hpp"
+#include "records/device_info.hpp"
 #include "git_revision.hpp"  // generated at build time
 
 namespace attn {
@@ -55,7 +55,7 @@ nlohmann::json nvidia_driver_version() {
 // The GPU part of the context: model, compute capability, clocks, CUDA driver and runtime
 // versions, or why there is no device.
 nlohmann::json gpu_context() {
-  const bench::GpuDeviceInfo d = bench::gpu_device_info();
+  const GpuDeviceInfo d = gpu_device_info();
   if (!d.available) return {{"available", false}, {"reason", d.reason}, {"nvidia_driver", nvidia_driver_version()}};
   return {{"available", true},
           {"name", d.name},

@@ -1,0 +1,64 @@
+#include "cli/bench_command.hpp"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "records/context.hpp"
+#include "records/progress.hpp"
+#include "records/shard.hpp"
+
+namespace attn::cli {
+
+BenchCommand::BenchCommand(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmark implementations (Google Benchmark): time, GFLOP/s, fraction of the "
+                                            "measured peak, memory, and the fitted O(n^2) exponent; --benchmark_* flags pass through");
+  command_ = bench;
+  bench::BenchOptions& o = options_;
+  bench->add_option("--impl", implementations_, "Implementation to benchmark (repeatable; default: all)");
+  bench->add_option("--dtype", o.dtypes, "Dtypes, comma-separated (default: f32; --smoke: every dtype each accepts)")->delimiter(',');
+  bench->add_option("--masks", o.masks, "Masks, comma-separated: none, causal (top-left), bottom_right")->delimiter(',')->capture_default_str();
+  bench->add_option("--d", o.head_dims, "Head dimensions d_k = d_v, comma-separated")->delimiter(',')->capture_default_str();
+  bench->add_option("--heads", o.heads, "Heads (h_q = h_kv)")->capture_default_str();
+  bench->add_option("--batch", o.batch, "Batch size")->capture_default_str();
+  bench->add_option("--threads", o.threads, "Threads for the implementations and the peak probes (default: all cores)");
+  bench->add_option("--min-n", o.min_n, "Smallest sequence length (a power of two)")->capture_default_str();
+  bench->add_option("--max-n", o.max_n, "Largest sequence length (a power of two)")->capture_default_str();
+  bench->add_option("--naive-max-n", o.naive_max_n, "Largest n for cpu_naive (single-threaded, n^2 memory)")->capture_default_str();
+  bench->add_option("--fit-min-n", o.fit_min_n, "Smallest n in the log-log exponent fit")->capture_default_str();
+  bench->add_option("--json", o.json_path, "Google Benchmark JSON output ('' to skip)")->capture_default_str();
+  bench->add_flag("--smoke", o.smoke, "Tiny sizes (n = 16..64), one iteration each, short peak probes: for CTest");
+  bench->add_option("--peers", o.peers_command,
+                    "Afterwards run COMMAND through /bin/sh (a peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py' or "
+                    "'python3 benchmarks/peers/torch_sdpa.py') with --min-n --max-n --threads --masks --batch --heads --d --dtype "
+                    "[--l2] --out appended, and compare its medians with ours per (dtype, d, mask, n)");
+  bench->add_option("--l2", o.l2, "GPU families: cold (flush L2 before every timed iteration) or hot (no flush); part of their names")
+      ->capture_default_str();
+  bench->add_option("--shard", shard_, "Run part I of N of the families (I/N: family position modulo N; each family's n-sweep "
+                                       "stays whole), e.g. for a CI matrix; `attnbench report` merges the shards");
+  bench->allow_extras();
+}
+
+int BenchCommand::run(const Registry& registry) {
+  bench::BenchOptions o = options_;
+  o.benchmark_flags = command_->remaining();
+  if (implementations_.empty()) {
+    o.implementations = registry.all();
+  } else {
+    for (const auto& name : implementations_) {
+      const auto* impl = registry.find(name);
+      if (impl == nullptr) throw InputError(fmt::format("unknown implementation '{}' (known: {})", name, fmt::join(registry.names(), ", ")));
+      o.implementations.push_back(impl);
+    }
+  }
+  if (!shard_.empty()) o.shard = parse_shard(shard_);
+  o.context = run_context(o.threads > 0 ? o.threads : default_thread_count());
+  Progress progress("bench", 0, stdout, Progress::stdout_is_terminal());
+  o.progress = {[&](std::size_t total) { progress.set_total(total); }, [&] { progress.clear(); },
+                [&](const std::string& name) { progress.step(name); }, [&] { progress.finish(); }};
+  return bench::run_bench(o);
+}
+
+}  // namespace attn::cli
