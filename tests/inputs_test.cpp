@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
+#include "core/precision.hpp"
 #include "core/problem.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
@@ -368,7 +369,7 @@ TEST(InputOutputBuffers, PoisonsEveryElement) {
     for (std::int64_t e = 0; e < out.numel(); ++e) clean += !out.is_poisoned(e) || !std::isnan(out.get(e));
     EXPECT_EQ(clean, 0);
     const Tensor lse = make_lse(p);
-    EXPECT_EQ(lse.dtype(), d == DType::f64 ? DType::f64 : DType::f32);
+    EXPECT_EQ(lse.dtype(), working_dtype(d));
     EXPECT_EQ(lse.shape(), (Tensor::Shape{1, 4, 9, 1}));
     clean = 0;
     for (std::int64_t e = 0; e < lse.numel(); ++e) clean += !lse.is_poisoned(e);

@@ -156,8 +156,12 @@ void Diagnostician::describe_fully_masked_rows() {
       count("hold the mean of V over all keys (masked keys given one finite score)");
     } else if (p_.padding.kind != KeyPadding::Kind::none && matches([&](std::int64_t j) { return j < padding_only.key_range(b, i).second ? 1.0L : 0.0L; })) {
       count("hold the mean of V over the keys the padding leaves visible");
-    } else if (!p_.window.is_none() && matches([&](std::int64_t j) { return j < causal_only.key_range(b, i).second ? 1.0L : 0.0L; })) {
-      count("hold the mean of V over the keys the causal mask leaves visible");
+    } else if (!p_.window.is_none() && matches([&](std::int64_t j) {
+                 const auto [lo, hi] = causal_only.key_range(b, i);
+                 return lo <= j && j < hi ? 1.0L : 0.0L;
+               })) {
+      count(p_.window.is_causal() ? "hold the mean of V over the keys the causal mask leaves visible"
+                                  : "hold the mean of V over the keys the window leaves visible");
     } else if (matches([&](std::int64_t j) {
                  long double dot = 0;
                  for (std::int64_t t = 0; t < p_.d_k; ++t)

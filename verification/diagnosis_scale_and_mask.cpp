@@ -122,7 +122,7 @@ void Diagnostician::fit_scale() {
 }
 
 void Diagnostician::mask_hypotheses() {
-  if (!p_.window.is_none()) {
+  if (p_.window.is_causal()) {  // hypotheses about a causal mask; other windows have none yet
     if (p_.n_q != p_.n_k) {
       Problem hp = p_;
       const bool was_bottom_right = p_.window == Window::of(Causal::bottom_right);
@@ -159,8 +159,8 @@ void Diagnostician::mask_hypotheses() {
         v[static_cast<std::size_t>(b * p_.n_q + i)] = std::clamp<std::int64_t>(limit_of(b, i), 0, p_.n_k);
     return v;
   };
-  const std::int64_t delta = p_.window == Window::of(Causal::bottom_right) ? p_.n_k - p_.n_q : 0;
-  if (!p_.window.is_none())
+  const std::int64_t delta = p_.window.delta(p_.n_q, p_.n_k);
+  if (p_.window.is_causal())
     limits.push_back({M::causal_strict,
                       fmt::format("the output matches a strict causal mask: query i saw keys j < i{} instead of j <= i{} (the diagonal key masked)",
                                   delta ? " + (n_k - n_q)" : "", delta ? " + (n_k - n_q)" : ""),

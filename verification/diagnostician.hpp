@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/mask.hpp"
+#include "core/precision.hpp"
 #include "core/rng.hpp"
 #include "reference/reference.hpp"
 #include <string>
@@ -122,8 +123,7 @@ class Diagnostician {
 
   double naive_error_in_working_precision(const Problem& hp, const CaseInputs& hin, const Rows& src, const RowRule& rule,
                                           const std::vector<double>& want, const std::vector<std::uint8_t>& skip) const {
-    return p_.dtype == DType::f64 ? naive_error<double>(hp, hin, src, rule, want, skip)
-                                  : naive_error<float>(hp, hin, src, rule, want, skip);
+    return with_working_type(p_.dtype, [&]<class T>(T) { return naive_error<T>(hp, hin, src, rule, want, skip); });
   }
 
   // The reference on a changed problem and/or inputs, at the source rows of the diagnosis rows
@@ -145,7 +145,7 @@ class Diagnostician {
   // finite initial max): computed in that precision, in cpu_naive's order; the yardstick is the
   // case's (the prediction is the naive algorithm under the hypothesis).
   Prediction by_row_rule_in_working_precision(const RowRule& rule) const {
-    return p_.dtype == DType::f64 ? by_row_rule_in<double>(rule) : by_row_rule_in<float>(rule);
+    return with_working_type(p_.dtype, [&]<class T>(T) { return by_row_rule_in<T>(rule); });
   }
   template <class T>
   Prediction by_row_rule_in(const RowRule& rule) const {

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/parallel.hpp"
+#include "core/precision.hpp"
 #include "impls/capability_space.hpp"
 #include "judge/judge.hpp"
 
@@ -192,9 +193,7 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   const double dk = double(p.d_k), dv = double(p.d_v), e = bytes_per_element(p.dtype);
   const double q = b * hq * nq * dk, k = b * hkv * nk * dk, v = b * hkv * nk * dv, o = b * hq * nq * dv, rows = b * hq * nq;
   auto mask_elements = [&](Broadcast bc) {
-    const bool per_batch = bc == Broadcast::per_batch || bc == Broadcast::per_batch_head;
-    const bool per_head = bc == Broadcast::per_head || bc == Broadcast::per_batch_head;
-    return (per_batch ? b : 1.0) * (per_head ? hq : 1.0) * nq * nk;
+    return (varies_over_batch(bc) ? b : 1.0) * (varies_over_head(bc) ? hq : 1.0) * nq * nk;
   };
   CaseMemory m;
   m.inputs = e * (q + k + v) + 8.0 * double(p.padding.valid_len.size());
@@ -210,7 +209,7 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   // Per thread: a few n_k-long vectors of doubles and key indices while a row is computed.
   m.reference = 8.0 * (q + k + v) + ref_rows * (16.0 * dv + 8.0 + 2.0 + 8.0 + sizeof(double) * 8.0) + threads * 64.0 * (nk + dv);
   if (reference.weights) m.reference += ref_rows * nk * 8.0;
-  const double acc = p.dtype == DType::f64 ? 8.0 : 4.0;
+  const double acc = double(bytes_per_element(working_dtype(p.dtype)));
   m.yardstick = e * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
   m.outputs = 2.0 * (e * o + acc * rows);
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.

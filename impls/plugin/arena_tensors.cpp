@@ -37,8 +37,7 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
   const Problem& p = a.problem;
   auto bytes_of = [](const Tensor& t) { return reinterpret_cast<const std::byte*>(t.data()); };
   auto stored = [&](Broadcast b) {
-    const bool batch = b == Broadcast::per_batch || b == Broadcast::per_batch_head, head = b == Broadcast::per_head || b == Broadcast::per_batch_head;
-    return Tensor::Shape{batch ? p.batch : 1, head ? p.h_q : 1, p.n_q, p.n_k};
+    return Tensor::Shape{varies_over_batch(b) ? p.batch : 1, varies_over_head(b) ? p.h_q : 1, p.n_q, p.n_k};
   };
   std::vector<Item> items;
   for (const TensorSpec& s : specs) {

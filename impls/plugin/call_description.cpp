@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/precision.hpp"
+
 namespace attn::plugin {
 
 attnbench_window abi_window(const Problem& p) {
@@ -30,7 +32,7 @@ CallDescription describe_call(const Problem& p) {
                   : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY
                                                                   : ATTNBENCH_KEY_PADDING_NONE;
   if (d.key_padding != ATTNBENCH_KEY_PADDING_NONE) d.valid_len = p.padding.valid_len;
-  d.accumulation = p.dtype == DType::f64 ? DlType{ATTNBENCH_DL_FLOAT, 64, 1} : DlType{ATTNBENCH_DL_FLOAT, 32, 1};
+  d.accumulation = to_dl(working_dtype(p.dtype));
   return d;
 }
 
@@ -96,7 +98,7 @@ std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_
                                 dense("out", ATTNBENCH_ROLE_O, {p.batch, p.h_q, p.n_q, p.d_v})};
   if (with_lse) {
     const Tensor::Shape shape{p.batch, p.h_q, p.n_q, 1};
-    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, p.dtype == DType::f64 ? to_dl(DType::f64) : to_dl(DType::f32), 3, shape,
+    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, to_dl(working_dtype(p.dtype)), 3, shape,
                      layout_strides(shape, Layout::bhsd)});
   }
   const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
