@@ -12,6 +12,7 @@
 #include "impls/cuda_cublas/cublas_plan.hpp"
 #include "impls/cuda_cublas/kernels.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_mask.hpp"
 #include "impls/cuda_support/device_resources.hpp"
 
 namespace attn {
@@ -21,6 +22,8 @@ namespace {
 using cuda::check_cublas;
 using cuda::CublasHandle;
 using cuda::DeviceBuffer;
+using cuda::DeviceMask;
+using cuda::upload_mask;
 using cuda::GuardedBuffer;
 using cuda::Stream;
 
@@ -32,21 +35,6 @@ void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const cha
   if (t.dtype() != dtype || t.numel() != elements)
     throw std::invalid_argument(fmt::format("cuda_cublas: {} is {} with {} elements; the problem needs {} with {}", name,
                                             to_string(t.dtype()), t.numel(), to_string(dtype), elements));
-}
-
-// The scores' element type (f32, or f64 for f64 problems) as raw bytes.
-std::vector<std::byte> as_score_bytes(const Tensor& t, int score_bytes) {
-  std::vector<std::byte> out(bytes_of(t.numel(), score_bytes));
-  for (std::int64_t e = 0; e < t.numel(); ++e) {
-    if (score_bytes == 8) {
-      const double x = t.get(e);
-      std::memcpy(out.data() + std::size_t(e) * 8, &x, 8);
-    } else {
-      const float x = static_cast<float>(t.get(e));  // exact: the bias is f32, f16 or bf16
-      std::memcpy(out.data() + std::size_t(e) * 4, &x, 4);
-    }
-  }
-  return out;
 }
 
 // One cublasGemmStridedBatchedEx from the plan's arguments (alpha and beta as the compute type
@@ -105,38 +93,16 @@ class CublasRun final : public DeviceRun {
     k.lse = lse_.data();
     k.out = out_.data();
 
-    // The mask: key limits per (b, i) from causality and padding, exactly as Mask::key_range does;
-    // the boolean flags and the bias as Mask stores them, with zero strides where broadcast.
-    if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) {
-      std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
-      for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_range(b, i).second;  // lo = 0: the plan refuses lower bounds
-      key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
-      key_limit_.upload(limits.data());
-      k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());
-    }
-    if (const auto& flags = in.mask.bool_flags(); !flags.empty()) {
-      if (double(flags.size()) != broadcast_elements(p, p.bool_mask.broadcast))
-        throw std::logic_error(fmt::format("cuda_cublas: the boolean mask holds {} flags, not what its broadcast implies", flags.size()));
-      flags_ = DeviceBuffer(flags.size());
-      flags_.upload(flags.data());
-      k.bool_flags = static_cast<const std::uint8_t*>(flags_.data());
-      const BroadcastStrides strides = broadcast_strides(p.bool_mask.broadcast, p.h_q, p.n_q, p.n_k);
-      k.flags_batch_stride = strides.batch;
-      k.flags_head_stride = strides.head;
-    }
-    if (in.mask.has_bias()) {
-      const Tensor& bias = in.mask.bias_tensor();
-      const auto& shape = bias.shape();
-      if (shape[2] != p.n_q || shape[3] != p.n_k || (shape[0] != 1 && shape[0] != p.batch) || (shape[1] != 1 && shape[1] != p.h_q))
-        throw std::logic_error("cuda_cublas: the bias tensor's shape does not broadcast to [b, h_q, n_q, n_k]");
-      const std::vector<std::byte> bytes = as_score_bytes(bias, sb);
-      bias_ = DeviceBuffer(bytes.size());
-      bias_.upload(bytes.data());
-      k.bias = bias_.data();
-      k.bias_batch_stride = shape[0] > 1 ? shape[1] * p.n_q * p.n_k : 0;
-      k.bias_head_stride = shape[1] > 1 ? p.n_q * p.n_k : 0;
-    }
+    // The mask: each row's key limit (causality and padding), the boolean flags and the bias in
+    // the scores' type, with zero strides where broadcast.
+    mask_ = upload_mask(p, in.mask, !p.window.is_none() || p.padding.kind != KeyPadding::Kind::none, sb, "cuda_cublas");
+    k.key_limit = static_cast<const std::int64_t*>(mask_.key_limit.data());
+    k.bool_flags = static_cast<const std::uint8_t*>(mask_.flags.data());
+    k.flags_batch_stride = mask_.flags_strides.batch;
+    k.flags_head_stride = mask_.flags_strides.head;
+    k.bias = mask_.bias.data();
+    k.bias_batch_stride = mask_.bias_strides.batch;
+    k.bias_head_stride = mask_.bias_strides.head;
 
     // Deterministic cuBLAS: the dtype's own precision unless the compute type asks for TF32,
     // no reduced-precision reductions, no atomics; the workspace is set again on each enqueue
@@ -183,14 +149,15 @@ class CublasRun final : public DeviceRun {
   }
 
   std::size_t workspace_bytes() const override {
-    return v_finite_.bytes() + v_nonfinite_.bytes() + scores_.bytes() + weights_.bytes() + workspace_.bytes() + key_limit_.bytes() +
-           flags_.bytes() + bias_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
+    return v_finite_.bytes() + v_nonfinite_.bytes() + scores_.bytes() + weights_.bytes() + workspace_.bytes() + mask_.bytes() +
+           2 * (out_.guard_bytes() + lse_.guard_bytes());
   }
 
  private:
   CublasAttentionPlan plan_;
   CublasHandle handle_;
-  DeviceBuffer q_, k_, v_, v_finite_, v_nonfinite_, scores_, weights_, workspace_, key_limit_, flags_, bias_;
+  DeviceBuffer q_, k_, v_, v_finite_, v_nonfinite_, scores_, weights_, workspace_;
+  DeviceMask mask_;
   GuardedBuffer out_, lse_;
   KernelParams params_;
   cudaStream_t stream_ = nullptr;  // of the last enqueue (null: the legacy default stream)
@@ -220,7 +187,7 @@ class CublasAttention final : public Implementation {
   }
 
   Support supports(const Problem& p) const override {
-    const cuda::DeviceStatus& device = cuda::device_status();
+    const DeviceStatus& device = cuda::device_status();
     if (!device.available) return Support::no(device.reason);
     static const cudaError_t image = [] {
       const cudaError_t status = kernel_image_status();

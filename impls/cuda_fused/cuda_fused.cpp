@@ -11,6 +11,7 @@
 #include "impls/cuda_fused/dispatch.hpp"
 #include "impls/cuda_fused/fused_plan.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
+#include "impls/cuda_support/device_mask.hpp"
 #include "impls/cuda_support/device_resources.hpp"
 
 namespace attn {
@@ -18,6 +19,8 @@ namespace cuda_fused {
 namespace {
 
 using cuda::DeviceBuffer;
+using cuda::DeviceMask;
+using cuda::upload_mask;
 using cuda::GuardedBuffer;
 using cuda::Stream;
 
@@ -56,34 +59,15 @@ class FusedRun final : public DeviceRun {
     FusedParams& k = plan_.params;
     k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.o = out_.data();
     k.lse = static_cast<float*>(lse_.data());
-    if (plan_.upload_key_limit) {  // key padding (with causality, if any): Mask::key_range's end per (b, i)
-      std::vector<std::int64_t> limits(std::size_t(p.batch * p.n_q));
-      for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t i = 0; i < p.n_q; ++i) limits[std::size_t(b * p.n_q + i)] = in.mask.key_range(b, i).second;  // lo = 0: the plan refuses lower bounds
-      key_limit_ = DeviceBuffer(limits.size() * sizeof(std::int64_t));
-      key_limit_.upload(limits.data());
-      k.key_limit = static_cast<const std::int64_t*>(key_limit_.data());
-    }
-    if (const auto& flags = in.mask.bool_flags(); !flags.empty()) {
-      const std::int64_t expected = (k.flags_batch_stride ? p.batch : 1) * (k.flags_head_stride ? p.h_q : 1) * p.n_q * p.n_k;
-      if (std::int64_t(flags.size()) != expected)
-        throw std::logic_error(fmt::format("cuda_fused: the boolean mask holds {} flags, not the {} its broadcast implies", flags.size(), expected));
-      flags_ = DeviceBuffer(flags.size());
-      flags_.upload(flags.data());
-      k.bool_flags = static_cast<const std::uint8_t*>(flags_.data());
-    }
-    if (in.mask.has_bias()) {
-      const Tensor& bias = in.mask.bias_tensor();
-      const auto& shape = bias.shape();
-      if (shape[2] != p.n_q || shape[3] != p.n_k || shape[0] != (k.bias_batch_stride ? p.batch : 1) ||
-          shape[1] != (k.bias_head_stride ? p.h_q : 1))
-        throw std::logic_error("cuda_fused: the bias tensor's shape does not match its broadcast");
-      std::vector<float> values(std::size_t(bias.numel()));
-      for (std::int64_t e = 0; e < bias.numel(); ++e) values[std::size_t(e)] = static_cast<float>(bias.get(e));  // exact: f32/f16/bf16
-      bias_ = DeviceBuffer(values.size() * sizeof(float));
-      bias_.upload(values.data());
-      k.bias = static_cast<const float*>(bias_.data());
-    }
+    // The mask: each row's key limit where padding needs one per (b, i) (causality alone the kernel
+    // works out itself), the boolean flags and the bias as f32, at the strides the plan chose.
+    mask_ = upload_mask(p, in.mask, plan_.upload_key_limit, int(sizeof(float)), "cuda_fused");
+    if ((mask_.flags.bytes() > 0 && (mask_.flags_strides.batch != k.flags_batch_stride || mask_.flags_strides.head != k.flags_head_stride)) ||
+        (mask_.bias.bytes() > 0 && (mask_.bias_strides.batch != k.bias_batch_stride || mask_.bias_strides.head != k.bias_head_stride)))
+      throw std::logic_error("cuda_fused: the mask's broadcast does not match the plan's");
+    k.key_limit = static_cast<const std::int64_t*>(mask_.key_limit.data());
+    k.bool_flags = static_cast<const std::uint8_t*>(mask_.flags.data());
+    k.bias = static_cast<const float*>(mask_.bias.data());
   }
 
   void enqueue(void* stream) override {
@@ -112,12 +96,13 @@ class FusedRun final : public DeviceRun {
   }
 
   std::size_t workspace_bytes() const override {
-    return key_limit_.bytes() + flags_.bytes() + bias_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
+    return mask_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
   }
 
  private:
   FusedPlan plan_;
-  DeviceBuffer q_, k_, v_, key_limit_, flags_, bias_;
+  DeviceBuffer q_, k_, v_;
+  DeviceMask mask_;
   GuardedBuffer out_, lse_;
   cudaStream_t stream_ = nullptr;
 };
@@ -139,7 +124,7 @@ class FusedAttention final : public Implementation {
   }
 
   Support supports(const Problem& p) const override {
-    const cuda::DeviceStatus& device = cuda::device_status();
+    const DeviceStatus& device = cuda::device_status();
     if (!device.available) return Support::no(device.reason);
     if (device.sm_major < 8)
       return Support::no(fmt::format("{} is sm_{}{}: the fused kernel needs sm_80 or newer (cp.async, ldmatrix, bf16 mma)", device.name,

@@ -30,8 +30,9 @@ struct FusedParams {
   float scale_log2 = 1.0f;  // scale * log2(e): the softmax runs in base 2
 
   // The mask. Causality alone is computed in the kernel (causal_key_limit, the same rule as
-  // Mask::key_limit); with key padding, key_limit holds Mask::key_limit(b, i) for every (b, i),
-  // causality included. Keys j >= the limit are excluded exactly.
+  // the end of Mask::key_range for a causal window); with key padding, key_limit holds the end of
+  // Mask::key_range(b, i) for every (b, i), causality included (the plan refuses windows with a
+  // lower bound, so every range starts at key 0). Keys j >= the limit are excluded exactly.
   CausalMode causal = CausalMode::none;
   const std::int64_t* key_limit = nullptr;  // [b, n_q], or null
   const std::uint8_t* bool_flags = nullptr; // [bb, hh, n_q, n_k] as Mask stores it; 0 = masked

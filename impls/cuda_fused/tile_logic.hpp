@@ -55,7 +55,8 @@ ATTN_HD constexpr int simt_smem_bytes(int head_dim) {
   return (t.block_m * head_dim + t.block_n * (head_dim + 1) + t.block_n * head_dim) * 4;
 }
 
-// Causality as the kernels see it (Mask::key_limit without padding): query i sees keys j < limit.
+// Causality as the kernels see it (the end of Mask::key_range for a causal window, without
+// padding): query i sees keys j < limit. Device code keeps its own copy of core's window rule.
 enum class CausalMode : int { none = 0, top_left = 1, bottom_right = 2 };
 
 ATTN_HD constexpr std::int64_t causal_key_limit(CausalMode mode, std::int64_t i, std::int64_t n_q, std::int64_t n_k) {
