@@ -37,7 +37,7 @@ namespace attn::bench {
 namespace {
 
 // The device and the GPU peaks in Google Benchmark's context (strings, as it keeps them).
-void add_gpu_context(CustomContext& context, const GpuDeviceInfo& d, const GpuRun& g) {
+void add_gpu_context(CustomContext& context, const DeviceStatus& d, const GpuRun& g) {
   context.add("gpu_name", d.name);
   context.add("gpu_compute_capability", fmt::format("{}.{}", d.sm_major, d.sm_minor));
   context.add("gpu_sm_count", std::to_string(d.multiprocessors));
@@ -82,7 +82,7 @@ int run_bench(const BenchOptions& o) {
   // device is queried only when one was asked for).
   const bool wants_gpu = std::any_of(o.implementations.begin(), o.implementations.end(),
                                      [](const Implementation* impl) { return runs_on_gpu(*impl); });
-  const GpuDeviceInfo device = wants_gpu ? gpu_device_info() : GpuDeviceInfo{};
+  const DeviceStatus device = wants_gpu ? gpu_device_info() : DeviceStatus{};
   const DevicePlan devices = plan_devices(o.implementations, device);
   ProblemListOptions plo;
   for (const auto& d : o.dtypes) plo.dtypes.push_back(parse_dtype(d));

@@ -76,7 +76,7 @@ std::optional<BenchFit> to_bench_fit(const FamilyResult& r, std::int64_t fit_min
   return fit;
 }
 
-nlohmann::json gpu_section(const GpuDeviceInfo& d, const GpuRun& g, const std::vector<std::string>& skipped) {
+nlohmann::json gpu_section(const DeviceStatus& d, const GpuRun& g, const std::vector<std::string>& skipped) {
   return {{"device", to_json(d)},
           {"l2_mode", to_string(g.l2)},
           {"timing", g.timing.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.timing)},

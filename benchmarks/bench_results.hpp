@@ -52,7 +52,7 @@ struct GpuRun {
 
 // The "gpu" entry of the attnbench section: the device (or why there is none), the L2 mode, the
 // timing method, the peaks, the skipped implementations and any setup error.
-nlohmann::json gpu_section(const GpuDeviceInfo& device, const GpuRun& gpu, const std::vector<std::string>& skipped);
+nlohmann::json gpu_section(const DeviceStatus& device, const GpuRun& gpu, const std::vector<std::string>& skipped);
 
 // The summary table and the fits, printed after Google Benchmark's own lines.
 void print_table(const std::vector<FamilyResult>& results, const GpuRun& gpu);

@@ -25,7 +25,7 @@ GemmPrecision roofline_precision(const Implementation& implementation, DType dty
 // harness's GPU families, whatever its device.
 bool runs_on_gpu(const Implementation& implementation) { return implementation.describe().device == "cuda" && !implementation.times_itself(); }
 
-DevicePlan plan_devices(std::span<const Implementation* const> implementations, const GpuDeviceInfo& device) {
+DevicePlan plan_devices(std::span<const Implementation* const> implementations, const DeviceStatus& device) {
   DevicePlan plan;
   for (const Implementation* impl : implementations) {
     if (!runs_on_gpu(*impl)) {

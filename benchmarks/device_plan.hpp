@@ -48,6 +48,6 @@ GemmPrecision roofline_precision(const Implementation& implementation, DType dty
 // Keeps the CPU implementations and, when the device is available, the GPU ones; a GPU
 // implementation without a device is skipped with the device's reason. Pure: the caller queries
 // the device (only when a GPU implementation was asked for).
-DevicePlan plan_devices(std::span<const Implementation* const> implementations, const GpuDeviceInfo& device);
+DevicePlan plan_devices(std::span<const Implementation* const> implementations, const DeviceStatus& device);
 
 }  // namespace attn::bench

@@ -55,7 +55,7 @@ nlohmann::json nvidia_driver_version() {
 // The GPU part of the context: model, compute capability, clocks, CUDA driver and runtime
 // versions, or why there is no device.
 nlohmann::json gpu_context() {
-  const GpuDeviceInfo d = gpu_device_info();
+  const DeviceStatus d = gpu_device_info();
   if (!d.available) return {{"available", false}, {"reason", d.reason}, {"nvidia_driver", nvidia_driver_version()}};
   return {{"available", true},
           {"name", d.name},

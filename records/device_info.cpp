@@ -4,7 +4,7 @@
 
 namespace attn {
 
-nlohmann::json to_json(const GpuDeviceInfo& d) {
+nlohmann::json to_json(const DeviceStatus& d) {
   if (!d.available) return {{"available", false}, {"reason", d.reason}};
   return {{"available", true},
           {"name", d.name},

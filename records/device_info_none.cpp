@@ -3,8 +3,8 @@
 
 namespace attn {
 
-GpuDeviceInfo gpu_device_info() {
-  GpuDeviceInfo d;
+DeviceStatus gpu_device_info() {
+  DeviceStatus d;
   d.reason = "attnbench was built without CUDA (ATTN_HAVE_CUDA is off)";
   return d;
 }

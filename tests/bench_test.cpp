@@ -2,6 +2,7 @@
 // memory probe, the machine-peak probes, run_bench's contract (errors are reported per
 // benchmark, the run goes on, and the result is 1), the device plan (GPU implementations without
 // a device are skipped with the reason) and the --peers plan and comparison per (dtype, d).
+// Over 500 lines: one suite for benchmarks/, sharing its fake implementations and runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,8 +87,8 @@ std::unique_ptr<FakeImplementation> fake_gpu(const std::string& name, std::vecto
   return impl;
 }
 
-GpuDeviceInfo no_device() {
-  GpuDeviceInfo d;
+DeviceStatus no_device() {
+  DeviceStatus d;
   d.reason = "no CUDA device: made up for the test";
   return d;
 }
@@ -459,7 +460,7 @@ TEST(DevicePlan, WithADeviceGpuImplementationsRunInTheOrderAsked) {
   FakeImplementation cpu("cpu_fake", all_dtypes);
   const auto gpu = fake_gpu("gpu_fake");
   const std::vector<const Implementation*> impls{gpu.get(), &cpu};
-  GpuDeviceInfo device;
+  DeviceStatus device;
   device.available = true;
   device.name = "made-up GPU";
   const DevicePlan plan = plan_devices(impls, device);

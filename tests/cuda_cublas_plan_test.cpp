@@ -253,7 +253,7 @@ TEST(CublasPlan, DeviceBytesCountEveryBuffer) {
 TEST(CudaCublasRegistry, BothVariantsAreRegisteredAndSayWhyTheySkip) {
   Registry registry;
   register_builtin_implementations(registry);
-  const cuda::DeviceStatus& device = cuda::device_status();
+  const DeviceStatus& device = cuda::device_status();
   for (const char* name : {"cuda_cublas", "cuda_cublas_tf32"}) {
     const Implementation* impl = registry.find(name);
     ASSERT_NE(impl, nullptr) << name;

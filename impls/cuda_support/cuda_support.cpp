@@ -46,6 +46,8 @@ DeviceStatus query() {
   int khz = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device) == cudaSuccess) s.sm_clock_mhz = khz / 1000.0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, s.device) == cudaSuccess) s.memory_clock_mhz = khz / 1000.0;
+  int l2 = 0;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, s.device) == cudaSuccess) s.l2_bytes = l2;
   cudaDriverGetVersion(&s.driver_version);
   cudaRuntimeGetVersion(&s.runtime_version);
   cudaGetLastError();

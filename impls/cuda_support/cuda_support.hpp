@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/device_status.hpp"
+
 namespace attn::cuda {
 
 class CudaError : public std::runtime_error {
@@ -22,21 +24,7 @@ void check(cudaError_t status, const char* call);
 // The same for a kernel launch: the launch's own error (cudaGetLastError), named after kernel.
 void check_launch(const char* kernel);
 
-struct DeviceStatus {
-  bool available = false;
-  std::string reason;       // why not, when !available (no driver, no device, ...)
-  int device = 0;           // the device used: CUDA_VISIBLE_DEVICES picks which
-  std::string name;         // e.g. "NVIDIA H100 80GB HBM3"
-  int sm_major = 0, sm_minor = 0;
-  int multiprocessors = 0;
-  double sm_clock_mhz = 0;  // the maximum SM clock the driver reports
-  double memory_clock_mhz = 0;
-  double memory_gib = 0;
-  int driver_version = 0;   // e.g. 13000
-  int runtime_version = 0;
-};
-
-// Queried once per process; never throws.
+// The device (core/device_status.hpp), queried once per process; never throws.
 const DeviceStatus& device_status();
 
 // CTest's SKIP_RETURN_CODE for GPU tests run where no device is (tests/CMakeLists.txt).
