@@ -1,6 +1,7 @@
 // core/problem.hpp: validation names the offending field; the repro string and JSON round-trip
 // to an equal problem; malformed repro strings are rejected with a message naming the token;
 // derived figures (visible pairs, FLOPs, bytes) match hand counts.
+// Over 500 lines: one suite for Problem, whose field table every case below exercises.
 #include <bit>
 #include <cctype>
 #include <cmath>

@@ -1,6 +1,7 @@
 // The high-precision reference: closed forms it must reproduce exactly, the error bound it
 // states (checked against the same computation in 256 bits), its single rounding, and row
 // sampling on problems too large to compute in full.
+// Over 500 lines: the reference's closed forms and bounds, each a test; they share the 256-bit checker.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Result files, shards, merging and the report: schema fields of every kind, readers that ignore
 // unknown fields, --shard as a partition, merged shards equal to the unsharded run, bad input
 // named, the report's sections and charts, the 1/sqrt(d_k) study, the progress display.
+// Over 500 lines: one suite per result file family, sharing its fixtures (a run written, read back).
 #include <algorithm>
 #include <cmath>
 #include <functional>
