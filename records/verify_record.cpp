@@ -10,15 +10,17 @@
 
 namespace attn {
 
+namespace {
+
 using nlohmann::json;
 
+// JSON has no NaN or Inf: a figure the file holds as a number is written "nan", "inf" or "-inf"
+// when it is not finite.
 json figure_json(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   return x;
 }
-
-namespace {
 
 std::string text(const json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};

@@ -13,9 +13,6 @@
 
 namespace attn {
 
-// A figure the file writes as a number, or as "nan", "inf" or "-inf" (JSON has neither).
-nlohmann::json figure_json(double x);
-
 // An output's errors against the reference (core/metrics.hpp's ErrorMetrics, with its flat
 // indices written as coordinates, "-" for none).
 struct VerifyMetrics {
