@@ -74,8 +74,8 @@ void add_verify(Results& results, const json& document, const std::string& sourc
     c.skip_reason = r.skip_reason;
     if (r.measured()) {
       // A NaN or infinite error is infinitely bad.
-      c.max_ulps = std::isfinite(r.max_ulps) ? r.max_ulps : std::numeric_limits<double>::infinity();
-      c.max_abs = std::isfinite(r.max_abs) ? r.max_abs : std::numeric_limits<double>::infinity();
+      c.max_ulps = std::isfinite(r.max_ulps()) ? r.max_ulps() : std::numeric_limits<double>::infinity();
+      c.max_abs = std::isfinite(r.max_abs()) ? r.max_abs() : std::numeric_limits<double>::infinity();
       c.reasons = r.reasons;
     }
     add_accuracy(results, std::move(c), source);

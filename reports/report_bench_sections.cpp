@@ -164,16 +164,16 @@ Section chart_section(const MergedResults& m, const std::vector<BenchFamily>& fa
   for (const auto& r : m.verify_records) {
     if (!r.measured()) continue;
     const double u = ulps_value(r);
-    auto& series = by_dtype[r.dtype];
+    auto& series = by_dtype[r.dtype()];
     auto& mine = series[r.implementation];
     mine.name = r.implementation;
     mine.joined = false;
-    if (std::isfinite(u)) mine.points.emplace_back(r.n_k, u);
-    if (!std::isnan(r.baseline_max_ulps)) {
+    if (std::isfinite(u)) mine.points.emplace_back(r.n_k(), u);
+    if (!std::isnan(r.baseline_max_ulps())) {
       auto& naive = series["~naive yardstick"];
       naive.name = "naive in the same precision (yardstick)";
       naive.joined = false;
-      if (std::isfinite(r.baseline_max_ulps)) naive.points.emplace_back(r.n_k, r.baseline_max_ulps);
+      if (std::isfinite(r.baseline_max_ulps())) naive.points.emplace_back(r.n_k(), r.baseline_max_ulps());
     }
   }
   for (auto& [dtype, series] : by_dtype) {

@@ -41,12 +41,12 @@ std::string fmt_fixed(double x, int decimals) { return std::isfinite(x) ? fmt::f
 
 std::string format_ulps(const VerifyRecord& r) {
   // Every compared output lies near zero, where ulps are not measured (core/metrics.hpp).
-  if (!r.measured() || !r.ulps_measured) return "-";
-  if (std::isnan(r.max_ulps)) return "nan";
-  return r.max_ulps > 999999 ? fmt::format("{:.1e}", r.max_ulps) : fmt_num(r.max_ulps, 7);
+  if (!r.measured() || !r.ulps_measured()) return "-";
+  if (std::isnan(r.max_ulps())) return "nan";
+  return r.max_ulps() > 999999 ? fmt::format("{:.1e}", r.max_ulps()) : fmt_num(r.max_ulps(), 7);
 }
 
-double ulps_value(const VerifyRecord& r) { return std::isnan(r.max_ulps) ? INFINITY : r.max_ulps; }
+double ulps_value(const VerifyRecord& r) { return std::isnan(r.max_ulps()) ? INFINITY : r.max_ulps(); }
 
 }  // namespace report_parts
 }  // namespace attn

@@ -74,7 +74,7 @@ Section verdict_section(const MergedResults& m) {
   std::map<std::tuple<std::string, std::string, std::string>, Cell> cells;
   int pass = 0, fail = 0, skip = 0;
   for (const auto& r : m.verify_records) {
-    Cell& c = cells[{r.implementation, r.dtype, r.mask}];
+    Cell& c = cells[{r.implementation, r.dtype(), r.mask()}];
     const std::string& status = r.status;
     if (status == "pass") ++c.pass, ++pass;
     else if (status == "fail") ++c.fail, ++fail;
@@ -120,8 +120,8 @@ Section coverage_section(const MergedResults& m) {
       continue;
     }
     ++c.ran;
-    if (r.projected) ++c.projected;
-    if (r.sampled) ++c.sampled;
+    if (r.projected()) ++c.projected;
+    if (r.sampled()) ++c.sampled;
     try {
       for (const std::string& f : features_of(parse_problem(r.repro))) ++c.features[f], every_feature.insert(f);
     } catch (const std::exception&) {
@@ -164,11 +164,11 @@ Section worst_section(const MergedResults& m, std::size_t limit) {
   std::vector<std::string> reasons;
   for (const VerifyRecord* r : measured) {
     // The diagnosis is written by verify for a diagnosed failure (reports/README.md); older files have none.
-    t.rows.push_back({r->implementation, std::to_string(r->case_index), r->label, fmt_num(r->max_abs), format_ulps(*r),
-                      r->budget_used ? format_budget(*r->budget_used) : "-", r->status == "fail" ? "FAIL" : "pass", r->repro, r->diagnosis});
+    t.rows.push_back({r->implementation, std::to_string(r->case_index), r->label, fmt_num(r->max_abs()), format_ulps(*r),
+                      r->budget_used ? format_budget(*r->budget_used) : "-", r->status == "fail" ? "FAIL" : "pass", r->repro, r->diagnosis_summary()});
     if (r->status == "fail")
       for (const auto& why : r->reasons) reasons.push_back(fmt::format("{} case {}: {}", r->implementation, r->case_index, why));
-    if (!r->diagnosis.empty()) reasons.push_back(fmt::format("{} case {}: diagnosis: {}", r->implementation, r->case_index, r->diagnosis));
+    if (!r->diagnosis_summary().empty()) reasons.push_back(fmt::format("{} case {}: diagnosis: {}", r->implementation, r->case_index, r->diagnosis_summary()));
   }
   s.blocks.emplace_back(std::move(t));
   for (const auto& why : reasons) s.blocks.emplace_back(Paragraph{"FAIL " + why});

@@ -21,49 +21,42 @@
 namespace attn {
 namespace {
 
-// JSON has no NaN or Inf: non-finite figures become strings.
-nlohmann::json number(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
+VerifyMetrics metrics_record(const Problem& p, const ErrorMetrics& m) {
+  VerifyMetrics v;
+  v.compared = m.compared;
+  v.reference_max_abs = m.reference_max_abs;
+  v.max_abs = m.max_abs;
+  v.max_abs_at = output_coordinates(p, m.max_abs_index);
+  v.max_rel = m.max_rel;
+  v.rel_floor = m.rel_floor;
+  v.max_rel_at = output_coordinates(p, m.max_rel_index);
+  v.normwise_rel = m.normwise_rel;
+  v.rms = m.rms;
+  v.max_ulps = m.max_ulps;
+  v.max_ulps_at = output_coordinates(p, m.max_ulps_index);
+  v.nan = m.nan;
+  v.pos_inf = m.pos_inf;
+  v.neg_inf = m.neg_inf;
+  v.fully_masked_nan = m.fully_masked_nan;
+  v.fully_masked_inf = m.fully_masked_inf;
+  v.unwritten = m.unwritten;
+  v.fully_masked_rows = m.fully_masked_rows;
+  v.fully_masked_violations = m.fully_masked_violations;
+  v.fully_masked_holding = {m.fully_masked_nan_rows, m.fully_masked_inf_rows, m.fully_masked_zero_rows, m.fully_masked_finite_rows};
+  if (m.has_lse) v.lse = VerifyMetrics::Lse{m.lse_max_abs, m.lse_violations};
+  return v;
 }
 
-nlohmann::json metrics_json(const Problem& p, const ErrorMetrics& m) {
-  nlohmann::json j{{"compared", m.compared},
-                   {"reference_max_abs", number(m.reference_max_abs)},
-                   {"max_abs", number(m.max_abs)},
-                   {"max_abs_at", output_coordinates(p, m.max_abs_index)},
-                   {"max_rel", number(m.max_rel)},
-                   {"rel_floor", number(m.rel_floor)},
-                   {"max_rel_at", output_coordinates(p, m.max_rel_index)},
-                   {"normwise_rel", number(m.normwise_rel)},
-                   {"rms", number(m.rms)},
-                   {"max_ulps", m.max_ulps},
-                   {"max_ulps_at", output_coordinates(p, m.max_ulps_index)},
-                   {"nan", m.nan},
-                   {"pos_inf", m.pos_inf},
-                   {"neg_inf", m.neg_inf},
-                   {"fully_masked_nan", m.fully_masked_nan},
-                   {"fully_masked_inf", m.fully_masked_inf},
-                   {"unwritten", m.unwritten},
-                   {"fully_masked_rows", m.fully_masked_rows},
-                   {"fully_masked_violations", m.fully_masked_violations},
-                   {"fully_masked_holding",
-                    {{"nan", m.fully_masked_nan_rows},
-                     {"inf", m.fully_masked_inf_rows},
-                     {"zeros", m.fully_masked_zero_rows},
-                     {"finite_nonzero", m.fully_masked_finite_rows}}}};
-  if (m.has_lse) j["lse"] = {{"max_abs", number(m.lse_max_abs)}, {"violations", m.lse_violations}};
-  return j;
-}
-
-nlohmann::json diagnosis_json(const Diagnosis& d) {
-  nlohmann::json matches = nlohmann::json::array();
-  for (const DiagnosisMatch& m : d.matches)
-    matches.push_back({{"hypothesis", m.hypothesis}, {"explanation", m.explanation}, {"max_abs", number(m.max_abs)}, {"tolerance", number(m.tolerance)}});
-  return {{"summary", d.summary()}, {"matches", matches},     {"tested", d.tested},
-          {"rows", d.rows},         {"note", d.note},         {"nondeterminism", d.nondeterminism},
-          {"fully_masked_rows", d.fully_masked_rows}};
+VerifyDiagnosis diagnosis_record(const Diagnosis& d) {
+  VerifyDiagnosis v;
+  v.summary = d.summary();
+  for (const DiagnosisMatch& m : d.matches) v.matches.push_back({m.hypothesis, m.explanation, m.max_abs, m.tolerance});
+  v.tested = d.tested;
+  v.rows = d.rows;
+  v.note = d.note;
+  v.nondeterminism = d.nondeterminism;
+  v.fully_masked_rows = d.fully_masked_rows;
+  return v;
 }
 
 // The share of its error budget a case used: the worst output error over its tolerance (and the
@@ -107,46 +100,39 @@ void print_skips(std::ostream& os, const VerifyRun& run) {
 
 }  // namespace
 
+VerifyRecord verify_record(const Record& r) {
+  const CaseContext& c = *r.context;
+  VerifyRecord v;
+  v.implementation = r.implementation;
+  v.case_index = std::int64_t(c.index);
+  v.label = c.problem.label();
+  v.repro = c.problem.repro();
+  v.problem = c.problem;
+  v.status = to_string(r.status);
+  v.reference = VerifyReference{c.rows_total, c.rows_checked, c.reference_rows_float128, c.sampled, c.reference_self_bound_ulps, c.reference_seconds};
+  v.baseline = VerifyBaseline{"cpu_naive in the same precision", metrics_record(c.problem, c.baseline), c.baseline_bound_ratio,
+                              c.score_rounding.out, c.score_rounding.lse};
+  if (!r.projected_from.empty()) v.projected_from = VerifyRecord::Projection{r.projected_from, r.projection};
+  // Given inputs: the repro string describes the case but cannot regenerate its tensors.
+  v.inputs_from = c.inputs_from;
+  if (r.status == Status::skip) {
+    v.skip_reason = r.skip_reason;
+    return v;
+  }
+  v.metrics = metrics_record(c.problem, r.metrics);
+  v.tolerance = r.verdict.tolerance;
+  v.ratio_to_baseline = r.verdict.ratio;
+  v.budget_used = budget_used(r.metrics, r.verdict);
+  v.reasons = r.verdict.reasons;
+  v.seconds = r.seconds;
+  if (r.diagnosis.ran) v.diagnosis = diagnosis_record(r.diagnosis);
+  v.diagnosis_skipped = r.diagnosis_skipped;
+  return v;
+}
+
 nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context, std::string_view command) {
   nlohmann::json records = nlohmann::json::array();
-  for (const Record& r : run.records) {
-    const CaseContext& c = *r.context;
-    nlohmann::json j{{"implementation", r.implementation},
-                     {"case_index", c.index},
-                     {"label", c.problem.label()},
-                     {"repro", c.problem.repro()},
-                     {"problem", c.problem},
-                     {"status", to_string(r.status)},
-                     {"reference",
-                      {{"rows_total", c.rows_total},
-                       {"rows_checked", c.rows_checked},
-                       {"sampled", c.sampled},
-                       {"rows_float128", c.reference_rows_float128},
-                       {"self_error_bound_ulps", number(c.reference_self_bound_ulps)},
-                       {"seconds", c.reference_seconds}}},
-                     {"baseline",
-                      {{"algorithm", "cpu_naive in the same precision"},
-                       {"metrics", metrics_json(c.problem, c.baseline)},
-                       {"error_over_a_priori_bound", number(c.baseline_bound_ratio)},
-                       {"score_rounding", number(c.score_rounding.out)},
-                       {"lse_score_rounding", number(c.score_rounding.lse)}}}};
-    if (!r.projected_from.empty()) j["projected_from"] = {{"repro", r.projected_from}, {"changes", r.projection}};
-    // Given inputs: the repro string describes the case but cannot regenerate its tensors.
-    if (!c.inputs_from.empty()) j["inputs_from"] = c.inputs_from;
-    if (r.status == Status::skip) {
-      j["skip_reason"] = r.skip_reason;
-    } else {
-      j["metrics"] = metrics_json(c.problem, r.metrics);
-      j["tolerance"] = number(r.verdict.tolerance);
-      j["ratio_to_baseline"] = number(r.verdict.ratio);
-      j["budget_used"] = number(budget_used(r.metrics, r.verdict));
-      j["reasons"] = r.verdict.reasons;
-      j["seconds"] = r.seconds;
-      if (r.diagnosis.ran) j["diagnosis"] = diagnosis_json(r.diagnosis);
-      if (!r.diagnosis_skipped.empty()) j["diagnosis_skipped"] = r.diagnosis_skipped;
-    }
-    records.push_back(std::move(j));
-  }
+  for (const Record& r : run.records) records.push_back(to_json(verify_record(r)));
   nlohmann::json coverage = nlohmann::json::object();
   for (const auto& [implementation, declared] : run.declared_features) {
     const Coverage c = coverage_of(run, implementation);

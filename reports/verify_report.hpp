@@ -1,15 +1,19 @@
 #pragma once
-// Verify results as JSON (schema "attnbench.verify", version 1) and as a console table.
+// Verify results as JSON (schema "attnbench.verify", version 1: each record through
+// records/verify_record.hpp, the one writer) and as a console table.
 #include <functional>
 #include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "records/verify_record.hpp"
 #include "verification/verify.hpp"
 
 namespace attn {
 
+// A run's record as the file holds it (records/verify_record.hpp writes it).
+VerifyRecord verify_record(const Record& record);
 // `command` (verify, check, validate) is written beside the schema: a report merging a glob of
 // files says which were the file route's or a plugin's.
 nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context,

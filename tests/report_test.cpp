@@ -21,6 +21,7 @@
 #include "records/context.hpp"
 #include "records/peers_record.hpp"
 #include "records/properties_record.hpp"
+#include "records/verify_record.hpp"
 #include "records/progress.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/report.hpp"
@@ -266,6 +267,85 @@ std::set<std::string> record_keys(const std::vector<VerifyRecord>& records) {
   std::set<std::string> keys;
   for (const auto& r : records) keys.insert(fmt::format("{}|{}|{}|{}", r.implementation, r.case_index, r.repro, r.status));
   return keys;
+}
+
+// --- the typed verify record (records/verify_record.hpp) ------------------------------------------
+
+// What verify writes reads back as the same record: every field the file has is typed.
+TEST(VerifyRecord, RoundTripsWhatVerifyWrites) {
+  const json doc = verify_document(std::nullopt);
+  ASSERT_FALSE(doc["records"].empty());
+  for (std::size_t i = 0; i < doc["records"].size(); ++i) {
+    const json& written = doc["records"][i];
+    EXPECT_EQ(to_json(read_verify_record(written, i, "v.json")), written) << written.dump(1);
+  }
+}
+
+// The fields the default set rarely writes: a skip, a projection, given inputs, a diagnosis,
+// non-finite figures and the NaN ulps marker.
+TEST(VerifyRecord, RoundTripsRareFieldsAndNonFiniteFigures) {
+  VerifyRecord fail;
+  fail.implementation = "impl";
+  fail.repro = fail.label = "REPRO";
+  fail.case_index = 7;
+  fail.status = "fail";
+  fail.problem = {{"dtype", "f16"}, {"n_k", 96}, {"causal", "top_left"}, {"padding", {{"kind", "right"}}}};
+  fail.reference = VerifyReference{10, 4, 1, true, 1e-9, 0.25};
+  fail.baseline = VerifyBaseline{"cpu_naive in the same precision", {}, 0.5, std::nan(""), 0};
+  fail.baseline->metrics.max_ulps = 12;
+  fail.projected_from = VerifyRecord::Projection{"NAMED", "dtype f16 -> f32"};
+  fail.inputs_from = "dir/";
+  fail.metrics.emplace();
+  fail.metrics->max_abs = INFINITY;
+  fail.metrics->max_ulps = VerifyMetrics::nan_ulps;
+  fail.metrics->max_ulps_at = "b=0 h=0 i=1 c=2";
+  fail.metrics->lse = VerifyMetrics::Lse{std::nan(""), 3};
+  fail.tolerance = 1e-3;
+  fail.ratio_to_baseline = INFINITY;
+  fail.budget_used = INFINITY;
+  fail.reasons = {"too far"};
+  fail.seconds = 0.5;
+  fail.diagnosis = VerifyDiagnosis{"a leak", {{"leak", "a leak", 1e-4, 1e-3}}, {"leak", "scale"}, 3, "", "", ""};
+  fail.diagnosis_skipped = "";
+  const json j = to_json(fail);
+  EXPECT_EQ(j["metrics"]["max_abs"], "inf");
+  EXPECT_EQ(j["metrics"]["max_ulps"], VerifyMetrics::nan_ulps);
+  EXPECT_FALSE(j.contains("skip_reason"));
+  const VerifyRecord back = read_verify_record(j, 0, "v.json");
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_TRUE(std::isnan(back.max_ulps()));
+  EXPECT_TRUE(std::isinf(back.max_abs()));
+  EXPECT_TRUE(back.projected() && back.sampled() && back.ulps_measured());
+  EXPECT_EQ(back.diagnosis_summary(), "a leak");
+  EXPECT_EQ(back.baseline_max_ulps(), 12);
+  EXPECT_EQ(back.dtype(), "f16");
+  EXPECT_EQ(back.n_k(), 96);
+  EXPECT_EQ(back.mask(), "causal top_left + pad right");
+
+  VerifyRecord skip = fail;
+  skip.status = "skip";
+  skip.skip_reason = "no f16";
+  const json s = to_json(skip);
+  for (const char* key : {"metrics", "tolerance", "budget_used", "reasons", "seconds", "diagnosis"}) EXPECT_FALSE(s.contains(key)) << key;
+  EXPECT_EQ(s["skip_reason"], "no f16");
+  EXPECT_EQ(to_json(read_verify_record(s, 0, "v.json")), s);
+}
+
+// A hand-written record (the gate's tests, older files) needs only what the readers use.
+TEST(VerifyRecord, ReadsAMinimalRecordAndNamesABadFigure) {
+  json r = {{"implementation", "impl"}, {"repro", "R"}, {"status", "pass"}, {"metrics", {{"max_abs", 1e-6}, {"max_ulps", 3.0}}}};
+  const VerifyRecord v = read_verify_record(r, 2, "old.json");
+  EXPECT_EQ(v.label, "R");
+  EXPECT_EQ(v.max_ulps(), 3);
+  EXPECT_EQ(v.mask(), "none");
+  EXPECT_TRUE(std::isnan(v.n_k()) && std::isnan(v.baseline_max_ulps()));
+  EXPECT_FALSE(v.budget_used.has_value());
+  r["metrics"]["max_ulps"] = 2.5;
+  const std::string m = message_of([&] { read_verify_record(r, 2, "old.json"); });
+  EXPECT_NE(m.find("old.json: records[2] (impl, case ?): metrics.max_ulps is not a whole number of ulps: 2.5"), std::string::npos) << m;
+  r["metrics"]["max_ulps"] = "nan";
+  r["metrics"]["max_abs"] = "lots";
+  EXPECT_NE(message_of([&] { read_verify_record(r, 2, "old.json"); }).find("metrics.max_abs is not a number: \"lots\""), std::string::npos);
 }
 
 TEST(Shard, ParsesAndRejectsWithAClearMessage) {
