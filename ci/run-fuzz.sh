@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # libFuzzer on the .npy reader and the repro-string parser (fuzz preset: clang-14, ASan + UBSan;
-# targets in tests/fuzz): each target for FUZZ_SECONDS (default 60) from its committed seed corpus,
+# targets in tests/fuzz): each target for FUZZ_SECONDS (default 30) from its committed seed corpus,
 # copied to a temporary directory so the repository stays clean. Fails when libFuzzer reports a
 # crash, a sanitizer error, a leak, a timeout (a unit over 10 s) or running out of memory; the
 # input that did it is kept in build/fuzz/artifacts/ (reproduce: build/fuzz/tests/fuzz/TARGET FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${FUZZ_SECONDS:-60}
+seconds=${FUZZ_SECONDS:-30}
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
 work=$(mktemp -d)

@@ -2,7 +2,7 @@
 # The tests on a fresh machine: install what is missing; build and run every test under
 # AddressSanitizer + UndefinedBehaviorSanitizer (asan preset); then build the ci preset
 # (optimised, warnings are errors) and run every CTest test. Between the two, libFuzzer runs on
-# the .npy reader and the repro-string parser, 60 s side by side (ci/run-fuzz.sh). The last line
+# the .npy reader and the repro-string parser, 30 s side by side (ci/run-fuzz.sh). The last line
 # is CTest's summary. CTest runs one test per core side by side (tests whose timing matters are
 # RUN_SERIAL in tests/CMakeLists.txt): most tests use one core, and CI's time budget is tight.
 set -euo pipefail
@@ -52,7 +52,7 @@ if ! ctest --preset asan --parallel "$jobs" >build/asan/ctest.log 2>&1; then
   exit 1
 fi
 grep -E 'tests passed|Total Test time' build/asan/ctest.log
-echo "== fuzz: libFuzzer on the .npy reader and the repro-string parser, 60 s side by side (ci/run-fuzz.sh)"
+echo "== fuzz: libFuzzer on the .npy reader and the repro-string parser, 30 s side by side (ci/run-fuzz.sh)"
 bash ci/run-fuzz.sh
 echo "== ci: build (warnings are errors) and test"
 cmake --preset ci >/dev/null
