@@ -17,8 +17,13 @@ std::string to_string(L2Mode mode) { return mode == L2Mode::cold ? "cold" : "hot
 std::string GemmPrecision::name() const { return tf32 ? "tf32" : std::string(to_string(dtype)); }
 
 GemmPrecision roofline_precision(const Implementation& implementation, DType dtype) {
-  constexpr double tf32_unit_roundoff = 0x1p-11;
-  return {dtype, dtype == DType::f32 && implementation.describe().matmul_unit_roundoff >= tf32_unit_roundoff};
+  if (dtype != DType::f32) return {dtype, false};  // half-precision products are the dtype's own
+  switch (implementation.describe().matmul_precision) {
+    case MatmulPrecision::working: break;
+    case MatmulPrecision::tf32: return {dtype, true};
+    case MatmulPrecision::bf16: return {DType::bf16, false};  // f32 inputs multiplied as bf16 run at bf16's rate
+  }
+  return {dtype, false};
 }
 
 // An implementation that times itself (a CUDA plugin: events inside its worker) is not one of the

@@ -35,8 +35,8 @@ struct DevicePlan {
 };
 
 // The precision of the GEMM whose cuBLAS rate is a GPU family's roofline: the family's dtype,
-// or TF32 for f32 families of an implementation whose matrix products round to TF32
-// (Capabilities::matmul_unit_roundoff of 2^-11 or coarser).
+// or, for f32 families of an implementation whose matrix products are coarser
+// (Capabilities::matmul_precision), TF32's or bf16's.
 struct GemmPrecision {
   DType dtype = DType::f32;
   bool tf32 = false;

@@ -98,15 +98,15 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
                      "Declare that the kernel keeps masked K/V rows out entirely (NaN/Inf there never reach an output): property 13 "
                      "(the check of it) then fails instead of reporting a finding (ABI version 1 has no field for it)");
   command_->add_option("--matmul-unit-roundoff", matmul_unit_roundoff_,
-                       "Declare the unit roundoff of the kernel's matrix products when coarser than the dtype's (TF32: 0.00048828125 "
-                       "= 2^-11, bf16: 2^-8): the pass rule and the properties' tolerances scale by it (ABI version 1 has no field "
-                       "for it)");
+                       "Declare the unit roundoff of the kernel's matrix products when coarser than the dtype's: 0.00048828125 = "
+                       "2^-11 (TF32 or f16 products) or 0.00390625 = 2^-8 (bf16 products); the pass rule and the properties' "
+                       "tolerances scale by it (ABI version 1 has no field for it)");
 }
 
 std::string ValidateCommand::rerun_prefix() const {
   std::string command = fmt::format("attnbench validate --plugin {}", plugin_path_);
   if (masked_nonfinite_safe_) command += " --masked-nonfinite-safe";
-  if (matmul_unit_roundoff_ > 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
+  if (matmul_unit_roundoff_ != 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
   if (timeout_seconds_ != 60) command += fmt::format(" --timeout {}", timeout_seconds_);
   if (!memory_limit_.empty()) command += fmt::format(" --plugin-memory-limit {}", memory_limit_);
   return command;
@@ -115,7 +115,14 @@ std::string ValidateCommand::rerun_prefix() const {
 int ValidateCommand::run() const {
   if (!(timeout_seconds_ > 0)) throw InputError("--timeout must be positive");
   if (property_cases_ < 0) throw InputError("--property-cases must not be negative");
-  if (!(matmul_unit_roundoff_ >= 0 && matmul_unit_roundoff_ < 0.5)) throw InputError("--matmul-unit-roundoff must lie in [0, 0.5)");
+  std::optional<MatmulPrecision> matmul_precision;
+  if (matmul_unit_roundoff_ != 0) {
+    try {
+      matmul_precision = matmul_precision_of(matmul_unit_roundoff_);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--matmul-unit-roundoff: {}", e.what()));
+    }
+  }
   properties_numbered(properties_, "--properties");  // a bad number is bad input before the plugin loads
   std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   for (const auto& p : cases) {
@@ -131,7 +138,7 @@ int ValidateCommand::run() const {
   plugin::PluginOptions options;
   options.timeout_seconds = timeout_seconds_;
   options.masked_nonfinite_safe = masked_nonfinite_safe_;
-  options.matmul_unit_roundoff = matmul_unit_roundoff_;
+  options.matmul_precision = matmul_precision;
   if (!memory_limit_.empty()) {
     options.memory_limit_bytes = plugin::parse_byte_size(memory_limit_);
     if (!options.memory_limit_bytes)

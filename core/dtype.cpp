@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "core/error.hpp"
 #include "core/precision.hpp"
 
@@ -174,6 +176,38 @@ std::uint64_t poison_bits(DType dtype) {
     case DType::bf16: return 0x7FA1u;
   }
   return 0;
+}
+
+double unit_roundoff(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::working: return 0;
+    case MatmulPrecision::tf32: return 0x1p-11;
+    case MatmulPrecision::bf16: return 0x1p-8;
+  }
+  return 0;
+}
+
+MatmulPrecision matmul_precision_of(double u) {
+  for (MatmulPrecision p : {MatmulPrecision::working, MatmulPrecision::tf32, MatmulPrecision::bf16})
+    if (u == unit_roundoff(p)) return p;
+  throw InputError(fmt::format("matmul unit roundoff {:g}: expected 0 (the dtype's own arithmetic), 2^-11 = 0.00048828125 (TF32 or f16 "
+                               "products) or 2^-8 = 0.00390625 (bf16 products)",
+                               u));
+}
+
+MatmulPrecision parse_matmul_precision(std::string_view text) {
+  for (MatmulPrecision p : {MatmulPrecision::working, MatmulPrecision::tf32, MatmulPrecision::bf16})
+    if (text == to_string(p)) return p;
+  throw InputError(fmt::format("matmul precision '{}': expected working, tf32 or bf16", text));
+}
+
+std::string_view to_string(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::working: return "working";
+    case MatmulPrecision::tf32: return "tf32";
+    case MatmulPrecision::bf16: return "bf16";
+  }
+  return "?";
 }
 
 }  // namespace attn

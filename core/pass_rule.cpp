@@ -10,9 +10,9 @@
 
 namespace attn {
 
-double precision_scale(DType dtype, double matmul_unit_roundoff) {
-  const double own = accumulation_unit_roundoff(dtype);
-  return matmul_unit_roundoff > own ? matmul_unit_roundoff / own : 1.0;
+double precision_scale(DType dtype, MatmulPrecision matmul) {
+  const double own = accumulation_unit_roundoff(dtype), coarser = unit_roundoff(matmul);
+  return coarser > own ? coarser / own : 1.0;
 }
 
 Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline,

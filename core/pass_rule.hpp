@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/metrics.hpp"
+#include "core/precision.hpp"
 
 namespace attn {
 
@@ -37,11 +38,11 @@ struct ScoreRounding {
 // An implementation whose matrix products are deliberately coarser than the dtype's own
 // arithmetic (TF32 tensor cores on f32 inputs: unit roundoff 2^-11, not f32's 2^-24) is held to
 // the same rule in its own precision: the yardsticks (naive error, score rounding) and the ulp
-// floor, for the output and the LSE, scale by matmul_unit_roundoff / accumulation_unit_roundoff
-// (2^13 for TF32). The naive algorithm's error is, to first order, proportional to the unit
-// roundoff it runs in, so this is "k times the naive algorithm in that precision". 1 when
-// matmul_unit_roundoff is 0 (the dtype's own, Capabilities' default) or not coarser.
-double precision_scale(DType dtype, double matmul_unit_roundoff);
+// floor, for the output and the LSE, scale by unit_roundoff(matmul) / accumulation_unit_roundoff
+// (2^13 for TF32 on f32). The naive algorithm's error is, to first order, proportional to the unit
+// roundoff it runs in, so this is "k times the naive algorithm in that precision". 1 for the
+// working precision (Capabilities' default) or a unit not coarser than the dtype's.
+double precision_scale(DType dtype, MatmulPrecision matmul);
 
 // The yardstick is the naive baseline's max abs error, or the score rounding when larger; the
 // same for the LSE. Yardsticks and floors are multiplied by precision_scale (see above).

@@ -4,6 +4,8 @@
 // weights are stored in it, the CPU implementations accumulate in it (with_working_type), and the
 // pass rule's unit roundoff (accumulation_unit_roundoff, core/dtype.hpp) is its. A header of its
 // own, apart from dtype.hpp, which the CUDA kernels include.
+#include <string_view>
+
 #include "core/dtype.hpp"
 
 namespace attn {
@@ -16,6 +18,19 @@ decltype(auto) with_working_type(DType dtype, F&& f) {
   if (working_dtype(dtype) == DType::f64) return f(double{});
   return f(float{});
 }
+
+// The arithmetic of an implementation's matrix products (QK^T and PV) when coarser than the
+// working precision: TF32 tensor cores on f32 inputs (10 stored mantissa bits; f16 products round
+// the same) or bf16 products. The one vocabulary from cuBLAS's compute type to the pass rule's
+// scale (core/pass_rule.hpp) and the bench's roofline GEMM; plugins and capability files declare
+// the unit roundoff as a number, read through matmul_precision_of.
+enum class MatmulPrecision { working, tf32, bf16 };
+
+double unit_roundoff(MatmulPrecision precision);  // 0 (the working precision's own), 2^-11, 2^-8
+// The precision whose unit roundoff this is; throws InputError naming the accepted values otherwise.
+MatmulPrecision matmul_precision_of(double unit_roundoff);
+std::string_view to_string(MatmulPrecision precision);  // "working", "tf32", "bf16"
+MatmulPrecision parse_matmul_precision(std::string_view text);  // throws InputError
 
 // The smallest positive subnormal of the working precision (2^-1074 or 2^-149).
 double working_min_subnormal(DType dtype);

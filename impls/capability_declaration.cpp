@@ -143,9 +143,14 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
     caps.fully_masked = *found;
   }
 
-  if (get("matmul_unit_roundoff", caps.matmul_unit_roundoff, is_number, "a number") &&
-      !(caps.matmul_unit_roundoff >= 0 && caps.matmul_unit_roundoff < 1))
-    throw fault(fmt::format("'matmul_unit_roundoff' {} is not in [0, 1)", caps.matmul_unit_roundoff));
+  double matmul_unit_roundoff = 0;
+  if (get("matmul_unit_roundoff", matmul_unit_roundoff, is_number, "a number")) {
+    try {
+      caps.matmul_precision = matmul_precision_of(matmul_unit_roundoff);
+    } catch (const InputError& e) {
+      throw fault(fmt::format("'matmul_unit_roundoff': {}", e.what()));
+    }
+  }
   return caps;
 }
 
@@ -175,7 +180,7 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   j["returns_lse"] = caps.returns_lse;
   j["deterministic"] = caps.deterministic;
   j["masked_nonfinite_safe"] = caps.masked_nonfinite_safe;
-  j["matmul_unit_roundoff"] = caps.matmul_unit_roundoff;
+  j["matmul_unit_roundoff"] = unit_roundoff(caps.matmul_precision);
   return j;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/inputs.hpp"
 #include "core/metrics.hpp"
+#include "core/precision.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 
@@ -46,10 +47,10 @@ struct Capabilities {
   bool returns_weights = false;
   bool deterministic = true;           // bitwise-identical results on repeated runs
   FullyMaskedPolicy fully_masked = FullyMaskedPolicy::zeros;
-  // Unit roundoff of its matrix products when coarser than the dtype's own arithmetic (TF32
-  // tensor cores on f32 inputs: 2^-11); 0: the dtype's (accumulation_unit_roundoff). The pass
-  // rule's yardsticks and floor scale by the ratio (core/pass_rule.hpp, precision_scale).
-  double matmul_unit_roundoff = 0;
+  // Its matrix products' arithmetic when coarser than the working precision (TF32 tensor cores
+  // on f32 inputs): the pass rule's yardsticks and floor scale by the ratio of unit roundoffs
+  // (core/pass_rule.hpp, precision_scale) and the bench's roofline is that GEMM's.
+  MatmulPrecision matmul_precision = MatmulPrecision::working;
 };
 
 struct Support {

@@ -32,7 +32,7 @@ Yardstick make_yardstick(const Problem& problem, const CaseInputs& inputs, const
 struct JudgeOptions {
   PassRule rule;
   FullyMaskedPolicy fully_masked = FullyMaskedPolicy::zeros;  // what a row that sees no key holds
-  double matmul_unit_roundoff = 0;  // coarser matrix products (TF32: 2^-11); 0: the dtype's own
+  MatmulPrecision matmul_precision = MatmulPrecision::working;  // coarser matrix products (TF32)
 };
 
 struct Judgement {

@@ -48,7 +48,7 @@ std::string first_bit_difference(const Problem& p, const Tensor& expected, const
 // the naive baseline's rows understates its error against an implementation's worst row.
 Verdict judge_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Outputs& o) {
   const Capabilities caps = impl.describe();
-  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.matmul_unit_roundoff})
+  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.matmul_precision})
       .verdict;
 }
 
@@ -73,9 +73,9 @@ void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t 
 
 // The unit roundoff a property's rounding allowance is measured in: the dtype's accumulation
 // precision, coarsened as the pass rule coarsens it for an implementation whose matrix
-// products are coarser (Capabilities::matmul_unit_roundoff, core/pass_rule.hpp).
+// products are coarser (Capabilities::matmul_precision, core/pass_rule.hpp).
 double unit_roundoff_for(const Implementation& impl, DType dtype) {
-  return accumulation_unit_roundoff(dtype) * precision_scale(dtype, impl.describe().matmul_unit_roundoff);
+  return accumulation_unit_roundoff(dtype) * precision_scale(dtype, impl.describe().matmul_precision);
 }
 
 // A rounding allowance derived from the pass rule: k times the naive algorithm's a-priori
@@ -84,7 +84,7 @@ double unit_roundoff_for(const Implementation& impl, DType dtype) {
 // cannot be rejected by a property that allows this much.
 double allowance_from_pass_rule(const Implementation& impl, DType dtype, double naive_bound, double magnitude) {
   const PassRule rule;
-  return rule.k * naive_bound + rule.floor_ulps * precision_scale(dtype, impl.describe().matmul_unit_roundoff) * ulp_at(dtype, magnitude);
+  return rule.k * naive_bound + rule.floor_ulps * precision_scale(dtype, impl.describe().matmul_precision) * ulp_at(dtype, magnitude);
 }
 
 }  // namespace attn::property_detail

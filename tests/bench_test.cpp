@@ -48,7 +48,7 @@ class FakeImplementation final : public Implementation {
     c.summary = "test fake";
     c.dtypes = dtypes_;
     c.device = device;
-    c.matmul_unit_roundoff = matmul_unit_roundoff;
+    c.matmul_precision = matmul_precision;
     return c;
   }
   Support supports(const Problem& p) const override {
@@ -77,7 +77,7 @@ class FakeImplementation final : public Implementation {
 
  public:
   std::string device = "cpu";       // "cuda": a GPU implementation as far as bench's planning is concerned
-  double matmul_unit_roundoff = 0;
+  MatmulPrecision matmul_precision = MatmulPrecision::working;
 };
 
 // A fake GPU implementation (never run: the tests that would run one skip where a device is).
@@ -476,14 +476,17 @@ TEST(DevicePlan, L2ModesAndRooflinePrecision) {
   EXPECT_EQ(parse_l2_mode("hot"), L2Mode::hot);
   EXPECT_EQ(to_string(L2Mode::cold), "cold");
   EXPECT_THROW(parse_l2_mode("warm"), InputError);
-  // The roofline is the GEMM in the precision the implementation multiplies in: TF32 only for f32
-  // data of an implementation whose products round to TF32.
+  // The roofline is the GEMM in the precision the implementation multiplies in: TF32's or bf16's
+  // only for f32 data of an implementation whose products round so.
   const auto gpu = fake_gpu("gpu_fake");
   EXPECT_EQ(roofline_precision(*gpu, DType::f32).name(), "f32");
   EXPECT_EQ(roofline_precision(*gpu, DType::bf16).name(), "bf16");
-  gpu->matmul_unit_roundoff = 0x1p-11;
+  gpu->matmul_precision = MatmulPrecision::tf32;
   EXPECT_EQ(roofline_precision(*gpu, DType::f32).name(), "tf32");
   EXPECT_EQ(roofline_precision(*gpu, DType::f16).name(), "f16");
+  gpu->matmul_precision = MatmulPrecision::bf16;
+  EXPECT_EQ(roofline_precision(*gpu, DType::f32).name(), "bf16");
+  EXPECT_EQ(roofline_precision(*gpu, DType::f64).name(), "f64");
 }
 
 TEST(DevicePlan, GpuFamiliesCarryTheL2ModeInTheirNamesCpuFamiliesDoNot) {

@@ -71,13 +71,14 @@ TEST(CapabilityDeclaration, WritesBackUnchanged) {
   caps.fully_masked = FullyMaskedPolicy::nan;
   caps.returns_lse = true;
   caps.masked_nonfinite_safe = true;
-  caps.matmul_unit_roundoff = std::ldexp(1.0, -11);
+  caps.matmul_precision = MatmulPrecision::tf32;
   const nlohmann::json j = capabilities_to_json(caps);
   const Capabilities back = capabilities_from_json(j, "test");
   expect_same(back, caps);
   EXPECT_EQ(back.summary, "narrow");
   EXPECT_EQ(back.masked_nonfinite_safe, true);
-  EXPECT_EQ(back.matmul_unit_roundoff, caps.matmul_unit_roundoff);
+  EXPECT_EQ(back.matmul_precision, MatmulPrecision::tf32);
+  EXPECT_EQ(j.at("matmul_unit_roundoff").get<double>(), 0x1p-11);
   EXPECT_EQ(capabilities_to_json(back), j);
 }
 
@@ -109,7 +110,8 @@ TEST(CapabilityDeclaration, MalformedPartsAreNamed) {
       {R"({"dtypes": ["f32"], "head_dims": [64], "max_head_dim": 64})", "both given"},
       {R"({"dtypes": ["f32"], "min_head_dim": 0})", "f.json: head dims [0, 2147483648] is empty"},
       {R"({"dtypes": ["f32"], "fully_masked": "garbage"})", "f.json: 'fully_masked': unknown policy 'garbage'"},
-      {R"({"dtypes": ["f32"], "matmul_unit_roundoff": 2})", "f.json: 'matmul_unit_roundoff' 2 is not in [0, 1)"},
+      {R"({"dtypes": ["f32"], "matmul_unit_roundoff": 2})", "f.json: 'matmul_unit_roundoff': matmul unit roundoff 2: expected 0"},
+      {R"({"dtypes": ["f32"], "matmul_unit_roundoff": 0.001})", "f.json: 'matmul_unit_roundoff': matmul unit roundoff 0.001: expected 0"},
       {R"({"dtypes": ["f32"], "schema": "attnbench.cases"})", "f.json: schema 'attnbench.cases' is not 'attnbench.capabilities'"},
       {R"({"dtypes": ["f32"], "version": 2})", "f.json: version 2 is not 1"},
       {R"({"dtypes": ["f32"], "returns_lse ": true})", "f.json: unknown key 'returns_lse '"},

@@ -27,7 +27,7 @@ Problem shape(std::int64_t b, std::int64_t h_q, std::int64_t h_kv, std::int64_t 
   return p;
 }
 
-CublasAttentionPlan plan_of(const Problem& p, MatmulPrecision precision = MatmulPrecision::dtype) {
+CublasAttentionPlan plan_of(const Problem& p, MatmulPrecision precision = MatmulPrecision::working) {
   PlanResult r = make_cublas_plan(p, precision);
   EXPECT_TRUE(r.plan.has_value()) << p.repro() << ": " << r.reason;
   return r.plan ? *r.plan : CublasAttentionPlan{};
@@ -160,10 +160,10 @@ TEST(CublasPlan, TypesFollowTheDtypeAndThePrecision) {
     int element_bytes, score_bytes;
   };
   const Case cases[] = {
-      {DType::f32, MatmulPrecision::dtype, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 4, 4},
-      {DType::f16, MatmulPrecision::dtype, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4},
-      {DType::bf16, MatmulPrecision::dtype, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4},
-      {DType::f64, MatmulPrecision::dtype, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, 8, 8},
+      {DType::f32, MatmulPrecision::working, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 4, 4},
+      {DType::f16, MatmulPrecision::working, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4},
+      {DType::bf16, MatmulPrecision::working, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, 2, 4},
+      {DType::f64, MatmulPrecision::working, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, 8, 8},
       {DType::f32, MatmulPrecision::tf32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 4, 4},
   };
   for (const Case& c : cases) {
@@ -211,7 +211,7 @@ TEST(CublasPlan, HugeRowCountsLoopWithinTheGridLimit) {
 }
 
 TEST(CublasPlan, RejectsWithAReason) {
-  auto reason = [](const Problem& p, MatmulPrecision precision = MatmulPrecision::dtype) {
+  auto reason = [](const Problem& p, MatmulPrecision precision = MatmulPrecision::working) {
     const PlanResult r = make_cublas_plan(p, precision);
     EXPECT_FALSE(r.plan.has_value()) << p.repro();
     return r.reason;
@@ -272,9 +272,9 @@ TEST(CudaCublasRegistry, BothVariantsAreRegisteredAndSayWhyTheySkip) {
       EXPECT_EQ(s.reason.rfind("no CUDA device", 0), 0u) << s.reason;
     }
   }
-  EXPECT_EQ(registry.find("cuda_cublas")->describe().matmul_unit_roundoff, 0.0);
+  EXPECT_EQ(registry.find("cuda_cublas")->describe().matmul_precision, MatmulPrecision::working);
   EXPECT_EQ(registry.find("cuda_cublas")->describe().dtypes.size(), 4u);
-  EXPECT_EQ(registry.find("cuda_cublas_tf32")->describe().matmul_unit_roundoff, 0x1p-11);
+  EXPECT_EQ(registry.find("cuda_cublas_tf32")->describe().matmul_precision, MatmulPrecision::tf32);
   EXPECT_EQ(registry.find("cuda_cublas_tf32")->describe().dtypes, std::vector<DType>{DType::f32});
 }
 

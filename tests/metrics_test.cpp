@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
 #include "core/inputs.hpp"
 #include "core/mask.hpp"
 #include "core/metrics.hpp"
@@ -499,12 +500,23 @@ TEST(Judge, ScoreRoundingFloorsTheLseYardstick) {
 // is held to the rule in its own precision: yardsticks and floors, output and LSE, scale by
 // matmul unit roundoff / the dtype's accumulation unit roundoff.
 TEST(Judge, PrecisionScaleFollowsTheMatmulUnitRoundoff) {
-  EXPECT_EQ(precision_scale(DType::f32, 0), 1.0);           // the dtype's own
-  EXPECT_EQ(precision_scale(DType::f32, 0x1p-24), 1.0);
-  EXPECT_EQ(precision_scale(DType::f32, 0x1p-30), 1.0);     // finer never tightens the rule
-  EXPECT_EQ(precision_scale(DType::f32, 0x1p-11), 8192.0);  // TF32
-  EXPECT_EQ(precision_scale(DType::f16, 0x1p-11), 8192.0);  // f16 computes in f32
-  EXPECT_EQ(precision_scale(DType::f64, 0x1p-24), 0x1p29);
+  EXPECT_EQ(precision_scale(DType::f32, MatmulPrecision::working), 1.0);  // the dtype's own
+  EXPECT_EQ(precision_scale(DType::f64, MatmulPrecision::working), 1.0);
+  EXPECT_EQ(precision_scale(DType::f32, MatmulPrecision::tf32), 8192.0);  // TF32
+  EXPECT_EQ(precision_scale(DType::f16, MatmulPrecision::tf32), 8192.0);  // f16 computes in f32
+  EXPECT_EQ(precision_scale(DType::f32, MatmulPrecision::bf16), 0x1p16);
+  EXPECT_EQ(precision_scale(DType::f64, MatmulPrecision::tf32), 0x1p42);
+  // The declared number names one precision, or is refused naming what is accepted.
+  EXPECT_EQ(matmul_precision_of(0), MatmulPrecision::working);
+  EXPECT_EQ(matmul_precision_of(0x1p-11), MatmulPrecision::tf32);
+  EXPECT_EQ(matmul_precision_of(0x1p-8), MatmulPrecision::bf16);
+  EXPECT_THROW(matmul_precision_of(0x1p-10), InputError);
+  EXPECT_THROW(matmul_precision_of(-0.0001), InputError);
+  for (MatmulPrecision p : {MatmulPrecision::working, MatmulPrecision::tf32, MatmulPrecision::bf16}) {
+    EXPECT_EQ(matmul_precision_of(unit_roundoff(p)), p);
+    EXPECT_EQ(parse_matmul_precision(to_string(p)), p);
+  }
+  EXPECT_THROW(parse_matmul_precision("fp8"), InputError);
 
   const PassRule rule{2.0, 2.0};
   const ErrorMetrics baseline = with_error(1e-7, 1.0);

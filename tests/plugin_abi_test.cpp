@@ -185,7 +185,15 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   d.capabilities.matmul_unit_roundoff = 1.0 / 2048;
   const Capabilities more = to_capabilities(read_plugin_info(d, "/x.so"));
   EXPECT_TRUE(more.masked_nonfinite_safe);
-  EXPECT_DOUBLE_EQ(more.matmul_unit_roundoff, 1.0 / 2048);
+  EXPECT_EQ(more.matmul_precision, MatmulPrecision::tf32);
+  d.capabilities.matmul_unit_roundoff = 1.0 / 1000;  // no arithmetic attnbench knows: refused at load, named
+  try {
+    read_plugin_info(d, "/x.so");
+    ADD_FAILURE() << "an unknown matmul unit roundoff was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capabilities.matmul_unit_roundoff: matmul unit roundoff 0.001: expected 0"), std::string::npos) << e.what();
+  }
+  d.capabilities.matmul_unit_roundoff = 0;
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
             "operation forward not declared");

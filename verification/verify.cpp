@@ -147,10 +147,10 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     Output o = run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
     Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
-                                    JudgeOptions{options.rule, caps.fully_masked, caps.matmul_unit_roundoff});
+                                    JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
     record.metrics = judged.metrics;
     record.verdict = std::move(judged.verdict);
-    const double scale = precision_scale(p.dtype, caps.matmul_unit_roundoff);
+    const double scale = precision_scale(p.dtype, caps.matmul_precision);
     const bool diagnose_this = options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases;
     // The hypotheses rebuild masks from the problem's seed (diagnosis.cpp), which given inputs do not come from.
     if (!record.verdict.pass && options.diagnosis.enabled && !context.inputs_from.empty())

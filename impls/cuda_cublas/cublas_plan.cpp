@@ -43,6 +43,10 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
     result.reason = fmt::format("invalid problem: {}", e.what());
     return result;
   }
+  if (precision == MatmulPrecision::bf16) {
+    result.reason = "cuda_cublas offers no bf16 products of f32 inputs";
+    return result;
+  }
   if (precision == MatmulPrecision::tf32 && p.dtype != DType::f32) {
     result.reason = fmt::format("TF32 products apply to f32 inputs only (got {})", to_string(p.dtype));
     return result;

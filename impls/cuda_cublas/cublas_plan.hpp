@@ -21,13 +21,14 @@
 #include <cublas_api.h>
 #include <library_types.h>
 
+#include "core/precision.hpp"
 #include "core/problem.hpp"
 
 namespace attn::cuda_cublas {
 
-// How the products are computed: in the dtype's own precision (f32 accumulation, f64 for f64),
-// or f32 inputs through TF32 tensor cores (10-bit mantissa products, f32 accumulation).
-enum class MatmulPrecision { dtype, tf32 };
+// The products' precision is core/precision.hpp's MatmulPrecision: working (f32 accumulation,
+// f64 for f64) or, for f32 inputs, tf32 (TF32 tensor cores, f32 accumulation). bf16 products
+// are not offered.
 
 // The arguments of one cublasGemmStridedBatchedEx, in cuBLAS's column-major terms. Everything
 // is 64-bit here; the plan rejects a problem whose m, n, k, ld* or batch count exceeds the
@@ -56,7 +57,7 @@ struct SoftmaxLaunch {
 
 struct CublasAttentionPlan {
   Problem problem;
-  MatmulPrecision precision = MatmulPrecision::dtype;
+  MatmulPrecision precision = MatmulPrecision::working;
   std::int64_t group = 1;            // r = h_q / h_kv query heads per kv head
   GemmArgs scores;                   // S = scale * Q K^T, f32 (f64 for f64 problems)
   GemmArgs output;                   // O = P V in the problem's dtype

@@ -178,7 +178,7 @@ class CublasAttention final : public Implementation {
     if (precision_ == MatmulPrecision::tf32) {
       c.summary = "unfused on the GPU: cuBLAS GEMMs with TF32 tensor-core products (f32 inputs), masked softmax in f32";
       c.dtypes = {DType::f32};
-      c.matmul_unit_roundoff = 0x1p-11;  // TF32: 10 stored mantissa bits
+      c.matmul_precision = MatmulPrecision::tf32;
     } else {
       c.summary = "unfused on the GPU: cuBLAS GEMMs (S = scale QK^T in f32, f64 for f64), masked softmax kernel, P in the dtype, O = PV";
       c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
@@ -236,8 +236,8 @@ class CublasAttention final : public Implementation {
 }  // namespace cuda_cublas
 
 void register_cuda_cublas(Registry& registry) {
-  registry.add(std::make_unique<cuda_cublas::CublasAttention>(cuda_cublas::MatmulPrecision::dtype));
-  registry.add(std::make_unique<cuda_cublas::CublasAttention>(cuda_cublas::MatmulPrecision::tf32));
+  registry.add(std::make_unique<cuda_cublas::CublasAttention>(MatmulPrecision::working));
+  registry.add(std::make_unique<cuda_cublas::CublasAttention>(MatmulPrecision::tf32));
 }
 
 }  // namespace attn

@@ -5,7 +5,7 @@
 // skips every problem with the reason where no device is.
 //   cuda_cublas        products in the dtype's precision (f32 accumulation; f64 for f64)
 //   cuda_cublas_tf32   f32 inputs through TF32 tensor cores; its pass rule's yardstick is scaled
-//                      to TF32's unit roundoff (Capabilities::matmul_unit_roundoff)
+//                      to TF32's unit roundoff (Capabilities::matmul_precision)
 #include "impls/registry.hpp"
 
 namespace attn {

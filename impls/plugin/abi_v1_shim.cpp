@@ -126,7 +126,7 @@ V1Shim::V1Shim(const attnbench_plugin_v1& v1) {
   caps.head_dim_count = c.head_dim_count;
   caps.head_dims = c.head_dims;
   caps.device_type = c.device_type;  // HOST and CUDA are DLPack's CPU and CUDA codes
-  caps.matmul_unit_roundoff = 0;
+  caps.matmul_unit_roundoff = 0;  // v1 has no field: validate --matmul-unit-roundoff declares it
   v2_.supports = v1.supports != nullptr ? shim_supports : nullptr;
   v2_.run = v1.run != nullptr ? shim_run : nullptr;
   v2_.context = const_cast<attnbench_plugin_v1*>(&v1);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
 #include "impls/capability_space.hpp"
 
 namespace attn::plugin {
@@ -92,9 +93,11 @@ PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string
   info.max_head_dim = c.max_head_dim;
   if (info.head_dims.empty() && !(c.min_head_dim >= 1 && c.min_head_dim <= c.max_head_dim))
     throw std::runtime_error(fmt::format("capabilities: head dims [{}, {}] is empty and no list is given", c.min_head_dim, c.max_head_dim));
-  if (!(c.matmul_unit_roundoff >= 0 && c.matmul_unit_roundoff < 1))
-    throw std::runtime_error(fmt::format("capabilities.matmul_unit_roundoff {} is outside [0, 1)", c.matmul_unit_roundoff));
-  info.matmul_unit_roundoff = c.matmul_unit_roundoff;
+  try {
+    info.matmul_precision = matmul_precision_of(c.matmul_unit_roundoff);
+  } catch (const InputError& e) {
+    throw std::runtime_error(fmt::format("capabilities.matmul_unit_roundoff: {}", e.what()));
+  }
   if (c.device_type != ATTNBENCH_DL_CPU && c.device_type != ATTNBENCH_DL_CUDA)
     throw std::runtime_error(fmt::format("capabilities.device_type {} is neither CPU (1) nor CUDA (2)", c.device_type));
   info.cuda = c.device_type == ATTNBENCH_DL_CUDA;
@@ -119,7 +122,7 @@ void to_json(nlohmann::json& j, const PluginInfo& i) {
        {"min_head_dim", i.min_head_dim},
        {"max_head_dim", i.max_head_dim},
        {"head_dims", i.head_dims},
-       {"matmul_unit_roundoff", i.matmul_unit_roundoff},
+       {"matmul_precision", to_string(i.matmul_precision)},
        {"device", i.cuda ? "cuda" : "cpu"},
        {"has_supports", i.has_supports}};
 }
@@ -140,7 +143,7 @@ void from_json(const nlohmann::json& j, PluginInfo& i) {
   j.at("min_head_dim").get_to(i.min_head_dim);
   j.at("max_head_dim").get_to(i.max_head_dim);
   j.at("head_dims").get_to(i.head_dims);
-  j.at("matmul_unit_roundoff").get_to(i.matmul_unit_roundoff);
+  i.matmul_precision = parse_matmul_precision(j.at("matmul_precision").get<std::string>());
   i.cuda = j.at("device").get<std::string>() == "cuda";
   j.at("has_supports").get_to(i.has_supports);
 }
@@ -162,7 +165,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.returns_lse = info.has(ATTNBENCH_FEATURE_LSE);
   caps.deterministic = info.has(ATTNBENCH_FEATURE_DETERMINISTIC);
   caps.masked_nonfinite_safe = info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE);
-  caps.matmul_unit_roundoff = info.matmul_unit_roundoff;
+  caps.matmul_precision = info.matmul_precision;
   caps.fully_masked = info.fully_masked;
   return caps;
 }
@@ -193,9 +196,11 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
       fmt::format("head dims: {}; d_k != d_v: {}; GQA: {}; returns LSE: {}; deterministic: {}; fully masked rows: {}", head_dims_text(info),
                   yes_no(info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV)), yes_no(info.has(ATTNBENCH_FEATURE_GQA)),
                   yes_no(info.has(ATTNBENCH_FEATURE_LSE)), yes_no(info.has(ATTNBENCH_FEATURE_DETERMINISTIC)), to_string(info.fully_masked))};
-  if (info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE) || info.matmul_unit_roundoff > 0)
-    lines.push_back(fmt::format("masked non-finite safe: {}; matmul unit roundoff: {}", yes_no(info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE)),
-                                info.matmul_unit_roundoff > 0 ? fmt::format("{:g}", info.matmul_unit_roundoff) : std::string("the dtype's")));
+  if (info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE) || info.matmul_precision != MatmulPrecision::working)
+    lines.push_back(fmt::format("masked non-finite safe: {}; matmul products: {}", yes_no(info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE)),
+                                info.matmul_precision != MatmulPrecision::working
+                                    ? fmt::format("{} (unit roundoff {:g})", to_string(info.matmul_precision), unit_roundoff(info.matmul_precision))
+                                    : std::string("the dtype's")));
   return lines;
 }
 

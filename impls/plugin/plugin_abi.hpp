@@ -44,7 +44,7 @@ struct PluginInfo {
   FullyMaskedPolicy fully_masked = FullyMaskedPolicy::zeros;
   std::int32_t min_head_dim = 0, max_head_dim = 0;
   std::vector<std::int32_t> head_dims;  // non-empty: only these
-  double matmul_unit_roundoff = 0;
+  MatmulPrecision matmul_precision = MatmulPrecision::working;
   bool cuda = false;                    // device_type CUDA
   bool has_supports = false;            // exports the optional supports()
 

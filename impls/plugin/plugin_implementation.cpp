@@ -175,7 +175,7 @@ Worker& PluginImplementation::worker() const {
 Capabilities PluginImplementation::describe() const {
   Capabilities caps = to_capabilities(info_);
   caps.masked_nonfinite_safe = caps.masked_nonfinite_safe || options_.masked_nonfinite_safe;
-  if (options_.matmul_unit_roundoff > 0) caps.matmul_unit_roundoff = options_.matmul_unit_roundoff;
+  if (options_.matmul_precision) caps.matmul_precision = *options_.matmul_precision;
   return caps;
 }
 

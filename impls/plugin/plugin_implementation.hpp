@@ -31,10 +31,10 @@ struct PluginOptions {
   std::string host_path;        // the worker executable; empty: find_plugin_host()
   // Declarations ABI version 1 has no field for (version 2 has), given on validate's command line
   // (see Capabilities): masked K/V rows kept out entirely, and the unit roundoff of
-  // reduced-precision matrix products (0: what the plugin declares, else the dtype's own). They add
-  // to a version 2 plugin's own declaration.
+  // reduced-precision matrix products (none: what the plugin declares). They add to a version 2
+  // plugin's own declaration.
   bool masked_nonfinite_safe = false;
-  double matmul_unit_roundoff = 0;
+  std::optional<MatmulPrecision> matmul_precision;
   // The worker's address-space limit in bytes: nullopt, default_memory_limit(); 0, none.
   std::optional<std::uint64_t> memory_limit_bytes;
 };
