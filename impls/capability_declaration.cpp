@@ -20,13 +20,14 @@ constexpr int version = 1;
 
 // The plugin ABI's mask bits (ATTNBENCH_MASK_*), by MaskSupport's field names.
 using MaskFlag = bool MaskSupport::*;
-constexpr std::array<std::pair<std::string_view, MaskFlag>, 6> mask_names{{
+constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"causal_top_left", &MaskSupport::causal_top_left},
     {"causal_bottom_right", &MaskSupport::causal_bottom_right},
     {"padding_per_batch", &MaskSupport::padding_per_batch},
     {"padding_per_query", &MaskSupport::padding_per_query},
     {"bool_mask", &MaskSupport::bool_mask},
     {"bias", &MaskSupport::bias},
+    {"window", &MaskSupport::windows},
 }};
 
 constexpr std::array<std::string_view, 16> known_keys{"schema",       "version",       "summary",          "dtypes",
@@ -107,7 +108,7 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   }
 
   if (get("masks", names, is_strings, "a list of mask names")) {
-    caps.masks = {false, false, false, false, false, false};
+    caps.masks = {false, false, false, false, false, false, false};
     for (const auto& name : names) {
       const auto found = std::find_if(mask_names.begin(), mask_names.end(), [&](const auto& m) { return m.first == name; });
       if (found == mask_names.end()) throw fault(fmt::format("'masks': unknown mask '{}' (expected some of {})", name, list_of_names()));

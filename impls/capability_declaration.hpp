@@ -10,7 +10,7 @@
 //    "dtypes": ["f64", "f32", "f16", "bf16"],               (required, at least one)
 //    "layouts": ["bhsd"],
 //    "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query",
-//              "bool_mask", "bias"],
+//              "bool_mask", "bias", "window"],   (window: any window but causal or none)
 //    "gqa": true, "different_dk_dv": true,
 //    "head_dims": [64, 128]  or  "min_head_dim": 1, "max_head_dim": 256,
 //    "fully_masked": "zeros" | "nan" | "any",   (any: those rows, and their LSE, not judged)

@@ -100,6 +100,14 @@ void project_masks(const Capabilities& caps, Problem& p) {
     else
       drop_padding(p);
   }
+  if (!p.window.as_causal() && !m.windows) {
+    if (p.window.left == Window::unbounded && m.padding_per_query)
+      fold_into_query_padding(p);  // the same visible keys
+    else if (p.window.right == 0)
+      p.window = Window{Window::unbounded, 0, p.window.align};  // the causal window it narrows
+    else
+      p.window = Window{};
+  }
   const bool tl = p.window == Window::of(Causal::top_left), br = p.window == Window::of(Causal::bottom_right);
   if ((tl && !m.causal_top_left) || (br && !m.causal_bottom_right)) {
     const bool other = tl ? m.causal_bottom_right : m.causal_top_left;
@@ -159,6 +167,7 @@ Support covers(const Capabilities& caps, const Problem& p) {
   const MaskSupport& m = caps.masks;
   if (p.window == Window::of(Causal::top_left) && !m.causal_top_left) return Support::no("causal top-left mask not declared");
   if (p.window == Window::of(Causal::bottom_right) && !m.causal_bottom_right) return Support::no("causal bottom-right mask not declared");
+  if (!p.window.as_causal() && !m.windows) return Support::no(fmt::format("window {} not declared", to_string(p.window)));
   if (p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) return Support::no("key padding per batch not declared");
   if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) return Support::no("key padding per query not declared");
   if (p.bool_mask.enabled && !m.bool_mask) return Support::no("boolean mask not declared");
@@ -271,6 +280,7 @@ std::vector<std::string> declared_features(const Capabilities& caps) {
   if (m.padding_per_query) f.emplace_back("padding_per_query");
   if (m.bool_mask) f.emplace_back("bool_mask");
   if (m.bias) f.emplace_back("bias");
+  if (m.windows) f.emplace_back("window");
   if (caps.gqa) f.emplace_back("mqa"), f.emplace_back("gqa");
   if (caps.different_dk_dv) f.emplace_back("dk_ne_dv");
   f.emplace_back("custom_scale");

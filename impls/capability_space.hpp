@@ -21,8 +21,10 @@ Support covers(const Capabilities& caps, const Problem& problem);
 // The problem moved into the declared space, one feature at a time in this order: the dtype (to
 // f32 where declared, else the nearest declared), the layout, GQA -> MHA, d_k != d_v -> equal,
 // head dims clamped to the declared ones, then each undeclared mask to the nearest declared one
-// (causal alignment to the other alignment; causal or per-batch padding to per-query padding;
-// per-query padding to per-batch padding keeping each batch's first row; else dropped). Returns
+// (another window to per-query padding when it has no lower bound, else to the causal window of
+// its alignment when its right side is 0, else dropped; causal alignment to the other alignment;
+// causal or per-batch padding to per-query padding; per-query padding to per-batch padding
+// keeping each batch's first row; else dropped). Returns
 // the problem unchanged when it is covered; std::nullopt when no dtype or layout is declared.
 std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem);
 

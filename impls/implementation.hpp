@@ -21,7 +21,10 @@ struct MaskSupport {
   bool causal_top_left = true, causal_bottom_right = true;
   bool padding_per_batch = true, padding_per_query = true;
   bool bool_mask = true, bias = true;
-  bool any() const { return causal_top_left || causal_bottom_right || padding_per_batch || padding_per_query || bool_mask || bias; }
+  // Any other window (core/problem.hpp, Window): a lower bound (a sliding window) or a right side
+  // other than 0 or unbounded, either alignment.
+  bool windows = true;
+  bool any() const { return causal_top_left || causal_bottom_right || padding_per_batch || padding_per_query || bool_mask || bias || windows; }
 };
 
 // What an implementation declares it computes: the space that verify projects named cases onto

@@ -15,7 +15,7 @@ std::vector<Property> build_suite() {
   ProblemSpace masked = any;  // a masked key in every problem
   masked.needs_mask = true;
   ProblemSpace permutable = any;  // only masks that permuting queries or keys within the visible prefix keeps
-  permutable.masks = MaskSupport{false, false, true, false, false, false};
+  permutable.masks = MaskSupport{false, false, true, false, false, false, false};
   ProblemSpace causal = any;
   causal.needs_causal = true;
   ProblemSpace gqa = any;

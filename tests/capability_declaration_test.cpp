@@ -23,6 +23,7 @@ void expect_same(const Capabilities& a, const Capabilities& b) {
   EXPECT_EQ(a.masks.padding_per_query, b.masks.padding_per_query);
   EXPECT_EQ(a.masks.bool_mask, b.masks.bool_mask);
   EXPECT_EQ(a.masks.bias, b.masks.bias);
+  EXPECT_EQ(a.masks.windows, b.masks.windows);
   EXPECT_EQ(a.gqa, b.gqa);
   EXPECT_EQ(a.different_dk_dv, b.different_dk_dv);
   EXPECT_EQ(a.head_dims, b.head_dims);
@@ -58,6 +59,44 @@ TEST(CapabilityDeclaration, MeansWhatAPluginsDescriptionMeans) {
     EXPECT_EQ(covers(from_json, p).ok, covers(from_plugin, p).ok) << repro;
     EXPECT_EQ(covers(from_json, p).reason, covers(from_plugin, p).reason) << repro;
   }
+}
+
+// A window other than causal is a declared feature like any mask: a plugin's
+// ATTNBENCH_FEATURE_SLIDING_WINDOW and the file's "window" mean the same, covers() refuses it
+// undeclared naming it, and the projection keeps as much of it as the declaration can express.
+TEST(CapabilityDeclaration, AWindowIsDeclaredLikeAMask) {
+  plugin::PluginInfo info;
+  info.dtypes = {{ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f32)}};
+  info.layouts = ATTNBENCH_ACCEPTS_BHSD;
+  info.features = ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT | ATTNBENCH_FEATURE_SLIDING_WINDOW | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV |
+                  ATTNBENCH_FEATURE_DETERMINISTIC;
+  info.head_dims = {8};
+  const Capabilities with_window = capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"], "masks": ["causal_bottom_right", "window"], "head_dims": [8]})"), "test");
+  expect_same(with_window, plugin::to_capabilities(info));
+  const Problem sliding = parse_problem("b=1 hq=2 hkv=1 nq=6 nk=9 dk=8 dv=8 dtype=f32 window=2,0@bottom_right regime=diffuse seed=3");
+  EXPECT_TRUE(covers(with_window, sliding).ok) << covers(with_window, sliding).reason;
+
+  Capabilities causal_only = with_window;
+  causal_only.masks.windows = false;
+  EXPECT_EQ(covers(causal_only, sliding).reason, "window 2,0@bottom_right not declared");
+  EXPECT_TRUE(covers(causal_only, parse_problem("b=1 hq=2 hkv=1 nq=6 nk=9 dk=8 dv=8 dtype=f32 causal=bottom_right regime=diffuse seed=3")).ok);
+  // A sliding window becomes the causal window it narrows.
+  const std::optional<Problem> narrowed = project_onto(causal_only, sliding);
+  ASSERT_TRUE(narrowed);
+  EXPECT_EQ(narrowed->window, Window::of(Causal::bottom_right));
+  EXPECT_TRUE(covers(causal_only, *narrowed).ok);
+  // A window with no lower bound becomes per-query padding with the same visible keys, where
+  // that is declared; with neither, the window is dropped.
+  const Problem right_bounded = parse_problem("b=1 hq=2 hkv=1 nq=6 nk=9 dk=8 dv=8 dtype=f32 window=inf,2@top_left regime=diffuse seed=3");
+  causal_only.masks.padding_per_query = true;
+  const std::optional<Problem> padded = project_onto(causal_only, right_bounded);
+  ASSERT_TRUE(padded);
+  EXPECT_TRUE(padded->window.is_none());
+  ASSERT_EQ(padded->padding.kind, KeyPadding::Kind::per_query);
+  for (std::int64_t i = 0; i < right_bounded.n_q; ++i)
+    EXPECT_EQ(padded->padding.valid_len[std::size_t(i)], right_bounded.window.key_range(i, right_bounded.n_q, right_bounded.n_k).second);
+  causal_only.masks.padding_per_query = false;
+  EXPECT_TRUE(project_onto(causal_only, right_bounded)->window.is_none());
 }
 
 TEST(CapabilityDeclaration, WritesBackUnchanged) {

@@ -120,6 +120,7 @@ class FusedAttention final : public Implementation {
     c.returns_lse = true;
     c.deterministic = true;  // no atomics; every row's keys are visited in one fixed order
     c.fully_masked = FullyMaskedPolicy::zeros;
+    c.masks.windows = false;  // one key limit per row: causal windows and padding only
     return c;
   }
 

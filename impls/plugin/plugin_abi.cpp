@@ -156,7 +156,8 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.layouts = declared_layouts(info.layouts);
   caps.masks = {info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT),   info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT),
                 info.has(ATTNBENCH_FEATURE_PADDING_PER_BATCH), info.has(ATTNBENCH_FEATURE_PADDING_PER_QUERY),
-                info.has(ATTNBENCH_FEATURE_BOOL_MASK),         info.has(ATTNBENCH_FEATURE_BIAS)};
+                info.has(ATTNBENCH_FEATURE_BOOL_MASK),         info.has(ATTNBENCH_FEATURE_BIAS),
+                info.has(ATTNBENCH_FEATURE_SLIDING_WINDOW)};
   caps.gqa = info.has(ATTNBENCH_FEATURE_GQA);
   caps.different_dk_dv = info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV);
   caps.min_head_dim = info.min_head_dim;
@@ -206,8 +207,6 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
   if ((info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) == 0) return Support::no("operation forward not declared");
-  if (!p.window.as_causal() && !info.has(ATTNBENCH_FEATURE_SLIDING_WINDOW))
-    return Support::no(fmt::format("window {} not declared (ATTNBENCH_FEATURE_SLIDING_WINDOW)", to_string(p.window)));
   const Capabilities caps = to_capabilities(info);
   const std::optional<Layout> layout = handover_layout(info, p);
   if (!layout) return Support::no("no layout declared");

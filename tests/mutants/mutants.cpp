@@ -271,12 +271,10 @@ class MutantAttention final : public Implementation {
     // The control leaves masked keys out of P V: NaN in a masked V row never reaches it. Declared,
     // property 13 is a failure (not a finding) for the mutant that multiplies them in.
     c.masked_nonfinite_safe = true;
+    c.masks.windows = false;  // the mutants' mask rules know causal windows only
     return c;
   }
-  Support supports(const Problem& p) const override {
-    if (!p.window.as_causal()) return Support::no("the mutants' mask rules know causal windows only");
-    return Support::yes();
-  }
+  Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // allocates its own
   void run(const RunArgs& args) const override {
     const std::uint64_t run_number = runs_.fetch_add(1);
