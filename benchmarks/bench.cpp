@@ -71,7 +71,7 @@ void prepare_json_path(const std::string& path) {
 
 }  // namespace
 
-int run_bench(const BenchOptions& o) {
+int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observers) {
   // Everything that can be bad input is checked before anything runs or is written.
   if (o.implementations.empty()) throw InputError("no implementations to benchmark");
   if (o.threads < 0) throw InputError("--threads must be positive (0: every core)");
@@ -269,24 +269,28 @@ int run_bench(const BenchOptions& o) {
   std::size_t instances = 0;
   for (const FamilySpec& family : list.families) instances += selected_sizes(family, o.smoke);
   if (!o.json_path.empty()) write_result_file(o.json_path, to_json(document).dump(2) + "\n", "--json");  // valid before the first benchmark
-  if (o.progress.begin) o.progress.begin(instances);
+  for (BenchObserver* observer : observers) observer->started(instances);
   CollectingReporter reporter(
       custom,
-      [&](const CollectingReporter& collected) {
-        if (o.json_path.empty()) return;
+      [&](const CollectingReporter& collected, const std::string& name) {
         document.benchmark_context = collected.context();
         document.runs = collected.runs();
         // The path was checked before the run; should it go bad now (a link, a device, a full
         // disk), the run goes on and the last write says where its results went.
-        try {
-          write_result_file(o.json_path, to_json(document).dump(2) + "\n", "--json");
-        } catch (const InputError& e) {
-          if (!std::exchange(json_warned, true))
-            fmt::print(stderr, "attnbench bench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
-        }
+        if (!o.json_path.empty()) try {
+            write_result_file(o.json_path, to_json(document).dump(2) + "\n", "--json");
+          } catch (const InputError& e) {
+            if (!std::exchange(json_warned, true))
+              fmt::print(stderr, "attnbench bench: warning: {} (the run goes on; its results are saved at the end)\n", e.what());
+          }
+        if (!name.empty())
+          for (BenchObserver* observer : observers) observer->benchmark_finished(name, document);
       },
-      &o.progress);
+      observers);
   benchmark::RunSpecifiedBenchmarks(&reporter);
+  document.benchmark_context = reporter.context();
+  document.runs = reporter.runs();
+  for (BenchObserver* observer : observers) observer->benchmarks_finished(document);
   benchmark::ClearRegisteredBenchmarks();
   env.fixture.reset();
   env.gpu.reset();  // frees the device memory before the peers run

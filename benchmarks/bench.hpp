@@ -6,7 +6,6 @@
 // (records/bench_record.hpp: Google Benchmark's JSON keys and attnbench's section of peaks, fits
 // and peer comparisons).
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,18 +13,24 @@
 #include <nlohmann/json.hpp>
 
 #include "impls/implementation.hpp"
+#include "records/bench_record.hpp"
 #include "records/shard.hpp"
 
 namespace attn::bench {
 
-// A progress display (the command line's bar, or plain lines): told how many benchmarks will
-// run, each one's name as it finishes, and before Google Benchmark prints a console line (so a
-// bar can step aside). Any hook may be empty.
-struct ProgressHooks {
-  std::function<void(std::size_t total)> begin;
-  std::function<void()> before_line;
-  std::function<void(const std::string& benchmark)> step;
-  std::function<void()> end;
+// What watches a run as it goes (the command line's progress bar; a binding streaming results),
+// as verify's observers do (verification/run.hpp). Every method has a default that does nothing.
+class BenchObserver {
+ public:
+  virtual ~BenchObserver() = default;
+  // After the peaks are measured: how many benchmarks (family x n) will run.
+  virtual void started(std::size_t /*benchmarks*/) {}
+  // Google Benchmark is about to print a console line (a progress bar steps aside).
+  virtual void before_console_line() {}
+  // One benchmark's runs reported; `so_far` holds every run yet, as the result file does.
+  virtual void benchmark_finished(const std::string& /*name*/, const BenchDocument& /*so_far*/) {}
+  // The last benchmark finished, before the summary is printed and the fits computed.
+  virtual void benchmarks_finished(const BenchDocument& /*runs*/) {}
 };
 
 struct BenchOptions {
@@ -54,7 +59,6 @@ struct BenchOptions {
   // --shard I/N: only the families at positions p of the problem list with p % N == I - 1 (a
   // family's n-sweep stays whole). The JSON gets "shard": {"index": I, "count": N}.
   std::optional<Shard> shard;
-  ProgressHooks progress;
 };
 
 // Returns 0 when every benchmark ran, 1 when any reported an error (the others still run) or the
@@ -62,6 +66,6 @@ struct BenchOptions {
 // peer is unavailable here; or a missing or malformed JSON). GPU implementations without a
 // device are skipped with the reason (not an error); when nothing else was asked for, nothing
 // runs: 0 with --smoke, else 1. Throws InputError (before running anything) on bad options.
-int run_bench(const BenchOptions& options);
+int run_bench(const BenchOptions& options, const std::vector<BenchObserver*>& observers = {});
 
 }  // namespace attn::bench

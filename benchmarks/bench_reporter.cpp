@@ -1,5 +1,6 @@
 #include "benchmarks/bench_reporter.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <sstream>
@@ -85,8 +86,9 @@ BenchRun to_bench_run(const Run& run) {
   return r;
 }
 
-CollectingReporter::CollectingReporter(const CustomContext& custom, std::function<void(const CollectingReporter&)> on_runs, const ProgressHooks* progress)
-    : inner_(benchmark::CreateDefaultDisplayReporter()), custom_(custom), on_runs_(std::move(on_runs)), progress_(progress) {}
+CollectingReporter::CollectingReporter(const CustomContext& custom, std::function<void(const CollectingReporter&, const std::string&)> on_runs,
+                                       const std::vector<BenchObserver*>& observers)
+    : inner_(benchmark::CreateDefaultDisplayReporter()), custom_(custom), on_runs_(std::move(on_runs)), observers_(observers) {}
 // CreateDefaultDisplayReporter returns the library's own process-wide instance: not ours to
 // delete (deleting it breaks the next run in the same process).
 
@@ -132,14 +134,15 @@ bool CollectingReporter::ReportContext(const Context& context) {
 
 void CollectingReporter::ReportRuns(const std::vector<Run>& runs) {
   for (const Run& run : runs) runs_.push_back(to_bench_run(run));
-  if (progress_ && progress_->before_line) progress_->before_line();
+  for (BenchObserver* observer : observers_) observer->before_console_line();
   inner_->ReportRuns(runs);
-  if (on_runs_) on_runs_(*this);
-  if (progress_ && progress_->step && !runs.empty()) progress_->step(runs.front().benchmark_name());
+  // A family's O(n^2) fit arrives as a report of its own (BigO and RMS rows): not a benchmark.
+  const bool complexity = std::all_of(runs.begin(), runs.end(), [](const Run& r) { return r.report_big_o || r.report_rms; });
+  if (on_runs_ && !runs.empty()) on_runs_(*this, complexity ? std::string() : runs.front().benchmark_name());
 }
 
 void CollectingReporter::Finalize() {
-  if (progress_ && progress_->end) progress_->end();
+  for (BenchObserver* observer : observers_) observer->before_console_line();
   inner_->Finalize();
 }
 

@@ -36,7 +36,10 @@ BenchRun to_bench_run(const benchmark::BenchmarkReporter::Run& run);
 
 class CollectingReporter : public benchmark::BenchmarkReporter {
  public:
-  CollectingReporter(const CustomContext& custom, std::function<void(const CollectingReporter&)> on_runs, const ProgressHooks* progress);
+  // on_runs(reporter, name): after each benchmark's runs are collected and displayed; name is
+  // empty for a family's complexity rows.
+  CollectingReporter(const CustomContext& custom, std::function<void(const CollectingReporter&, const std::string& name)> on_runs,
+                     const std::vector<BenchObserver*>& observers);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
@@ -48,8 +51,8 @@ class CollectingReporter : public benchmark::BenchmarkReporter {
  private:
   benchmark::BenchmarkReporter* inner_;
   const CustomContext& custom_;
-  std::function<void(const CollectingReporter&)> on_runs_;
-  const ProgressHooks* progress_;
+  std::function<void(const CollectingReporter&, const std::string&)> on_runs_;
+  const std::vector<BenchObserver*>& observers_;
   std::vector<BenchRun> runs_;
   nlohmann::ordered_json context_ = nlohmann::ordered_json::object();
 };

@@ -11,6 +11,22 @@
 #include "records/shard.hpp"
 
 namespace attn::cli {
+namespace {
+
+// The progress bar (plain lines where stdout is not a terminal), stepping aside for Google
+// Benchmark's console lines.
+class BenchProgress final : public bench::BenchObserver {
+ public:
+  void started(std::size_t benchmarks) override { progress_.set_total(benchmarks); }
+  void before_console_line() override { progress_.clear(); }
+  void benchmark_finished(const std::string& name, const BenchDocument&) override { progress_.step(name); }
+  void benchmarks_finished(const BenchDocument&) override { progress_.finish(); }
+
+ private:
+  Progress progress_{"bench", 0, stdout, Progress::stdout_is_terminal()};
+};
+
+}  // namespace
 
 BenchCommand::BenchCommand(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmark implementations (Google Benchmark): time, GFLOP/s, fraction of the "
@@ -55,10 +71,8 @@ int BenchCommand::run(const Registry& registry) {
   }
   if (!shard_.empty()) o.shard = parse_shard(shard_);
   o.context = run_context(o.threads > 0 ? o.threads : default_thread_count());
-  Progress progress("bench", 0, stdout, Progress::stdout_is_terminal());
-  o.progress = {[&](std::size_t total) { progress.set_total(total); }, [&] { progress.clear(); },
-                [&](const std::string& name) { progress.step(name); }, [&] { progress.finish(); }};
-  return bench::run_bench(o);
+  BenchProgress progress;
+  return bench::run_bench(o, {&progress});
 }
 
 }  // namespace attn::cli

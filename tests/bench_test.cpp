@@ -502,6 +502,39 @@ TEST(DevicePlan, GpuFamiliesCarryTheL2ModeInTheirNamesCpuFamiliesDoNot) {
   EXPECT_EQ(list.families[1].name(), "gpu_fake/f32/d64/none/l2_hot");
   EXPECT_EQ(list.families[1].mask_name(), "none");
 }
+// The run API's observers see how many benchmarks will run, each one as it finishes with every
+// run so far (what the result file holds at that point, also with no file at all), and the end.
+TEST(RunBench, ObserversSeeEveryBenchmarkAsItFinishes) {
+  struct Recorder final : BenchObserver {
+    std::size_t announced = 0, lines = 0, ends = 0;
+    std::vector<std::string> names;
+    std::vector<std::size_t> runs_so_far;
+    std::size_t runs_at_end = 0;
+    void started(std::size_t benchmarks) override { announced = benchmarks; }
+    void before_console_line() override { ++lines; }
+    void benchmark_finished(const std::string& name, const BenchDocument& so_far) override {
+      names.push_back(name);
+      runs_so_far.push_back(so_far.runs.size());
+    }
+    void benchmarks_finished(const BenchDocument& runs) override {
+      ++ends;
+      runs_at_end = runs.runs.size();
+    }
+  } recorder;
+  FakeImplementation good("good", {DType::f32});
+  auto o = smoke_options({&good}, "");
+  o.json_path.clear();
+  o.masks = {"none"};
+  o.benchmark_flags = {"--benchmark_filter=."};  // Google Benchmark keeps an earlier test's filter (same process)
+  EXPECT_EQ(run_bench(o, {&recorder}), 0);
+  EXPECT_EQ(recorder.ends, 1u);
+  ASSERT_EQ(recorder.names.size(), recorder.announced);
+  EXPECT_GE(recorder.announced, 3u);  // n = 16, 32, 64
+  EXPECT_GE(recorder.lines, recorder.names.size());
+  EXPECT_EQ(recorder.names.front().rfind("good/f32/", 0), 0u) << recorder.names.front();
+  for (std::size_t i = 1; i < recorder.runs_so_far.size(); ++i) EXPECT_GT(recorder.runs_so_far[i], recorder.runs_so_far[i - 1]);
+  EXPECT_GE(recorder.runs_at_end, recorder.runs_so_far.back());
+}
 
 TEST(RunBench, OnlyGpuImplementationsWithoutADeviceRunNothingSmokePassesARealRunFails) {
   if (gpu_device_info().available) GTEST_SKIP() << "a CUDA device is present: the fake GPU implementation would be run";
