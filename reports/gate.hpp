@@ -27,7 +27,6 @@ namespace attn::gate {
 inline constexpr const char* config_schema = schema_gate_config.data();
 inline constexpr const char* baseline_schema = schema_gate_baseline.data();
 inline constexpr int config_schema_version = 1;
-inline constexpr int baseline_schema_version = 1;
 
 // A list of ECMAScript regular expressions searched in a name; empty matches everything.
 struct Filter {

@@ -1,5 +1,5 @@
 // Reading results into the gate (gate.hpp): verify files, bench files (records/bench_record.hpp)
-// and gate baselines, merged; and writing the baseline.
+// and gate baselines (records/gate_baseline_record.hpp), merged; and writing the baseline.
 #include "reports/gate.hpp"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "records/bench_record.hpp"
+#include "records/gate_baseline_record.hpp"
 #include "records/result_schema.hpp"
 #include "records/verify_record.hpp"
 
@@ -21,29 +22,6 @@ namespace {
 using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& source, const std::string& what) { throw InputError(fmt::format("{}: {}", source, what)); }
-
-const json& member(const json& object, const char* key, const std::string& source, const std::string& where) {
-  const auto it = object.find(key);
-  if (it == object.end()) bad(source, fmt::format("{}: missing \"{}\"", where, key));
-  return *it;
-}
-
-std::string string_member(const json& object, const char* key, const std::string& source, const std::string& where) {
-  const json& v = member(object, key, source, where);
-  if (!v.is_string()) bad(source, fmt::format("{}: \"{}\" is not a string", where, key));
-  return v.get<std::string>();
-}
-
-// A figure the verify writer stores as a number or as "nan"/"inf"/"-inf".
-double figure(const json& v, const std::string& source, const std::string& where) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) {
-    const auto s = v.get<std::string>();
-    if (s == "nan" || s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  }
-  bad(source, fmt::format("{}: not a number: {}", where, v.dump()));
-}
 
 std::map<std::string, std::string> machine_of(const json& document) {
   std::map<std::string, std::string> m;
@@ -61,7 +39,9 @@ void add_accuracy(Results& results, AccuracyCase c, const std::string& source) {
 }
 
 void add_verify(Results& results, const json& document, const std::string& source) {
-  const json& records = member(document, "records", source, "verify results");
+  const auto found = document.find("records");
+  if (found == document.end()) bad(source, "verify results: missing \"records\"");
+  const json& records = *found;
   if (!records.is_array()) bad(source, "\"records\" is not an array");
   for (std::size_t i = 0; i < records.size(); ++i) {
     const VerifyRecord r = read_verify_record(records[i], i, source);
@@ -108,64 +88,37 @@ void add_bench(Results& results, const json& document, const std::string& source
 }
 
 void add_baseline(Results& results, const json& document, const std::string& source) {
-  const json& version = member(document, "schema_version", source, "gate baseline");
-  if (!version.is_number_integer() || version.get<int>() != baseline_schema_version)
-    bad(source, fmt::format("gate baseline schema_version {} is not {}", version.dump(), baseline_schema_version));
-  const json& sources = member(document, "sources", source, "gate baseline");
-  if (!sources.is_array()) bad(source, "\"sources\" is not an array");
-  auto source_of = [&](const json& record, const std::string& where) {
-    const json& index = member(record, "source", source, where);
-    if (!index.is_number_unsigned() || index.get<std::size_t>() >= sources.size())
-      bad(source, where + ": \"source\" is not an index into \"sources\"");
-    const json& origin = sources[index.get<std::size_t>()];
-    const std::string name = fmt::format("{} ({})", source, origin.value("file", "?"));
-    results.contexts[name] = machine_of(origin);
-    return std::pair{name, &origin};
-  };
-  const json& accuracy = member(document, "accuracy", source, "gate baseline");
-  if (!accuracy.is_array()) bad(source, "\"accuracy\" is not an array");
-  for (std::size_t i = 0; i < accuracy.size(); ++i) {
-    const json& r = accuracy[i];
-    const std::string where = fmt::format("accuracy[{}]", i);
+  const GateBaseline baseline = read_gate_baseline(document, source);
+  // Each record's source is named after the baseline and the file it came from.
+  std::vector<std::string> names;
+  for (const BaselineSource& origin : baseline.sources) {
+    names.push_back(fmt::format("{} ({})", source, origin.file));
+    results.contexts[names.back()] = origin.context;
+  }
+  for (const BaselineAccuracy& r : baseline.accuracy) {
     AccuracyCase c;
-    c.implementation = string_member(r, "implementation", source, where);
-    c.repro = string_member(r, "repro", source, where);
-    c.label = r.value("label", c.repro);
-    c.status = string_member(r, "status", source, where);
-    if (c.status != "pass" && c.status != "fail" && c.status != "skip")
-      bad(source, fmt::format("{}: unknown status '{}' (pass, fail, skip)", where, c.status));
-    if (c.status != "skip") {
-      c.max_ulps = figure(member(r, "max_ulps", source, where), source, where + ".max_ulps");
-      c.max_abs = figure(member(r, "max_abs", source, where), source, where + ".max_abs");
-    }
-    c.skip_reason = r.value("skip_reason", std::string());
-    c.source = source_of(r, where).first;
+    c.implementation = r.implementation;
+    c.repro = r.repro;
+    c.label = r.label;
+    c.status = r.status;
+    c.max_ulps = r.max_ulps;
+    c.max_abs = r.max_abs;
+    c.skip_reason = r.skip_reason;
+    c.source = names[r.source];
     add_accuracy(results, std::move(c), source);
   }
-  const json& speed = member(document, "speed", source, "gate baseline");
-  if (!speed.is_array()) bad(source, "\"speed\" is not an array");
-  for (std::size_t i = 0; i < speed.size(); ++i) {
-    const json& r = speed[i];
-    const std::string where = fmt::format("speed[{}]", i);
+  for (const BaselineSpeed& r : baseline.speed) {
     SpeedCase c;
-    c.name = string_member(r, "name", source, where);
-    for (const auto& [key, samples] : {std::pair{"samples_ms", &c.samples_ms}, std::pair{"cpu_samples_ms", &c.cpu_samples_ms}}) {
-      const json& values = member(r, key, source, where);
-      if (!values.is_array()) bad(source, fmt::format("{}: \"{}\" is not an array", where, key));
-      for (const auto& v : values) {
-        if (!v.is_number()) bad(source, fmt::format("{}: \"{}\" holds a non-number", where, key));
-        samples->push_back(v.get<double>());
-      }
-    }
-    if (r.contains("error") && r["error"].is_string()) c.error = r["error"].get<std::string>();
-    const auto [name, origin] = source_of(r, where);
-    c.source = name;
-    c.machine = machine_of(*origin);
+    c.name = r.name;
+    c.samples_ms = r.samples_ms;
+    c.cpu_samples_ms = r.cpu_samples_ms;
+    c.error = r.error;
+    c.source = names[r.source];
+    c.machine = baseline.sources[r.source].context;
     const auto [it, inserted] = results.speed.emplace(c.name, c);
     if (!inserted) throw InputError(fmt::format("benchmark '{}' appears twice: in {} and in {}", c.name, it->second.source, source));
   }
 }
-
 
 }  // namespace
 
@@ -199,39 +152,20 @@ void add_results_unguarded(Results& results, const json& document, const std::st
 }
 
 json baseline_json(const Results& results) {
-  json sources = json::array();
+  GateBaseline baseline;
   std::map<std::string, std::size_t> index;
   auto source_index = [&](const std::string& file) {
-    const auto it = index.find(file);
-    if (it != index.end()) return it->second;
-    json context = json::object();
-    if (const auto c = results.contexts.find(file); c != results.contexts.end())
-      for (const auto& [k, v] : c->second) context[k] = v;
-    sources.push_back({{"file", file}, {"context", context}});
-    return index[file] = sources.size() - 1;
+    if (const auto it = index.find(file); it != index.end()) return it->second;
+    BaselineSource origin{file, {}};
+    if (const auto c = results.contexts.find(file); c != results.contexts.end()) origin.context = c->second;
+    baseline.sources.push_back(std::move(origin));
+    return index[file] = baseline.sources.size() - 1;
   };
-  json accuracy = json::array();
-  for (const auto& [key, c] : results.accuracy) {
-    json r{{"implementation", c.implementation}, {"repro", c.repro}, {"label", c.label}, {"status", c.status},
-           {"source", source_index(c.source)}};
-    if (c.status == "skip") {
-      r["skip_reason"] = c.skip_reason;
-    } else {
-      r["max_ulps"] = std::isfinite(c.max_ulps) ? json(c.max_ulps) : json("inf");
-      r["max_abs"] = std::isfinite(c.max_abs) ? json(c.max_abs) : json("inf");
-    }
-    accuracy.push_back(std::move(r));
-  }
-  json speed = json::array();
-  for (const auto& [name, c] : results.speed) {
-    json r{{"name", c.name}, {"samples_ms", c.samples_ms}, {"cpu_samples_ms", c.cpu_samples_ms}, {"source", source_index(c.source)}};
-    if (c.error) r["error"] = *c.error;
-    speed.push_back(std::move(r));
-  }
-  return {{"schema", baseline_schema}, {"schema_version", baseline_schema_version},
-          {"written_by", "attnbench gate --write-baseline"}, {"sources", sources},
-          {"accuracy", accuracy}, {"speed", speed}};
+  for (const auto& [key, c] : results.accuracy)
+    baseline.accuracy.push_back({c.implementation, c.repro, c.label, c.status, c.status == "skip" ? c.skip_reason : std::string(), c.max_ulps,
+                                 c.max_abs, source_index(c.source)});
+  for (const auto& [name, c] : results.speed) baseline.speed.push_back({c.name, c.samples_ms, c.cpu_samples_ms, c.error, source_index(c.source)});
+  return to_json(baseline);
 }
-
 
 }  // namespace attn::gate

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "records/gate_baseline_record.hpp"
 #include "reports/gate.hpp"
 #include "reports/mann_whitney.hpp"
 
@@ -18,6 +21,9 @@ namespace {
 
 using nlohmann::json;
 using namespace attn::gate;
+using attn::GateBaseline;
+using attn::read_gate_baseline;
+using attn::to_json;
 
 struct Textbook {
   std::vector<double> x, y;
@@ -193,6 +199,38 @@ TEST(GateResults, BaselineRoundTrip) {
   EXPECT_EQ(again.speed.at("impl_a/f32/d64/causal/n:64").machine.at("cpu_model"), "cpu X");
   const Report same = evaluate(parse_config(base_config(), "gate.json"), again, r);
   EXPECT_FALSE(same.failed());
+}
+
+// The baseline file through its typed record (records/gate_baseline_record.hpp): written and read
+// back equal, an infinite error as "inf", and each malformed part named.
+TEST(GateResults, BaselineRecordReadsBackWhatItWrote) {
+  GateBaseline b;
+  b.sources = {{"verify.json", {{"cpu_model", "cpu X"}}}, {"bench.json", {}}};
+  b.accuracy = {{"impl_a", "case 1", "label 1", "fail", "", std::numeric_limits<double>::infinity(), 0.5, 0},
+                {"impl_a", "case 2", "label 2", "skip", "no f16 here", 0, 0, 0}};
+  b.speed = {{"impl_a/f32/d64/none/n:64", {1.0, 2.0}, {1.5, 2.5}, std::nullopt, 1}, {"impl_b/f32/d64/none/n:64", {}, {}, "it threw", 1}};
+  const json written = to_json(b);
+  EXPECT_EQ(written["accuracy"][0]["max_ulps"], "inf");
+  const GateBaseline back = read_gate_baseline(json::parse(written.dump()), "b.json");
+  ASSERT_EQ(back.sources.size(), 2u);
+  EXPECT_EQ(back.sources[0].context.at("cpu_model"), "cpu X");
+  ASSERT_EQ(back.accuracy.size(), 2u);
+  EXPECT_TRUE(std::isinf(back.accuracy[0].max_ulps));
+  EXPECT_EQ(back.accuracy[1].skip_reason, "no f16 here");
+  ASSERT_EQ(back.speed.size(), 2u);
+  EXPECT_EQ(back.speed[0].cpu_samples_ms, (std::vector<double>{1.5, 2.5}));
+  EXPECT_EQ(back.speed[1].error, "it threw");
+  EXPECT_EQ(to_json(back), written);
+
+  json out_of_range = written;
+  out_of_range["speed"][1]["source"] = 2;
+  expect_input_error([&] { read_gate_baseline(out_of_range, "b.json"); }, "b.json: speed[1]: \"source\" is not an index into \"sources\"");
+  json unknown = written;
+  unknown["accuracy"][0]["status"] = "flaky";
+  expect_input_error([&] { read_gate_baseline(unknown, "b.json"); }, "b.json: accuracy[0]: unknown status 'flaky'");
+  json newer = written;
+  newer["schema_version"] = 2;
+  expect_input_error([&] { read_gate_baseline(newer, "b.json"); }, "gate baseline schema_version 2 is not 1");
 }
 
 TEST(GateEvaluate, UnchangedPasses) {
