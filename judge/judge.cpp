@@ -44,7 +44,7 @@ Yardstick make_yardstick(const Problem& p, const CaseInputs& in, const Reference
   y.reference_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Tensor naive_out = make_output(p), naive_lse = make_lse(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, naive_out, &naive_lse, nullptr, workspace});
+  naive_attention(RunArgs{p, in, RoleTensors::forward(in, naive_out, &naive_lse), workspace});
   y.baseline = measure(p, in.mask, y.expected(), naive_out, &naive_lse, FullyMaskedPolicy::zeros);
   check_baseline(y, p, naive_out);
   return y;

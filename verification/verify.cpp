@@ -31,7 +31,7 @@ struct Output {
 Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& in, bool want_lse) {
   Output o{make_output(p), make_lse(p)};
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
-  impl.run(RunArgs{p, in, o.out, want_lse ? &o.lse : nullptr, nullptr, workspace});
+  impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, want_lse ? &o.lse : nullptr), workspace});
   return o;
 }
 
