@@ -55,9 +55,13 @@ Judgement judge_output(const Problem& p, const CaseInputs& in, const Yardstick& 
   Judgement j;
   j.metrics = measure(p, in.mask, y.expected(), out, lse, options.fully_masked);
   j.verdict = judge(options.rule, p.dtype, j.metrics, y.baseline, y.reference.score_rounding, precision_scale(p.dtype, options.matmul_unit_roundoff));
-  if (!y.baseline_problem.empty()) {
+  if (!y.baseline_problem.empty()) {  // the yardstick of every role
     j.verdict.pass = false;
     j.verdict.reasons.push_back(y.baseline_problem);
+    for (RoleVerdict& role : j.verdict.roles) {
+      role.pass = false;
+      role.reasons.push_back(y.baseline_problem);
+    }
   }
   return j;
 }

@@ -35,6 +35,8 @@ struct JudgeOptions {
   double matmul_unit_roundoff = 0;  // coarser matrix products (TF32: 2^-11); 0: the dtype's own
 };
 
+// The verdict is per role (verdict.roles: o, and lse when the output comes with one), each with
+// its error and tolerance; the case passes when every role does.
 struct Judgement {
   ErrorMetrics metrics;
   Verdict verdict;

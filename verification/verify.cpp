@@ -161,8 +161,8 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                                              options.diagnosis.max_cases, impl.name());
     if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this && context.inputs_from.empty()) {
       ++diagnosed;
-      const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
-                                                               [](const std::string& r) { return r.find("LSE") != std::string::npos; });
+      const RoleVerdict* lse = record.verdict.role(Role::lse);
+      const bool lse_agrees = caps.returns_lse && lse != nullptr && lse->pass;
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
       std::optional<Output> rerun;
       try {
