@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,7 +145,7 @@ TEST(RoleVerdicts, OnlyTheLseWrongFailsTheLseAloneAndTheCase) {
   EXPECT_EQ(without.verdict.roles.front().role, Role::o);
 }
 
-// Through verify into the record: "roles" names lse failing and o passing, and reads back.
+// Through verify into the console and the record: "roles" names lse failing and o passing, and reads back.
 TEST(RoleVerdicts, VerifyRecordsThemPerRoleAndReadsThemBack) {
   const WrongLse impl;
   VerifyOptions options;
@@ -152,6 +153,9 @@ TEST(RoleVerdicts, VerifyRecordsThemPerRoleAndReadsThemBack) {
   options.diagnosis.enabled = false;
   const VerifyRun run = verify({&impl}, {parse_problem(wrong_lse_case)}, options);
   ASSERT_EQ(run.records.size(), 1u);
+  std::ostringstream console;
+  print_verify_summary(console, run, {});
+  EXPECT_NE(console.str().find("  - lse: LSE max abs error"), std::string::npos) << console.str();
   const VerifyRecord record = verify_record(run.records.front());
   EXPECT_EQ(record.status, "fail");
   const nlohmann::json j = to_json(record);
