@@ -37,7 +37,8 @@ std::int64_t first_bad_output(const Tensor& out) {
 
 // Runs once and checks the output; returns the failure, or an empty string.
 std::string run_checked(const Implementation& impl, const RunArgs& args) {
-  args.out.poison();
+  Tensor& out = args.tensors.required_output(Role::o);
+  out.poison();
   try {
     impl.run(args);
   } catch (const std::exception& e) {
@@ -45,7 +46,7 @@ std::string run_checked(const Implementation& impl, const RunArgs& args) {
   } catch (...) {
     return "run threw something that is not a std::exception";
   }
-  if (const std::int64_t bad = first_bad_output(args.out); bad >= 0)
+  if (const std::int64_t bad = first_bad_output(out); bad >= 0)
     return fmt::format("output element {} is unwritten or not finite after the run", bad);
   return {};
 }
@@ -56,7 +57,7 @@ std::string try_once(const Implementation& impl, const Problem& p, Environment& 
   try {
     Fixture& fixture = env.fixture_for(p);
     PageBuffer workspace(impl.workspace_bytes(p));
-    return run_checked(impl, {p, fixture.inputs, fixture.out, nullptr, nullptr, workspace.span(), env.threads});
+    return run_checked(impl, {p, fixture.inputs, RoleTensors::forward(fixture.inputs, fixture.out), workspace.span(), env.threads});
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -79,7 +80,7 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
     fail(fmt::format("setting up n={}: {}", n, e.what()));
     return;
   }
-  const RunArgs args{p, fixture->inputs, fixture->out, nullptr, nullptr, workspace->span(), env.threads};
+  const RunArgs args{p, fixture->inputs, RoleTensors::forward(fixture->inputs, fixture->out), workspace->span(), env.threads};
 
   MemoryProbe memory;
   memory.start();
@@ -128,7 +129,7 @@ void run_self_timed_benchmark(benchmark::State& state, const FamilySpec& family,
     return;
   }
   const auto start = std::chrono::steady_clock::now();
-  if (const std::string error = run_checked(impl, {p, fixture->inputs, fixture->out, nullptr, nullptr, {}, env.threads}); !error.empty()) {
+  if (const std::string error = run_checked(impl, {p, fixture->inputs, RoleTensors::forward(fixture->inputs, fixture->out), {}, env.threads}); !error.empty()) {
     fail(error);  // the warm-up, untimed, checked
     return;
   }

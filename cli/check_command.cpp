@@ -110,10 +110,10 @@ class GivenOutputs final : public Implementation {
   std::size_t workspace_bytes(const Problem&) const override { return 0; }
   void run(const RunArgs& args) const override {
     const GivenCase& c = cases_.at(current_);
-    args.out = c.out;
-    if (args.lse != nullptr) {
+    args.tensors.required_output(Role::o) = c.out;
+    if (Tensor* lse = args.tensors.output(Role::lse)) {
       if (!c.lse) throw std::logic_error("GivenOutputs: an LSE asked for where none was given");  // run_given refuses that mix
-      *args.lse = *c.lse;
+      *lse = *c.lse;
     }
   }
   void select(std::size_t index) const { current_ = index; }

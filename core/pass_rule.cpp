@@ -18,41 +18,48 @@ double precision_scale(DType dtype, MatmulPrecision matmul) {
 Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline,
               const ScoreRounding& score_rounding, double scale) {
   Verdict v;
-  auto fail = [&](std::string reason) {
-    v.pass = false;
-    v.reasons.push_back(std::move(reason));
+  v.roles.reserve(2);  // o and lse: the references below stay valid
+  auto fail = [](RoleVerdict& role, std::string reason) {
+    role.pass = false;
+    role.reasons.push_back(std::move(reason));
   };
+  RoleVerdict& o = v.roles.emplace_back(RoleVerdict{Role::o, true, m.max_abs, m.reference_max_abs, 0, {}});
   const double floor = scale * rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
   const bool by_scores = score_rounding.out > baseline.max_abs;
   const double yardstick = scale * (by_scores ? score_rounding.out : baseline.max_abs);
   // Said after the rule's terms in a failure when the yardsticks are scaled.
   const std::string scaled = scale != 1.0 ? fmt::format(", all x {:g} for the matmul precision", scale) : "";
-  v.tolerance = rule.k * yardstick + floor;
+  v.tolerance = o.tolerance = rule.k * yardstick + floor;
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-  if (m.unwritten > 0) fail(fmt::format("{} output elements never written", m.unwritten));
+  if (m.unwritten > 0) fail(o, fmt::format("{} output elements never written", m.unwritten));
   // Fully masked rows are judged by the declared policy alone (below), whatever they hold.
-  if (m.nan_outside_fully_masked() > 0) fail(fmt::format("{} NaN where the reference is finite", m.nan_outside_fully_masked()));
-  if (m.inf_outside_fully_masked() > 0) fail(fmt::format("{} Inf where the reference is finite", m.inf_outside_fully_masked()));
+  if (m.nan_outside_fully_masked() > 0) fail(o, fmt::format("{} NaN where the reference is finite", m.nan_outside_fully_masked()));
+  if (m.inf_outside_fully_masked() > 0) fail(o, fmt::format("{} Inf where the reference is finite", m.inf_outside_fully_masked()));
   if (m.fully_masked_violations > 0) {
     const std::string held = fully_masked_contents(m);
-    fail(fmt::format("{} of {} fully masked rows break the declared policy ({}){}", m.fully_masked_violations, m.fully_masked_rows,
-                     to_string(m.policy), held.empty() ? "" : ": " + held));
+    fail(o, fmt::format("{} of {} fully masked rows break the declared policy ({}){}", m.fully_masked_violations, m.fully_masked_rows,
+                        to_string(m.policy), held.empty() ? "" : ": " + held));
   }
   if (!(m.max_abs <= v.tolerance))
-    fail(by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps{})",
-                                 m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)
-                   : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, v.tolerance,
-                                 rule.k, baseline.max_abs, rule.floor_ulps, scaled));
+    fail(o, by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps{})",
+                                    m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)
+                      : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, v.tolerance,
+                                    rule.k, baseline.max_abs, rule.floor_ulps, scaled));
   if (m.has_lse) {
+    RoleVerdict& lse = v.roles.emplace_back(RoleVerdict{Role::lse, true, m.lse_max_abs, m.lse_reference_max_abs, 0, {}});
     const DType lse_dtype = working_dtype(dtype);
     const double lse_yardstick = scale * std::max(baseline.lse_max_abs, score_rounding.lse);
     const double lse_tolerance = rule.k * lse_yardstick + scale * rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
-    v.lse_tolerance = lse_tolerance;
-    if (m.lse_violations > 0) fail(fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
+    v.lse_tolerance = lse.tolerance = lse_tolerance;
+    if (m.lse_violations > 0) fail(lse, fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
     if (!(m.lse_max_abs <= lse_tolerance))
-      fail(fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps{})",
-                       m.lse_max_abs, lse_tolerance, rule.k, baseline.lse_max_abs, score_rounding.lse, rule.floor_ulps, scaled));
+      fail(lse, fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps{})",
+                            m.lse_max_abs, lse_tolerance, rule.k, baseline.lse_max_abs, score_rounding.lse, rule.floor_ulps, scaled));
+  }
+  for (const RoleVerdict& role : v.roles) {
+    v.pass = v.pass && role.pass;
+    v.reasons.insert(v.reasons.end(), role.reasons.begin(), role.reasons.end());
   }
   return v;
 }

@@ -3,12 +3,14 @@
 // error of the naive algorithm run in the same precision, plus a floor of a few ulps of the
 // output dtype (at the largest reference magnitude). Any NaN or Inf where the reference is
 // finite fails; so does an element left unwritten, a fully masked row that breaks the declared
-// policy, and (when the implementation returns it) an LSE outside the same rule.
+// policy, and (when the implementation returns it) an LSE outside the same rule. Each judged
+// role (o, lse) gets its own verdict; the case's is their conjunction.
 #include <string>
 #include <vector>
 
 #include "core/metrics.hpp"
 #include "core/precision.hpp"
+#include "core/tensor_role.hpp"
 
 namespace attn {
 
@@ -17,12 +19,31 @@ struct PassRule {
   double floor_ulps = 2.0;
 };
 
+// One judged tensor's verdict (PyTorch's one verdict per named tensor): its error against the
+// reference, the error the rule allows it and why it failed.
+struct RoleVerdict {
+  Role role = Role::o;
+  bool pass = true;
+  double max_abs = 0;
+  double reference_max_abs = 0;  // max |expected| of the role
+  double tolerance = 0;
+  std::vector<std::string> reasons;  // why it failed, one line each
+};
+
 struct Verdict {
   bool pass = true;
   double tolerance = 0;   // the max abs error allowed
   double lse_tolerance = 0;  // the same for the LSE, when one was returned
   double ratio = 0;       // max abs error / naive max abs error (0 when both are 0, inf when only naive is)
-  std::vector<std::string> reasons;  // why it failed, one line each
+  std::vector<std::string> reasons;  // why it failed, one line each: the roles' in role order
+  // o, then lse when one was returned; pass is their conjunction. A failure outside every role
+  // (the run threw, verification/verify.cpp) fails the case with a reason of its own.
+  std::vector<RoleVerdict> roles;
+  const RoleVerdict* role(Role r) const {
+    for (const RoleVerdict& v : roles)
+      if (v.role == r) return &v;
+    return nullptr;
+  }
 };
 
 // The typical error that rounding the scores (sequential dot products, scale, bias) causes in

@@ -6,6 +6,26 @@
 
 namespace attn {
 
+namespace {
+
+template <class View, class Data>
+View view_of(Data* data, DType dtype, const Tensor::Shape& shape) {
+  View v{data, dtype, Device::cpu, 0, 4, {}, {}};
+  std::int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    const auto u = std::size_t(i);
+    v.shape[u] = shape[u];
+    v.strides[u] = stride;
+    stride *= shape[u];
+  }
+  return v;
+}
+
+}  // namespace
+
+TensorView Tensor::view() { return view_of<TensorView>(data(), dtype_, shape_); }
+ConstTensorView Tensor::view() const { return view_of<ConstTensorView>(data(), dtype_, shape_); }
+
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
   numel_ = 1;
   for (auto extent : shape) {

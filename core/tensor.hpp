@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/tensor_view.hpp"
 
 namespace attn {
 
@@ -43,6 +44,10 @@ class Tensor {
   template <class T> const T* as() const { return reinterpret_cast<const T*>(storage_.data()); }
 
   bool operator==(const Tensor& other) const;  // same dtype, shape and bits
+
+  // This tensor as a DLPack-shaped view: rank 4, its shape, dense row-major strides, on the CPU.
+  TensorView view();
+  ConstTensorView view() const;
 
  private:
   DType dtype_ = DType::f32;

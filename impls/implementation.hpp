@@ -12,6 +12,7 @@
 #include "core/metrics.hpp"
 #include "core/precision.hpp"
 #include "core/problem.hpp"
+#include "core/role_tensors.hpp"
 #include "core/tensor.hpp"
 
 namespace attn {
@@ -65,10 +66,12 @@ struct Support {
 
 struct RunArgs {
   const Problem& problem;
-  const CaseInputs& inputs;
-  Tensor& out;                      // [b, h_q, n_q, d_v] in the problem's dtype, poisoned
-  Tensor* lse = nullptr;            // [b, h_q, n_q, 1], f64 for f64 problems else f32; null: not wanted
-  Tensor* weights = nullptr;        // [b, h_q, n_q, n_k], same dtype as lse; null: not wanted
+  const CaseInputs& inputs;         // the mask; q, k, v are also the tensor set's inputs
+  // A forward pass (RoleTensors::forward): q, k, v in; out, poisoned:
+  //   o        [b, h_q, n_q, d_v] in the problem's dtype, always there;
+  //   lse      [b, h_q, n_q, 1], f64 for f64 problems else f32; absent: not wanted;
+  //   weights  [b, h_q, n_q, n_k], same dtype as lse; absent: not wanted.
+  RoleTensors tensors;
   std::span<std::byte> workspace;   // workspace_bytes(problem) bytes
   int threads = 0;                  // CPU threads to use; 0: every core
 };

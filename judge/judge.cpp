@@ -44,7 +44,7 @@ Yardstick make_yardstick(const Problem& p, const CaseInputs& in, const Reference
   y.reference_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Tensor naive_out = make_output(p), naive_lse = make_lse(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, naive_out, &naive_lse, nullptr, workspace});
+  naive_attention(RunArgs{p, in, RoleTensors::forward(in, naive_out, &naive_lse), workspace});
   y.baseline = measure(p, in.mask, y.expected(), naive_out, &naive_lse, FullyMaskedPolicy::zeros);
   check_baseline(y, p, naive_out);
   return y;
@@ -55,9 +55,13 @@ Judgement judge_output(const Problem& p, const CaseInputs& in, const Yardstick& 
   Judgement j;
   j.metrics = measure(p, in.mask, y.expected(), out, lse, options.fully_masked);
   j.verdict = judge(options.rule, p.dtype, j.metrics, y.baseline, y.reference.score_rounding, precision_scale(p.dtype, options.matmul_precision));
-  if (!y.baseline_problem.empty()) {
+  if (!y.baseline_problem.empty()) {  // the yardstick of every role
     j.verdict.pass = false;
     j.verdict.reasons.push_back(y.baseline_problem);
+    for (RoleVerdict& role : j.verdict.roles) {
+      role.pass = false;
+      role.reasons.push_back(y.baseline_problem);
+    }
   }
   return j;
 }

@@ -35,6 +35,8 @@ struct JudgeOptions {
   MatmulPrecision matmul_precision = MatmulPrecision::working;  // coarser matrix products (TF32)
 };
 
+// The verdict is per role (verdict.roles: o, and lse when the output comes with one), each with
+// its error and tolerance; the case passes when every role does.
 struct Judgement {
   ErrorMetrics metrics;
   Verdict verdict;

@@ -18,7 +18,7 @@ Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) 
   Outputs o{make_output(p), make_lse(p), caps.returns_weights ? make_weights(p) : Tensor{}, {}};
   try {
     std::vector<std::byte> workspace(impl.workspace_bytes(p));
-    impl.run(RunArgs{p, in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr, workspace});
+    impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr), workspace});
   } catch (const std::exception& e) {
     o.error = fmt::format("run threw: {}", e.what());
   }

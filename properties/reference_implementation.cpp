@@ -20,18 +20,21 @@ class ReferenceImplementation final : public Implementation {
   std::size_t workspace_bytes(const Problem&) const override { return 0; }
   void run(const RunArgs& a) const override {
     const Problem& p = a.problem;
+    Tensor& out = a.tensors.required_output(Role::o);
+    Tensor* lse = a.tensors.output(Role::lse);
+    Tensor* weights = a.tensors.output(Role::weights);
     ReferenceOptions options;
     // Enough work for every row (compute_reference samples rows beyond max_work).
     options.max_work = 4.0 * double(p.rows()) * double(p.n_k) * double(p.d_k + p.d_v) + 1;
-    options.weights = a.weights != nullptr;
+    options.weights = weights != nullptr;
     options.threads = a.threads;
     const ReferenceResult ref = compute_reference(p, a.inputs, options);
     for (std::size_t r = 0; r < ref.rows.size(); ++r) {
       const std::int64_t row = ref.rows[r];
-      for (std::int64_t c = 0; c < p.d_v; ++c) a.out.set(row * p.d_v + c, ref.out[r * std::size_t(p.d_v) + std::size_t(c)]);
-      if (a.lse) a.lse->set(row, ref.lse[r]);
-      if (a.weights)
-        for (std::int64_t j = 0; j < p.n_k; ++j) a.weights->set(row * p.n_k + j, ref.weights[r * std::size_t(p.n_k) + std::size_t(j)]);
+      for (std::int64_t c = 0; c < p.d_v; ++c) out.set(row * p.d_v + c, ref.out[r * std::size_t(p.d_v) + std::size_t(c)]);
+      if (lse) lse->set(row, ref.lse[r]);
+      if (weights)
+        for (std::int64_t j = 0; j < p.n_k; ++j) weights->set(row * p.n_k + j, ref.weights[r * std::size_t(p.n_k) + std::size_t(j)]);
     }
   }
 };

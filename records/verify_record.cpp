@@ -1,5 +1,6 @@
 #include "records/verify_record.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/tensor_role.hpp"
 
 namespace attn {
 
@@ -53,6 +55,24 @@ json metrics_json(const VerifyMetrics& m) {
            {"finite_nonzero", m.fully_masked_holding.finite_nonzero}}}};
   if (m.lse) j["lse"] = {{"max_abs", figure_json(m.lse->max_abs)}, {"violations", m.lse->violations}};
   return j;
+}
+
+// {"o": {...}, "lse": {...}}: keyed by role, as PyTorch names each compared tensor.
+json roles_json(const std::vector<VerifyRoleVerdict>& roles) {
+  json j = json::object();
+  for (const VerifyRoleVerdict& r : roles)
+    j[r.role] = {{"passed", r.passed},
+                 {"max_abs", figure_json(r.max_abs)},
+                 {"reference_max_abs", figure_json(r.reference_max_abs)},
+                 {"tolerance", figure_json(r.tolerance)},
+                 {"reasons", r.reasons}};
+  return j;
+}
+
+// Where a role sorts: core's role order, names this build does not know after them.
+std::size_t role_rank(const std::string& name) {
+  const std::optional<Role> role = parse_role(name);
+  return role ? std::size_t(*role) : role_count;
 }
 
 json diagnosis_json(const VerifyDiagnosis& d) {
@@ -181,6 +201,7 @@ json to_json(const VerifyRecord& r) {
   j["ratio_to_baseline"] = figure_json(r.ratio_to_baseline);
   j["budget_used"] = figure_json(r.budget_used.value_or(std::numeric_limits<double>::quiet_NaN()));
   j["reasons"] = r.reasons;
+  if (!r.roles.empty()) j["roles"] = roles_json(r.roles);
   j["seconds"] = r.seconds;
   if (r.diagnosis) j["diagnosis"] = diagnosis_json(*r.diagnosis);
   if (!r.diagnosis_skipped.empty()) j["diagnosis_skipped"] = r.diagnosis_skipped;
@@ -263,6 +284,22 @@ VerifyRecord read_verify_record(const json& r, std::size_t index, const std::str
     for (const char* key : {"max_abs", "max_ulps"})
       if (!r["metrics"].contains(key)) fail(fmt::format("metrics: missing \"{}\"", key));
     v.metrics = read.metrics(r["metrics"], "metrics.");
+  }
+  if (r.contains("roles")) {
+    const json& roles = read.object(r, "roles", "");
+    for (const auto& [name, role] : roles.items()) {
+      const std::string at = "roles." + name + ".";
+      if (!role.is_object()) fail(fmt::format("roles.{} is not an object", name));
+      VerifyRoleVerdict& out = v.roles.emplace_back();
+      out.role = name;
+      if (role.contains("passed") && !role["passed"].is_boolean()) fail(fmt::format("{}passed is not true or false", at));
+      out.passed = role.value("passed", true);
+      read.figure(role, "max_abs", at, out.max_abs);
+      read.figure(role, "reference_max_abs", at, out.reference_max_abs);
+      read.figure(role, "tolerance", at, out.tolerance);
+      read.strings(role, "reasons", out.reasons);
+    }
+    std::stable_sort(v.roles.begin(), v.roles.end(), [](const VerifyRoleVerdict& a, const VerifyRoleVerdict& b) { return role_rank(a.role) < role_rank(b.role); });
   }
   read.figure(r, "tolerance", "", v.tolerance);
   read.figure(r, "ratio_to_baseline", "", v.ratio_to_baseline);

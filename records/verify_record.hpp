@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,17 @@ struct VerifyDiagnosis {
   std::string note, nondeterminism, fully_masked_rows;
 };
 
+// One judged role's verdict (core/pass_rule.hpp's RoleVerdict): "o", and "lse" when the
+// implementation returns it. The case's status is their conjunction (or fail where the run threw
+// and nothing was judged: then there are none).
+struct VerifyRoleVerdict {
+  std::string role;  // core/tensor_role.hpp's to_string
+  bool passed = true;
+  double max_abs = 0, reference_max_abs = 0, tolerance = 0;
+  std::vector<std::string> reasons;
+  bool operator==(const VerifyRoleVerdict&) const = default;
+};
+
 struct VerifyRecord {
   std::string implementation, repro, label;  // label: the repro string where the file has none
   std::int64_t case_index = 0;
@@ -86,6 +98,7 @@ struct VerifyRecord {
   double tolerance = 0, ratio_to_baseline = 0;
   std::optional<double> budget_used;         // the worst error over its tolerance: 1 is the pass line
   std::vector<std::string> reasons;          // why it failed
+  std::vector<VerifyRoleVerdict> roles;      // a pass's or a fail's, in role order; "roles" in the file
   double seconds = 0;
   std::optional<VerifyDiagnosis> diagnosis;  // a diagnosed failure's
   std::string diagnosis_skipped;             // why a failure was not diagnosed, or ""
@@ -95,6 +108,11 @@ struct VerifyRecord {
   // reads as NaN or infinity, the NaN ulps marker as NaN.
   double max_abs() const { return metrics ? metrics->max_abs : std::numeric_limits<double>::quiet_NaN(); }
   double max_ulps() const { return metrics ? metrics->ulps() : std::numeric_limits<double>::quiet_NaN(); }
+  const VerifyRoleVerdict* role(std::string_view name) const {
+    for (const VerifyRoleVerdict& r : roles)
+      if (r.role == name) return &r;
+    return nullptr;
+  }
   bool ulps_measured() const { return !metrics || metrics->max_ulps_at != "-"; }
   bool projected() const { return projected_from.has_value(); }
   bool sampled() const { return reference && reference->sampled; }

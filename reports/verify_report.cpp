@@ -98,6 +98,18 @@ void print_skips(std::ostream& os, const VerifyRun& run) {
   }
 }
 
+// "lse: " before a reason of the LSE's verdict alone; "" before one of every role's (an unsound
+// yardstick) or of none (the run threw).
+std::string role_prefix(const Verdict& v, const std::string& reason) {
+  const RoleVerdict* owner = nullptr;
+  for (const RoleVerdict& role : v.roles) {
+    if (std::find(role.reasons.begin(), role.reasons.end(), reason) == role.reasons.end()) continue;
+    if (owner != nullptr) return "";
+    owner = &role;
+  }
+  return owner != nullptr ? fmt::format("{}: ", to_string(owner->role)) : "";
+}
+
 }  // namespace
 
 VerifyRecord verify_record(const Record& r) {
@@ -124,6 +136,8 @@ VerifyRecord verify_record(const Record& r) {
   v.ratio_to_baseline = r.verdict.ratio;
   v.budget_used = budget_used(r.metrics, r.verdict);
   v.reasons = r.verdict.reasons;
+  for (const RoleVerdict& role : r.verdict.roles)
+    v.roles.push_back({std::string(to_string(role.role)), role.pass, role.max_abs, role.reference_max_abs, role.tolerance, role.reasons});
   v.seconds = r.seconds;
   if (r.diagnosis.ran) v.diagnosis = diagnosis_record(r.diagnosis);
   v.diagnosis_skipped = r.diagnosis_skipped;
@@ -208,7 +222,7 @@ void print_verify_summary(std::ostream& os, const VerifyRun& run, const std::fun
     if (r.status != Status::fail) continue;
     fmt::print(os, "\nFAIL {} on case {} ({})\n", r.implementation, r.context->index, r.context->problem.label());
     if (!r.projected_from.empty()) fmt::print(os, "  projected from '{}' ({})\n", r.projected_from, r.projection);
-    for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}\n", reason);
+    for (const auto& reason : r.verdict.reasons) fmt::print(os, "  - {}{}\n", role_prefix(r.verdict, reason), reason);
     if (!r.diagnosis_skipped.empty()) fmt::print(os, "  ({})\n", r.diagnosis_skipped);
     if (r.diagnosis.ran) {
       const Diagnosis& d = r.diagnosis;

@@ -58,13 +58,14 @@ class FakeImplementation final : public Implementation {
   void run(const RunArgs& a) const override {
     if (a.workspace.size() < workspace_bytes(a.problem)) throw std::runtime_error("workspace too small");
     std::memset(a.workspace.data(), 1, a.workspace.size());
+    Tensor& out = a.tensors.required_output(Role::o);
     switch (behaviour_) {
       case Behaviour::throws: throw std::runtime_error("deliberate failure in run");
       case Behaviour::leaves_output_unwritten:
-        for (std::int64_t i = 0; i + 1 < a.out.numel(); ++i) a.out.set(i, 0.0);  // all but the last
+        for (std::int64_t i = 0; i + 1 < out.numel(); ++i) out.set(i, 0.0);  // all but the last
         return;
       case Behaviour::writes_zeros:
-        for (std::int64_t i = 0; i < a.out.numel(); ++i) a.out.set(i, 0.0);
+        for (std::int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);
         return;
     }
   }

@@ -34,7 +34,7 @@ struct Outputs {
 Outputs run(const Problem& p, const CaseInputs& in, int threads) {
   Outputs o{make_output(p), make_lse(p)};
   std::vector<std::byte> workspace(blocked().workspace_bytes(p));
-  blocked().run(RunArgs{p, in, o.out, &o.lse, nullptr, workspace, threads});
+  blocked().run(RunArgs{p, in, RoleTensors::forward(in, o.out, &o.lse), workspace, threads});
   return o;
 }
 

@@ -87,7 +87,7 @@ struct NaiveRun {
 NaiveRun run_naive(const Problem& p, const CaseInputs& in) {
   NaiveRun r{make_output(p), make_lse(p), make_weights(p)};
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, r.out, &r.lse, &r.weights, workspace});
+  naive_attention(RunArgs{p, in, RoleTensors::forward(in, r.out, &r.lse, &r.weights), workspace});
   return r;
 }
 
@@ -286,7 +286,7 @@ TEST(CpuNaive, WithoutLseOrWeightsOnlyTheOutputIsWritten) {
   const CaseInputs in = generate_inputs(p);
   Tensor out = make_output(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, out, nullptr, nullptr, workspace});
+  naive_attention(RunArgs{p, in, RoleTensors::forward(in, out), workspace});
   for (std::int64_t e = 0; e < out.numel(); ++e) ASSERT_FALSE(out.is_poisoned(e));
   const NaiveRun full = run_naive(p, in);
   EXPECT_TRUE(out == full.out);
@@ -297,7 +297,7 @@ TEST(CpuNaive, RejectsATooSmallWorkspace) {
   const CaseInputs in = generate_inputs(p);
   Tensor out = make_output(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p) - 1);
-  EXPECT_THROW(naive_attention(RunArgs{p, in, out, nullptr, nullptr, workspace}), std::runtime_error);
+  EXPECT_THROW(naive_attention(RunArgs{p, in, RoleTensors::forward(in, out), workspace}), std::runtime_error);
 }
 
 TEST(CpuNaive, ScaleOverrideIsUsed) {
@@ -353,7 +353,7 @@ TEST(Registry, BuiltinsIncludeCpuNaive) {
   const CaseInputs in = generate_inputs(p);
   Tensor out = make_output(p);
   std::vector<std::byte> workspace(naive->workspace_bytes(p));
-  naive->run(RunArgs{p, in, out, nullptr, nullptr, workspace});
+  naive->run(RunArgs{p, in, RoleTensors::forward(in, out), workspace});
   EXPECT_TRUE(out == run_naive(p, in).out);
 }
 

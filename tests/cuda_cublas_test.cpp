@@ -101,8 +101,8 @@ TEST_F(CudaCublas, RepeatedRunsAreBitwiseEqual) {
     const Problem p = small(dtype);
     const CaseInputs in = generate_inputs(p);
     Tensor a = make_output(p), b = make_output(p), lse_a = make_lse(p), lse_b = make_lse(p);
-    impl("cuda_cublas").run(RunArgs{p, in, a, &lse_a, nullptr, {}});
-    impl("cuda_cublas").run(RunArgs{p, in, b, &lse_b, nullptr, {}});
+    impl("cuda_cublas").run(RunArgs{p, in, RoleTensors::forward(in, a, &lse_a), {}});
+    impl("cuda_cublas").run(RunArgs{p, in, RoleTensors::forward(in, b, &lse_b), {}});
     EXPECT_TRUE(a == b) << to_string(dtype);
     EXPECT_TRUE(lse_a == lse_b) << to_string(dtype);
   }
@@ -116,7 +116,7 @@ TEST_F(CudaCublas, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
     p.window = Window::of(Causal::top_left);  // query i sees keys 0..i
     const CaseInputs in = generate_inputs(p);
     Tensor clean = make_output(p);
-    impl("cuda_cublas").run(RunArgs{p, in, clean, nullptr, nullptr, {}});
+    impl("cuda_cublas").run(RunArgs{p, in, RoleTensors::forward(in, clean), {}});
     for (double poison : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
       CaseInputs poisoned = generate_inputs(p);
       const std::int64_t last = p.n_k - 1;  // seen by no query (n_q < n_k) under top-left causality
@@ -124,14 +124,14 @@ TEST_F(CudaCublas, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
         for (std::int64_t g = 0; g < p.h_kv; ++g)
           for (std::int64_t c = 0; c < p.d_v; ++c) poisoned.v.set(poisoned.v.offset(b, g, last, c), poison);
       Tensor out = make_output(p);
-      impl("cuda_cublas").run(RunArgs{p, poisoned, out, nullptr, nullptr, {}});
+      impl("cuda_cublas").run(RunArgs{p, poisoned, RoleTensors::forward(poisoned, out), {}});
       EXPECT_TRUE(out == clean) << to_string(dtype) << ": V = " << poison << " in a masked key changed the output";
     }
     // A visible key's NaN does reach the rows that see it (and only those).
     CaseInputs visible = generate_inputs(p);
     visible.v.set(visible.v.offset(0, 0, 3, 0), std::numeric_limits<double>::quiet_NaN());
     Tensor out = make_output(p);
-    impl("cuda_cublas").run(RunArgs{p, visible, out, nullptr, nullptr, {}});
+    impl("cuda_cublas").run(RunArgs{p, visible, RoleTensors::forward(visible, out), {}});
     EXPECT_FALSE(std::isnan(out.get(out.offset(0, 0, 2, 0)))) << to_string(dtype) << ": row 2 does not see key 3";
     EXPECT_TRUE(std::isnan(out.get(out.offset(0, 0, 3, 0)))) << to_string(dtype) << ": row 3 sees key 3";
     EXPECT_FALSE(std::isnan(out.get(out.offset(0, 0, 3, 1)))) << to_string(dtype) << ": column 1 of V is finite";
@@ -177,7 +177,7 @@ TEST_F(CudaCublas, CudaErrorsBecomeExceptionsNamingTheCall) {
   const Problem p = small(DType::f32);
   const CaseInputs in = generate_inputs(p);
   Tensor out = make_output(p);
-  EXPECT_NO_THROW(impl("cuda_cublas").run(RunArgs{p, in, out, nullptr, nullptr, {}}));
+  EXPECT_NO_THROW(impl("cuda_cublas").run(RunArgs{p, in, RoleTensors::forward(in, out), {}}));
 }
 
 }  // namespace

@@ -107,10 +107,10 @@ TEST_F(CudaFused, RepeatedRunsAreBitwiseIdentical) {
     cuda::Stream stream;
     run->enqueue(stream.get());
     Tensor first = make_output(p), first_lse = make_lse(p);
-    impl_->run(RunArgs{p, in, first, &first_lse, nullptr, {}});
+    impl_->run(RunArgs{p, in, RoleTensors::forward(in, first, &first_lse), {}});
     for (int i = 0; i < 250; ++i) {
       Tensor out = make_output(p), lse = make_lse(p);
-      impl_->run(RunArgs{p, in, out, &lse, nullptr, {}});
+      impl_->run(RunArgs{p, in, RoleTensors::forward(in, out, &lse), {}});
       ASSERT_TRUE(out == first) << to_string(dtype) << ": run " << i << " differs";
       ASSERT_TRUE(lse == first_lse) << to_string(dtype) << ": LSE of run " << i << " differs";
     }
@@ -129,12 +129,12 @@ TEST_F(CudaFused, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
     p.window = Window::of(Causal::top_left);  // row i sees keys 0..i: key 40 is masked for rows < 40, visible from 40
     const CaseInputs in = generate_inputs(p);
     Tensor clean = make_output(p);
-    impl_->run(RunArgs{p, in, clean, nullptr, nullptr, {}});
+    impl_->run(RunArgs{p, in, RoleTensors::forward(in, clean), {}});
     for (double poison : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
       CaseInputs poisoned = generate_inputs(p);
       for (std::int64_t c = 0; c < p.d_v; ++c) poisoned.v.set(poisoned.v.offset(0, 0, 40, c), poison);
       Tensor out = make_output(p);
-      impl_->run(RunArgs{p, poisoned, out, nullptr, nullptr, {}});
+      impl_->run(RunArgs{p, poisoned, RoleTensors::forward(poisoned, out), {}});
       for (std::int64_t h = 0; h < 2; ++h)  // query heads 0 and 1 read kv head 0
         for (std::int64_t i = 0; i < p.n_q; ++i)
           for (std::int64_t c = 0; c < p.d_v; ++c) {

@@ -236,10 +236,10 @@ class Planted final : public Implementation {
     if (change_) change_(p, in);
     Tensor out = make_output(a.problem);
     std::vector<std::byte> workspace(naive_workspace_bytes(p));
-    naive_attention(RunArgs{p, in, out, nullptr, nullptr, workspace});
+    naive_attention(RunArgs{p, in, RoleTensors::forward(in, out), workspace});
     for (std::int64_t r = 0; r < p.rows(); ++r)
       for (std::int64_t c = 0; c < p.d_v; ++c)
-        a.out.set(r * p.d_v + c, factor_ * out.get((move_ ? move_(p, r) : r) * p.d_v + c));
+        a.tensors.required_output(Role::o).set(r * p.d_v + c, factor_ * out.get((move_ ? move_(p, r) : r) * p.d_v + c));
   }
 
  private:
@@ -359,7 +359,7 @@ Judged judge_on(const Implementation& impl, const Problem& p, const CaseInputs& 
   auto run = [&](auto&& body) {
     Tensor out = make_output(p);
     std::vector<std::byte> workspace(std::max(naive_workspace_bytes(p), impl.workspace_bytes(p)));
-    body(RunArgs{p, in, out, nullptr, nullptr, workspace});
+    body(RunArgs{p, in, RoleTensors::forward(in, out), workspace});
     return out;
   };
   const Tensor naive = run([](const RunArgs& a) { naive_attention(a); });
@@ -444,7 +444,7 @@ TEST(Diagnosis, FullyMaskedRowsSayWhatWasWritten) {
       const Problem& p = a.problem;
       for (std::int64_t r = 0; r < p.rows(); ++r)
         if (a.inputs.mask.row_fully_masked(r / (p.n_q * p.h_q), (r / p.n_q) % p.h_q, r % p.n_q))
-          for (std::int64_t c = 0; c < p.d_v; ++c) a.out.set(r * p.d_v + c, std::numeric_limits<double>::quiet_NaN());
+          for (std::int64_t c = 0; c < p.d_v; ++c) a.tensors.required_output(Role::o).set(r * p.d_v + c, std::numeric_limits<double>::quiet_NaN());
     }
   } nan_where_nothing_is_visible;
   expect_named(verify_one(nan_where_nothing_is_visible, {padded(KeyPadding::Kind::per_query)}), "fully_masked_rows_off_policy",
@@ -495,7 +495,7 @@ void expect_naive_rows_equal(const Problem& p) {
   const CaseInputs in = generate_inputs(p);
   Tensor out = make_output(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, out, nullptr, nullptr, workspace});
+  naive_attention(RunArgs{p, in, RoleTensors::forward(in, out), workspace});
   double max_v = 0;
   for (std::int64_t e = 0; e < in.v.numel(); ++e) max_v = std::max(max_v, std::fabs(in.v.get(e)));
   const double u = std::numeric_limits<Acc>::epsilon() / 2;

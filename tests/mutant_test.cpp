@@ -82,7 +82,7 @@ std::unique_ptr<Shared> build() {
     auto scale_1_over_dk = [](const RunArgs& a) {
       Problem wrong = a.problem;
       wrong.scale = 1.0 / double(wrong.d_k);
-      naive_attention(RunArgs{wrong, a.inputs, a.out, a.lse, a.weights, a.workspace});
+      naive_attention(RunArgs{wrong, a.inputs, a.tensors, a.workspace});
     };
     // Without an LSE only the output can give it away; with one, the LSE shows the scale too.
     s->registry.add(std::make_unique<Variant>(scale_mutant, false, scale_1_over_dk));
@@ -93,11 +93,13 @@ std::unique_ptr<Shared> build() {
       // The mask is materialised from the problem: rebuild it without causality (the boolean
       // mask and bias come from the same seed, so only causality changes).
       const CaseInputs in{a.inputs.q, a.inputs.k, a.inputs.v, Mask(wrong)};
-      naive_attention(RunArgs{wrong, in, a.out, a.lse, a.weights, a.workspace});
+      const RoleTensors& t = a.tensors;
+      naive_attention(RunArgs{wrong, in, RoleTensors::forward(in, t.required_output(Role::o), t.output(Role::lse), t.output(Role::weights)), a.workspace});
     }));
     s->registry.add(std::make_unique<Variant>(unwritten_mutant, true, [](const RunArgs& a) {
       naive_attention(a);
-      a.out.set_bits(a.out.numel() - 1, poison_bits(a.out.dtype()));
+      Tensor& out = a.tensors.required_output(Role::o);
+      out.set_bits(out.numel() - 1, poison_bits(out.dtype()));
     }));
     const Problem refused = s->cases.at(throwing_case);
     s->registry.add(std::make_unique<Variant>(throwing_mutant, true, [refused](const RunArgs& a) {

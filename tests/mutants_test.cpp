@@ -272,7 +272,7 @@ struct Outputs {
 Outputs run_with_all_outputs(const Implementation& impl, const Problem& p, const CaseInputs& in) {
   Outputs r{make_output(p), make_lse(p), make_weights(p)};
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
-  impl.run(RunArgs{p, in, r.out, &r.lse, &r.weights, workspace});
+  impl.run(RunArgs{p, in, RoleTensors::forward(in, r.out, &r.lse, &r.weights), workspace});
   return r;
 }
 

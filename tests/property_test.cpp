@@ -236,7 +236,7 @@ class ZeroTimesMaskedValues final : public Implementation {
   void run(const RunArgs& a) const override {
     const Problem& p = a.problem;
     Tensor weights = make_weights(p), out = make_output(p);
-    naive_attention(RunArgs{p, a.inputs, out, nullptr, &weights, a.workspace});
+    naive_attention(RunArgs{p, a.inputs, RoleTensors::forward(a.inputs, out, nullptr, &weights), a.workspace});
     for (std::int64_t b = 0; b < p.batch; ++b)
       for (std::int64_t h = 0; h < p.h_q; ++h)
         for (std::int64_t i = 0; i < p.n_q; ++i)
@@ -244,7 +244,7 @@ class ZeroTimesMaskedValues final : public Implementation {
             float o = 0;
             for (std::int64_t j = 0; j < p.n_k; ++j)
               o += float(weights.get(((b * p.h_q + h) * p.n_q + i) * p.n_k + j)) * float(a.inputs.v.get(a.inputs.v.offset(b, p.kv_head(h), j, c)));
-            a.out.set(((b * p.h_q + h) * p.n_q + i) * p.d_v + c, o);
+            a.tensors.required_output(Role::o).set(((b * p.h_q + h) * p.n_q + i) * p.d_v + c, o);
           }
   }
 

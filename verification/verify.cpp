@@ -31,7 +31,7 @@ struct Output {
 Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& in, bool want_lse) {
   Output o{make_output(p), make_lse(p)};
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
-  impl.run(RunArgs{p, in, o.out, want_lse ? &o.lse : nullptr, nullptr, workspace});
+  impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, want_lse ? &o.lse : nullptr), workspace});
   return o;
 }
 
@@ -161,8 +161,11 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                                              options.diagnosis.max_cases, impl.name());
     if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this && context.inputs_from.empty()) {
       ++diagnosed;
-      const bool lse_agrees = caps.returns_lse && std::none_of(record.verdict.reasons.begin(), record.verdict.reasons.end(),
-                                                               [](const std::string& r) { return r.find("LSE") != std::string::npos; });
+      // The LSE agrees when nothing failed it but an unsound yardstick, which fails every role.
+      const RoleVerdict* lse = record.verdict.role(Role::lse);
+      const bool lse_agrees = caps.returns_lse && lse != nullptr && std::all_of(lse->reasons.begin(), lse->reasons.end(), [&](const std::string& r) {
+                                return r == context.baseline_problem;
+                              });
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
       std::optional<Output> rerun;
       try {

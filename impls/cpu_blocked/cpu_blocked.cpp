@@ -291,6 +291,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   }
 
   // Normalise and write; a row with no visible key gives zeros and LSE -inf.
+  Tensor& out_tensor = a.tensors.required_output(Role::o);
+  Tensor* lse = a.tensors.output(Role::lse);
   for (std::int64_t r = 0; r < tq; ++r) {
     const std::int64_t row = (b * p.h_q + h) * p.n_q + i0 + r;
     const bool empty = w.l[r] == Acc(0);
@@ -298,14 +300,14 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     const Acc sum = empty ? Acc(1) : w.l[r];
     const std::int64_t out0 = row * dv;
     const Acc* o = w.o + r * dv_padded;
-    if (holds<Acc>(a.out)) {
-      Acc* out = a.out.as<Acc>() + out0;
+    if (holds<Acc>(out_tensor)) {
+      Acc* out = out_tensor.as<Acc>() + out0;
       for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] / sum;
     } else {
-      for (std::int64_t c = 0; c < dv; ++c) a.out.set(out0 + c, static_cast<double>(o[c] / sum));
+      for (std::int64_t c = 0; c < dv; ++c) out_tensor.set(out0 + c, static_cast<double>(o[c] / sum));
     }
-    if (a.lse)
-      a.lse->set(row, empty ? -std::numeric_limits<double>::infinity() : static_cast<double>(w.m[r] + std::log(w.l[r])));
+    if (lse)
+      lse->set(row, empty ? -std::numeric_limits<double>::infinity() : static_cast<double>(w.m[r] + std::log(w.l[r])));
   }
 }
 

@@ -25,6 +25,9 @@ template <class Acc>
 void run_in(const RunArgs& a) {
   const Problem& p = a.problem;
   const CaseInputs& in = a.inputs;
+  Tensor& out = a.tensors.required_output(Role::o);
+  Tensor* lse = a.tensors.output(Role::lse);
+  Tensor* weights = a.tensors.output(Role::weights);
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
@@ -62,10 +65,10 @@ void run_in(const RunArgs& a) {
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
         const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
         if (m == excluded) {  // every key masked: zeros, LSE -inf
-          for (std::size_t c = 0; c < dv; ++c) a.out.set(row * p.d_v + std::int64_t(c), 0.0);
-          if (a.lse) a.lse->set(row, -std::numeric_limits<double>::infinity());
-          if (a.weights)
-            for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), 0.0);
+          for (std::size_t c = 0; c < dv; ++c) out.set(row * p.d_v + std::int64_t(c), 0.0);
+          if (lse) lse->set(row, -std::numeric_limits<double>::infinity());
+          if (weights)
+            for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), 0.0);
           continue;
         }
         // Softmax: subtract the row max, exponentiate, normalise.
@@ -83,10 +86,10 @@ void run_in(const RunArgs& a) {
         for (std::size_t j = 0; j < nk; ++j)
           if (s[j] != Acc(0))
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
-        write_row(a.out, row, dv, o);
-        if (a.lse) a.lse->set(row, static_cast<double>(m + std::log(sum)));
-        if (a.weights)
-          for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
+        write_row(out, row, dv, o);
+        if (lse) lse->set(row, static_cast<double>(m + std::log(sum)));
+        if (weights)
+          for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
       }
     }
   }

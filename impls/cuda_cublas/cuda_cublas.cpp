@@ -216,7 +216,7 @@ class CublasAttention final : public Implementation {
     CublasRun run(plan_or_throw(args.problem), args.inputs);
     Stream stream;
     run.enqueue(stream.get());
-    run.download(args.out, args.lse);
+    run.download(args.tensors.required_output(Role::o), args.tensors.output(Role::lse));
   }
 
   std::unique_ptr<DeviceRun> prepare_device_run(const Problem& problem, const CaseInputs& inputs) const override {

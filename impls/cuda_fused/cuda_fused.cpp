@@ -156,7 +156,7 @@ class FusedAttention final : public Implementation {
     FusedRun run(plan_or_throw(args.problem), args.inputs);
     Stream stream;
     run.enqueue(stream.get());
-    run.download(args.out, args.lse);
+    run.download(args.tensors.required_output(Role::o), args.tensors.output(Role::lse));
   }
 
   std::unique_ptr<DeviceRun> prepare_device_run(const Problem& problem, const CaseInputs& inputs) const override {

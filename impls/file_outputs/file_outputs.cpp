@@ -91,10 +91,10 @@ Support FileOutputs::supports(const Problem& problem) const {
 void FileOutputs::run(const RunArgs& args) const {
   const CaseFileEntry* entry = entry_for(args.problem);
   if (entry == nullptr) throw InputError(fmt::format("no case of the manifest is {}", args.problem.repro()));
-  read_output_file(dir_ / entry->out, args.problem, args.out);
-  if (args.lse != nullptr) {
+  read_output_file(dir_ / entry->out, args.problem, args.tensors.required_output(Role::o));
+  if (Tensor* lse = args.tensors.output(Role::lse)) {
     if (entry->lse.empty()) throw InputError(fmt::format("case {}: the manifest names no lse file", entry->index));
-    read_lse_file(dir_ / entry->lse, args.problem, *args.lse);
+    read_lse_file(dir_ / entry->lse, args.problem, *lse);
   }
 }
 

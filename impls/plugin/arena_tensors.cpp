@@ -1,11 +1,13 @@
 #include "impls/plugin/arena_tensors.hpp"
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "core/metrics.hpp"
+#include "impls/plugin/plugin_abi.hpp"
 
 namespace attn::plugin {
 namespace {
@@ -41,30 +43,27 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
   };
   std::vector<Item> items;
   for (const TensorSpec& s : specs) {
-    const Tensor* t = nullptr;
-    std::byte* back = nullptr;
-    switch (s.role) {
-      case ATTNBENCH_ROLE_Q: t = &a.inputs.q; break;
-      case ATTNBENCH_ROLE_K: t = &a.inputs.k; break;
-      case ATTNBENCH_ROLE_V: t = &a.inputs.v; break;
-      case ATTNBENCH_ROLE_O: t = &a.out; back = static_cast<std::byte*>(a.out.data()); break;
-      case ATTNBENCH_ROLE_LSE:
-        if (a.lse == nullptr) throw std::logic_error("an LSE planned without a tensor for it");
-        t = a.lse;
-        back = static_cast<std::byte*>(a.lse->data());
-        break;
-      case ATTNBENCH_ROLE_MASK:
-        items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
-                             stored(p.bool_mask.broadcast), s.strides, 1});
-        continue;
-      case ATTNBENCH_ROLE_BIAS: {
-        const Tensor& bias = a.inputs.mask.bias_tensor();
-        items.push_back(Item{s.name, bytes_of(bias), nullptr, s.shape, stored(p.bias.broadcast), s.strides,
-                             std::size_t(bytes_per_element(bias.dtype()))});
-        continue;
-      }
-      default: throw std::logic_error(fmt::format("no tensor for the role {}", role_name(s.role)));
+    const std::optional<Role> role = to_role(s.role);
+    if (!role) throw std::logic_error(fmt::format("no tensor for the role {}", role_name(s.role)));
+    // The mask and the bias are stored broadcast (core/mask.hpp), not as the set's tensors.
+    if (*role == Role::mask) {
+      items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
+                           stored(p.bool_mask.broadcast), s.strides, 1});
+      continue;
     }
+    if (*role == Role::bias) {
+      const Tensor& bias = a.inputs.mask.bias_tensor();
+      items.push_back(Item{s.name, bytes_of(bias), nullptr, s.shape, stored(p.bias.broadcast), s.strides,
+                           std::size_t(bytes_per_element(bias.dtype()))});
+      continue;
+    }
+    const Tensor* t = a.tensors.input(*role);
+    std::byte* back = nullptr;
+    if (Tensor* out = a.tensors.output(*role)) {
+      t = out;
+      back = static_cast<std::byte*>(out->data());
+    }
+    if (t == nullptr) throw std::logic_error(fmt::format("a {} planned without a tensor for it", role_name(s.role)));
     items.push_back(Item{s.name, bytes_of(*t), back, t->shape(), t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype()))});
   }
   return items;

@@ -1,6 +1,7 @@
 #include "impls/plugin/plugin_abi.hpp"
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
@@ -259,11 +260,39 @@ std::string dl_name(DlType t) {
 
 std::size_t dl_bytes(DlType t) { return (std::size_t(t.bits) * std::max<std::size_t>(t.lanes, 1) + 7) / 8; }
 
+namespace {
+
+// Indexed by the ABI constant; the static_asserts below keep it complete and in the header's order.
+constexpr std::array<Role, ATTNBENCH_ROLE_COUNT> abi_roles{Role::q,   Role::k,    Role::v,    Role::o,    Role::lse,  Role::d_o,
+                                                           Role::dq,  Role::dk,   Role::dv,   Role::bias, Role::mask, Role::sink,
+                                                           Role::cu_seqlens_q, Role::cu_seqlens_k, Role::seqlens_k, Role::block_table};
+static_assert(abi_roles[ATTNBENCH_ROLE_Q] == Role::q && abi_roles[ATTNBENCH_ROLE_K] == Role::k && abi_roles[ATTNBENCH_ROLE_V] == Role::v &&
+              abi_roles[ATTNBENCH_ROLE_O] == Role::o && abi_roles[ATTNBENCH_ROLE_LSE] == Role::lse && abi_roles[ATTNBENCH_ROLE_D_O] == Role::d_o &&
+              abi_roles[ATTNBENCH_ROLE_DQ] == Role::dq && abi_roles[ATTNBENCH_ROLE_DK] == Role::dk && abi_roles[ATTNBENCH_ROLE_DV] == Role::dv &&
+              abi_roles[ATTNBENCH_ROLE_BIAS] == Role::bias && abi_roles[ATTNBENCH_ROLE_MASK] == Role::mask &&
+              abi_roles[ATTNBENCH_ROLE_SINK] == Role::sink && abi_roles[ATTNBENCH_ROLE_CU_SEQLENS_Q] == Role::cu_seqlens_q &&
+              abi_roles[ATTNBENCH_ROLE_CU_SEQLENS_K] == Role::cu_seqlens_k && abi_roles[ATTNBENCH_ROLE_SEQLENS_K] == Role::seqlens_k &&
+              abi_roles[ATTNBENCH_ROLE_BLOCK_TABLE] == Role::block_table,
+              "every ATTNBENCH_ROLE_* constant maps onto its Role");
+// Every role but weights is in the ABI, once: the ABI's roles and the harness's are one vocabulary.
+static_assert(ATTNBENCH_ROLE_COUNT + 1 == role_count, "a role added on one side only (core/tensor_role.hpp or attnbench_plugin.h)");
+
+}  // namespace
+
+std::optional<Role> to_role(std::int32_t abi_role) {
+  if (abi_role < 0 || abi_role >= ATTNBENCH_ROLE_COUNT) return std::nullopt;
+  return abi_roles[std::size_t(abi_role)];
+}
+
+std::optional<std::int32_t> to_abi_role(Role role) {
+  for (std::size_t i = 0; i < abi_roles.size(); ++i)
+    if (abi_roles[i] == role) return std::int32_t(i);
+  return std::nullopt;
+}
+
 std::string role_name(std::int32_t role) {
-  static const char* const names[ATTNBENCH_ROLE_COUNT] = {"q",    "k",    "v",    "o",   "lse",       "d_o",         "dq",        "dk",
-                                                          "dv",   "bias", "mask", "sink", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table"};
   if (role == ATTNBENCH_ROLE_DATA) return "data";
-  if (role >= 0 && role < ATTNBENCH_ROLE_COUNT) return names[role];
+  if (const std::optional<Role> r = to_role(role)) return std::string(to_string(*r));
   return fmt::format("role {}", role);
 }
 

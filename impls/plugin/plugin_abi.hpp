@@ -14,6 +14,7 @@
 
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_role.hpp"
 #include "impls/implementation.hpp"
 #include "impls/plugin/attnbench_plugin.h"
 
@@ -74,7 +75,12 @@ std::optional<DType> dtype_from_dl(DlType dtype);
 // "f32", "bf16", "fp8_e4m3fn", "bool", "int32", or "code 99 bits 8" for what has no name.
 std::string dl_name(DlType dtype);
 std::size_t dl_bytes(DlType dtype);  // of one element (lanes included), rounded up to bytes
-// "q", "d_o", "block_table"; "data" for ATTNBENCH_ROLE_DATA.
+// The one mapping between the ABI's ATTNBENCH_ROLE_* constants and the harness's roles
+// (core/tensor_role.hpp): every constant has its role; weights alone has no constant (the ABI
+// does not carry it). nullopt for anything else, ATTNBENCH_ROLE_DATA included.
+std::optional<Role> to_role(std::int32_t abi_role);
+std::optional<std::int32_t> to_abi_role(Role role);
+// "q", "d_o", "block_table" (the role's to_string); "data" for ATTNBENCH_ROLE_DATA.
 std::string role_name(std::int32_t role);
 
 // The layouts a plugin's ATTNBENCH_ACCEPTS_* bits declare, in all_layouts() order (BHSD first).

@@ -226,7 +226,8 @@ void PluginImplementation::run(const RunArgs& args) const { call(args, 0, 0); }
 
 std::vector<double> PluginImplementation::timed_runs(const Problem& problem, const CaseInputs& inputs, int warmup, int iterations) const {
   Tensor out = make_output(problem), lse = make_lse(problem);
-  return call(RunArgs{problem, inputs, out, info_.has(ATTNBENCH_FEATURE_LSE) ? &lse : nullptr, nullptr, {}}, std::max(warmup, 0), std::max(iterations, 1));
+  return call(RunArgs{problem, inputs, RoleTensors::forward(inputs, out, info_.has(ATTNBENCH_FEATURE_LSE) ? &lse : nullptr), {}},
+              std::max(warmup, 0), std::max(iterations, 1));
 }
 
 std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int iterations) const {
@@ -241,7 +242,7 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
   const Problem& p = a.problem;
   const std::optional<Layout> layout = handover_layout(info_, p);
   if (!layout) throw std::runtime_error("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
-  const bool want_lse = info_.has(ATTNBENCH_FEATURE_LSE) && a.lse != nullptr;
+  const bool want_lse = info_.has(ATTNBENCH_FEATURE_LSE) && a.tensors.output(Role::lse) != nullptr;
   const std::vector<TensorSpec> specs = plan_tensors(p, *layout, want_lse);
   const std::vector<Item> items = call_items(specs, a);
 
@@ -299,9 +300,9 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
     }
   }
   if (problems.empty()) {  // unwritten elements are meaningful only when the call claims success
-    if (std::string u = unwritten_output(p, a.out, "out"); !u.empty()) problems.push_back(u);
+    if (std::string u = unwritten_output(p, a.tensors.required_output(Role::o), "out"); !u.empty()) problems.push_back(u);
     if (want_lse)
-      if (std::string u = unwritten_output(p, *a.lse, "lse"); !u.empty()) problems.push_back(u);
+      if (std::string u = unwritten_output(p, *a.tensors.output(Role::lse), "lse"); !u.empty()) problems.push_back(u);
   }
   if (!problems.empty()) {
     if (!memory.empty()) problems.push_back(memory);

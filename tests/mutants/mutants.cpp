@@ -96,6 +96,9 @@ double masked_fill_value(const Problem& p) { return p.dtype == DType::f16 ? -1e4
 // are per column, so a row LSE is what a caller would read in vain).
 template <class Acc>
 void run_softmax_over_queries(const RunArgs& a) {
+  Tensor& out = a.tensors.required_output(Role::o);
+  Tensor* lse = a.tensors.output(Role::lse);
+  Tensor* weights = a.tensors.output(Role::weights);
   const Problem& p = a.problem;
   const CaseInputs& in = a.inputs;
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
@@ -121,7 +124,7 @@ void run_softmax_over_queries(const RunArgs& a) {
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[i * nk + j]);
         if (m != excluded)
           for (std::size_t j = 0; j < nk; ++j) sum += std::exp(s[i * nk + j] - m);
-        if (a.lse) a.lse->set((b * p.h_q + h) * p.n_q + std::int64_t(i), m == excluded ? -std::numeric_limits<double>::infinity() : double(m + std::log(sum)));
+        if (lse) lse->set((b * p.h_q + h) * p.n_q + std::int64_t(i), m == excluded ? -std::numeric_limits<double>::infinity() : double(m + std::log(sum)));
       }
       for (std::size_t j = 0; j < nk; ++j) {  // the mistake: normalise each column
         Acc m = excluded, sum = 0;
@@ -140,10 +143,10 @@ void run_softmax_over_queries(const RunArgs& a) {
           Acc o = 0;
           for (std::size_t j = 0; j < nk; ++j)
             if (s[i * nk + j] != Acc(0)) o += s[i * nk + j] * static_cast<Acc>(in.v.get(in.v.offset(b, g, std::int64_t(j), c)));
-          a.out.set(row * p.d_v + c, static_cast<double>(o));
+          out.set(row * p.d_v + c, static_cast<double>(o));
         }
-        if (a.weights)
-          for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[i * nk + j]));
+        if (weights)
+          for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[i * nk + j]));
       }
     }
 }
@@ -151,12 +154,15 @@ void run_softmax_over_queries(const RunArgs& a) {
 template <class Acc>
 void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   if (mistake == M::softmax_over_queries) return run_softmax_over_queries<Acc>(a);
+  Tensor& out = a.tensors.required_output(Role::o);
+  Tensor* lse = a.tensors.output(Role::lse);
+  Tensor* weights = a.tensors.output(Role::weights);
   if (mistake == M::output_all_zeros) {  // the kernel never ran; the caller's buffers were zeroed
-    for (std::int64_t e = 0; e < a.out.numel(); ++e) a.out.set(e, 0.0);
-    if (a.lse)
-      for (std::int64_t e = 0; e < a.lse->numel(); ++e) a.lse->set(e, 0.0);
-    if (a.weights)
-      for (std::int64_t e = 0; e < a.weights->numel(); ++e) a.weights->set(e, 0.0);
+    for (std::int64_t e = 0; e < out.numel(); ++e) out.set(e, 0.0);
+    if (lse)
+      for (std::int64_t e = 0; e < lse->numel(); ++e) lse->set(e, 0.0);
+    if (weights)
+      for (std::int64_t e = 0; e < weights->numel(); ++e) weights->set(e, 0.0);
     return;
   }
   const Problem& p = a.problem;
@@ -194,10 +200,10 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         const std::int64_t row = (b * p.h_q + h) * p.n_q + i;  // LSE and weights: the right row
         const std::int64_t out_row = (b * p.h_q + output_head_as_written(mistake, p, h)) * p.n_q + i;
         if (m == excluded) {  // every key masked: zeros, LSE -inf
-          for (std::size_t c = 0; c < dv; ++c) a.out.set(out_row * p.d_v + std::int64_t(c), 0.0);
-          if (a.lse) a.lse->set(row, -std::numeric_limits<double>::infinity());
-          if (a.weights)
-            for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), 0.0);
+          for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), 0.0);
+          if (lse) lse->set(row, -std::numeric_limits<double>::infinity());
+          if (weights)
+            for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), 0.0);
           continue;
         }
         // Softmax: exponentiate (less the row max), sum, normalise.
@@ -217,10 +223,10 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         for (std::size_t j = 0; j < nk; ++j)
           if (s[j] != Acc(0) || mistake == M::masked_nonfinite_leak)
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
-        for (std::size_t c = 0; c < dv; ++c) a.out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
-        if (a.lse) a.lse->set(row, static_cast<double>(subtract_max ? m + std::log(sum) : std::log(sum)));
-        if (a.weights)
-          for (std::size_t j = 0; j < nk; ++j) a.weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
+        for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
+        if (lse) lse->set(row, static_cast<double>(subtract_max ? m + std::log(sum) : std::log(sum)));
+        if (weights)
+          for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
       }
     }
   }
@@ -229,9 +235,9 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   if (mistake == M::nondeterministic && p.rows() >= 2 && run_number % 2 == 0) {
     const std::int64_t r = std::int64_t((run_number / 2) % std::uint64_t(p.rows() - 1));
     for (std::int64_t c = 0; c < p.d_v; ++c) {
-      const auto first = a.out.bits(r * p.d_v + c);
-      a.out.set_bits(r * p.d_v + c, a.out.bits((r + 1) * p.d_v + c));
-      a.out.set_bits((r + 1) * p.d_v + c, first);
+      const auto first = out.bits(r * p.d_v + c);
+      out.set_bits(r * p.d_v + c, out.bits((r + 1) * p.d_v + c));
+      out.set_bits((r + 1) * p.d_v + c, first);
     }
   }
 }

@@ -1,0 +1,78 @@
+#pragma once
+// The tensors of one call, keyed by role (core/tensor_role.hpp): a small fixed array, one slot per
+// role, each empty, an input (read-only) or an output (written by the call). RunArgs carries one
+// (impls/implementation.hpp), so an implementation asks for the role it computes, not for a
+// member named after it, and a backward pass (dO, O, LSE -> dQ, dK, dV) fits the same set.
+#include <array>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/inputs.hpp"
+#include "core/tensor.hpp"
+#include "core/tensor_role.hpp"
+
+namespace attn {
+
+class RoleTensors {
+ public:
+  // A forward pass's: q, k, v in; o out, and lse and weights when not null (not wanted).
+  static RoleTensors forward(const CaseInputs& inputs, Tensor& o, Tensor* lse = nullptr, Tensor* weights = nullptr) {
+    RoleTensors t;
+    t.set_input(Role::q, inputs.q);
+    t.set_input(Role::k, inputs.k);
+    t.set_input(Role::v, inputs.v);
+    t.set_output(Role::o, &o);
+    t.set_output(Role::lse, lse);
+    t.set_output(Role::weights, weights);
+    return t;
+  }
+
+  void set_input(Role role, const Tensor& tensor) {
+    inputs_[index(role)] = &tensor;
+    outputs_[index(role)] = nullptr;
+  }
+  // Null empties the slot: the role is not wanted.
+  void set_output(Role role, Tensor* tensor) {
+    outputs_[index(role)] = tensor;
+    inputs_[index(role)] = nullptr;
+  }
+
+  // Null unless the role is an input (an output is not one).
+  const Tensor* input(Role role) const { return inputs_[index(role)]; }
+  // Null unless the role is an output: then the call writes it.
+  Tensor* output(Role role) const { return outputs_[index(role)]; }
+  // An output the call cannot go without (o in a forward pass); throws std::logic_error naming it.
+  Tensor& required_output(Role role) const {
+    if (outputs_[index(role)] == nullptr) throw std::logic_error("no " + std::string(to_string(role)) + " tensor to write");
+    return *outputs_[index(role)];
+  }
+  bool has(Role role) const { return inputs_[index(role)] != nullptr || outputs_[index(role)] != nullptr; }
+
+  // The role's tensor as a DLPack-shaped view, input or output; nullopt for an empty slot.
+  std::optional<ConstTensorView> view(Role role) const {
+    if (const Tensor* t = input(role)) return t->view();
+    if (const Tensor* t = output(role)) return std::as_const(*t).view();
+    return std::nullopt;
+  }
+  // The roles held, in role order.
+  std::vector<Role> input_roles() const { return held(inputs_); }
+  std::vector<Role> output_roles() const { return held(outputs_); }
+
+ private:
+  static std::size_t index(Role role) { return std::size_t(role); }
+  template <class Slots>
+  static std::vector<Role> held(const Slots& slots) {
+    std::vector<Role> roles;
+    for (Role r : all_roles)
+      if (slots[index(r)] != nullptr) roles.push_back(r);
+    return roles;
+  }
+
+  std::array<const Tensor*, role_count> inputs_{};
+  std::array<Tensor*, role_count> outputs_{};
+};
+
+}  // namespace attn
