@@ -175,7 +175,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     npy::write_file(dir / entry.k, tensor_to_npy(in.k));
     npy::write_file(dir / entry.v, tensor_to_npy(in.v));
     const npy::ElementType type = npy_type_of(p.dtype);
-    const npy::ElementType lse_type = npy_type_of(working_dtype(p.dtype));
+    const npy::ElementType lse_type = npy_type_of(working_dtype(p.numerics()));
     nlohmann::json j = {
         {"index", entry.index},
         {"repro", p.repro()},

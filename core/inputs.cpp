@@ -118,7 +118,7 @@ Tensor make_output(const Problem& p) {
 }
 
 Tensor make_lse(const Problem& p) {
-  Tensor lse(working_dtype(p.dtype), {p.batch, p.h_q, p.n_q, 1});
+  Tensor lse(working_dtype(p.numerics()), {p.batch, p.h_q, p.n_q, 1});
   lse.poison();
   return lse;
 }

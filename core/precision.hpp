@@ -3,7 +3,8 @@
 // f16 and bf16 compute in f32 (half-precision inputs widen, as on tensor cores). The LSE and the
 // weights are stored in it, the CPU implementations accumulate in it (with_working_type), and the
 // pass rule's unit roundoff (accumulation_unit_roundoff, core/dtype.hpp) is its. A header of its
-// own, apart from dtype.hpp, which the CUDA kernels include.
+// own, apart from dtype.hpp, which the CUDA kernels include. Code about a problem goes through
+// working_dtype(problem.numerics()) (core/problem.hpp), which reads the problem's accumulation.
 #include <string_view>
 
 #include "core/dtype.hpp"

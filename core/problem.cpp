@@ -108,6 +108,20 @@ Regime parse_regime(std::string_view text) {
   throw InputError(fmt::format("regime: unknown value '{}' (expected diffuse, peaked, saturated, large, sparse_int or uniform01)", text));
 }
 
+std::string_view to_string(Operation operation) { return operation == Operation::forward ? "forward" : "backward"; }
+
+Operation parse_operation(std::string_view text) {
+  for (Operation o : {Operation::forward, Operation::backward})
+    if (text == to_string(o)) return o;
+  throw InputError(fmt::format("op: unknown operation '{}' (expected forward or backward)", text));
+}
+
+DType working_dtype(const ProblemNumerics& numerics) { return numerics.accumulation.value_or(working_dtype(numerics.dtype)); }
+
+bool ProblemNumerics::operator==(const ProblemNumerics& o) const {
+  return dtype == o.dtype && working_dtype(*this) == working_dtype(o);
+}
+
 double Problem::effective_scale() const {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d_k));
 }

@@ -1,9 +1,10 @@
 #pragma once
-// The one problem description passed everywhere: shapes, window and mask, scale, dtype, input
-// regime and seed. It validates itself, prints as a one-line repro string that parse_problem reads
-// back to an equal problem, and serialises to JSON; those four and the short label are generated
-// from one table of fields (core/problem_fields.cpp), which a new field joins. Derived figures
-// (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
+// The one problem description passed everywhere: an operation and four plain parts, the shape
+// (extents), the variant (window, masks, bias, scale), the numerics (dtype, accumulation) and the
+// data (regime, seed, layout). It validates itself, prints as a one-line repro string that
+// parse_problem reads back to an equal problem, and serialises to JSON; those four and the short
+// label are generated from one table of fields (core/problem_fields.cpp), which a new field joins.
+// Derived figures (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/dtype.hpp"
+#include "core/precision.hpp"
 
 namespace attn {
 
@@ -109,7 +111,13 @@ struct BiasSpec {
   }
 };
 
-struct Problem {
+// What is computed. Only the forward pass is implemented: every implementation declares the
+// operations it computes (Capabilities::operations, forward by default), covers() refuses the
+// others naming them, and verify judges the forward pass only (its reference computes nothing else).
+enum class Operation { forward, backward };
+
+// The extents. Per-sequence lengths (cu_seqlens, packed batches) and paged K/V join here later.
+struct ProblemShape {
   std::int64_t batch = 1;
   std::int64_t h_q = 1;
   std::int64_t h_kv = 1;
@@ -117,22 +125,71 @@ struct Problem {
   std::int64_t n_k = 1;
   std::int64_t d_k = 64;
   std::int64_t d_v = 64;
-  DType dtype = DType::f32;
+
+  // Query head h reads kv head kv_head(h) (MHA, GQA and MQA are one rule).
+  std::int64_t kv_head(std::int64_t h) const { return h / (h_q / h_kv); }
+  std::int64_t rows() const { return batch * h_q * n_q; }  // output rows, one per (b, h, i)
+  bool operator==(const ProblemShape&) const = default;
+};
+
+// Which keys each query sees and how scores are formed. Soft-capping, attention sinks and dropout
+// join here later.
+struct ProblemVariant {
   Window window;
   KeyPadding padding;
   BoolMaskSpec bool_mask;
   BiasSpec bias;
   std::optional<double> scale;  // unset: 1/sqrt(d_k)
+  bool operator==(const ProblemVariant&) const = default;
+};
+
+// The types: the inputs' and outputs' dtype and the precision sums and the softmax are carried in.
+// The accumulation, when unset, is the working precision of the dtype (core/precision.hpp: f64
+// for f64, else f32), which is what every implementation, the LSE tensors and the pass rule's unit
+// roundoff follow; working_dtype(numerics) is the one place that reads it. No implementation nor
+// the pass rule honours another accumulation yet, so validate() refuses one that differs from the
+// working precision (acc=f64 on f32 inputs) rather than let it be ignored; an accumulation equal
+// to it is the same problem as none (operator==, and repro() leaves it out).
+struct ProblemNumerics {
+  DType dtype = DType::f32;
+  std::optional<DType> accumulation;
+  bool operator==(const ProblemNumerics& o) const;
+};
+DType working_dtype(const ProblemNumerics& numerics);
+// with_working_type (core/precision.hpp) for a problem's numerics.
+template <class F>
+decltype(auto) with_working_type(const ProblemNumerics& numerics, F&& f) {
+  if (working_dtype(numerics) == DType::f64) return f(double{});
+  return f(float{});
+}
+
+// How the inputs are drawn and laid out.
+struct ProblemData {
   Regime regime = Regime::diffuse;
   std::uint64_t seed = 0;
   Layout layout = Layout::bhsd;  // only a plugin sees anything but BHSD
+  bool operator==(const ProblemData&) const = default;
+};
+
+// The parts are the model; Problem inherits them so that the flat access every caller uses
+// (p.n_q, p.dtype, p.window, ...; some 2700 uses) keeps working unchanged, and code that is about
+// one part can take that part alone (shape(), variant(), numerics(), data()). Still an aggregate:
+// Problem{} is the default problem.
+struct Problem : ProblemShape, ProblemVariant, ProblemNumerics, ProblemData {
+  Operation operation = Operation::forward;
 
   bool operator==(const Problem&) const = default;
 
+  ProblemShape& shape() { return *this; }
+  const ProblemShape& shape() const { return *this; }
+  ProblemVariant& variant() { return *this; }
+  const ProblemVariant& variant() const { return *this; }
+  ProblemNumerics& numerics() { return *this; }
+  const ProblemNumerics& numerics() const { return *this; }
+  ProblemData& data() { return *this; }
+  const ProblemData& data() const { return *this; }
+
   double effective_scale() const;
-  // Query head h reads kv head kv_head(h) (MHA, GQA and MQA are one rule).
-  std::int64_t kv_head(std::int64_t h) const { return h / (h_q / h_kv); }
-  std::int64_t rows() const { return batch * h_q * n_q; }  // output rows, one per (b, h, i)
   bool has_mask() const;
 
   // Throws InputError naming the first offending field.
@@ -140,7 +197,7 @@ struct Problem {
 
   // One line, `key=value` tokens separated by spaces; parse_problem reads it back exactly.
   std::string repro() const;
-  // A short human label for tables: shape, dtype, mask and regime, no data.
+  // A short human label for tables: operation (unless forward), shape, dtype, mask and regime, no data.
   std::string label() const;
 
   // Exact count of visible (query, key) pairs over all batches and query heads.
@@ -163,6 +220,8 @@ std::string_view to_string(Align align);
 // A causal window as its `causal=` value (none, top_left, bottom_right); another as LEFT,RIGHT@ALIGN
 // with `inf` for an unbounded side, e.g. 128,0@bottom_right.
 std::string to_string(const Window& window);
+std::string_view to_string(Operation operation);
+Operation parse_operation(std::string_view text);
 std::string_view to_string(Regime regime);
 std::string_view to_string(Broadcast broadcast);
 std::string_view to_string(Layout layout);

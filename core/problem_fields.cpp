@@ -1,6 +1,8 @@
 // Problem's fields, described once: each row of `fields` gives a field's repro key (and a second
 // spelling, if any), whether the repro string always carries it, its printer and parser, its JSON,
-// its own validation and its part of the short label. Problem::repro, parse_problem, to_json,
+// its own validation and its part of the short label. The rows are grouped by the part of Problem
+// they belong to (operation, shape, numerics, variant, data), in the order the repro string has
+// always printed them. Problem::repro, parse_problem, to_json,
 // Problem::label and Problem::validate are loops over the table; only the rules that tie several
 // fields together (kv heads dividing query heads, the size limits) are written out after it.
 #include <charconv>
@@ -100,8 +102,8 @@ void check_extent(const char* name, std::int64_t value) {
 }
 
 // Where a field's label text goes: the label is "DTYPE bB hH nN dD MASK REGIME", the mask parts
-// joined by '+' ("nomask" when there are none).
-enum class LabelSlot { none, dtype, batch, heads, lengths, dims, mask, regime };
+// joined by '+' ("nomask" when there are none), after the operation when it is not forward.
+enum class LabelSlot { none, operation, dtype, batch, heads, lengths, dims, mask, regime };
 
 struct Field {
   std::string_view key;
@@ -126,8 +128,19 @@ struct Field {
 
 std::string no_label(const Problem&) { return {}; }
 
-// The order of the rows is the order of the repro string's tokens.
+// The order of the rows is the order of the repro string's tokens. A field added since version 1
+// (op, acc) is printed only when it is not its default, so every older string prints unchanged.
 const Field fields[] = {
+    // The operation: left out for forward.
+    {"op", {}, false,
+     [](const Problem& p) { return p.operation == Operation::forward ? std::string() : fmt::format("op={}", to_string(p.operation)); },
+     [](Problem& p, std::string_view, std::string_view v) { p.operation = parse_operation(v); },
+     [](const Problem& p, nlohmann::json& j) {
+       if (p.operation != Operation::forward) j["operation"] = to_string(p.operation);
+     },
+     nullptr, LabelSlot::operation,
+     [](const Problem& p) { return p.operation == Operation::forward ? std::string() : std::string(to_string(p.operation)); }},
+    // The shape.
     ATTN_EXTENT_FIELD("b", batch, "b", LabelSlot::batch, [](const Problem& p) { return fmt::format("b{}", p.batch); }),
     ATTN_EXTENT_FIELD("hq", h_q, "h_q", LabelSlot::heads,
                       [](const Problem& p) { return p.h_q == p.h_kv ? fmt::format("h{}", p.h_q) : fmt::format("h{}/{}", p.h_q, p.h_kv); }),
@@ -138,11 +151,28 @@ const Field fields[] = {
     ATTN_EXTENT_FIELD("dk", d_k, "d_k", LabelSlot::dims,
                       [](const Problem& p) { return p.d_k == p.d_v ? fmt::format("d{}", p.d_k) : fmt::format("d{}/{}", p.d_k, p.d_v); }),
     ATTN_EXTENT_FIELD("dv", d_v, "d_v", LabelSlot::none, no_label),
+    // The numerics.
     {"dtype", {}, true, [](const Problem& p) { return fmt::format("dtype={}", to_string(p.dtype)); },
      [](Problem& p, std::string_view, std::string_view v) { p.dtype = parse_dtype(v); },
      [](const Problem& p, nlohmann::json& j) { j["dtype"] = to_string(p.dtype); }, nullptr, LabelSlot::dtype,
      [](const Problem& p) { return std::string(to_string(p.dtype)); }},
-    // A causal window (or none) keeps the token and JSON key it had before windows existed.
+    // Left out while it is the dtype's working precision, the only accumulation anything honours.
+    {"acc", {}, false,
+     [](const Problem& p) {
+       return working_dtype(p.numerics()) == working_dtype(p.dtype) ? std::string() : fmt::format("acc={}", to_string(*p.accumulation));
+     },
+     [](Problem& p, std::string_view, std::string_view v) { p.accumulation = parse_dtype(v); },
+     [](const Problem& p, nlohmann::json& j) {
+       if (working_dtype(p.numerics()) != working_dtype(p.dtype)) j["accumulation"] = to_string(*p.accumulation);
+     },
+     [](const Problem& p) {
+       if (working_dtype(p.numerics()) != working_dtype(p.dtype))
+         throw InputError(fmt::format("acc={}: {} inputs accumulate in {}, their working precision; no implementation, nor the "
+                                      "reference's pass rule, honours another accumulation yet",
+                                      to_string(*p.accumulation), to_string(p.dtype), to_string(working_dtype(p.dtype))));
+     },
+     LabelSlot::none, no_label},
+    // The variant. A causal window (or none) keeps the token and JSON key it had before windows existed.
     {"causal", "window", true,
      [](const Problem& p) { return fmt::format("{}={}", p.window.as_causal() ? "causal" : "window", to_string(p.window)); },
      [](Problem& p, std::string_view k, std::string_view v) { p.window = k == "causal" ? Window::of(parse_causal(v)) : parse_window(v); },
@@ -251,6 +281,7 @@ const Field fields[] = {
          throw InputError(fmt::format("scale must be finite and positive (got {})", *p.scale));
      },
      LabelSlot::none, no_label},
+    // The data.
     {"regime", {}, true, [](const Problem& p) { return fmt::format("regime={}", to_string(p.regime)); },
      [](Problem& p, std::string_view, std::string_view v) { p.regime = parse_regime(v); },
      [](const Problem& p, nlohmann::json& j) { j["regime"] = to_string(p.regime); }, nullptr, LabelSlot::regime,

@@ -157,6 +157,12 @@ bool accepted(const Implementation& impl, const Capabilities& caps, const Proble
 }  // namespace
 
 Support covers(const Capabilities& caps, const Problem& p) {
+  if (!contains(caps.operations, p.operation)) {
+    std::vector<std::string_view> declared;
+    for (Operation o : caps.operations) declared.push_back(to_string(o));
+    return Support::no(fmt::format("{}: not implemented (declares {} only)", to_string(p.operation),
+                                   declared.empty() ? "no operation" : fmt::format("{}", fmt::join(declared, ", "))));
+  }
   if (!contains(caps.dtypes, p.dtype)) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
   const std::string dims = caps.head_dims.empty() ? fmt::format("{} to {}", caps.min_head_dim, caps.max_head_dim)
                                                   : fmt::format("{}", fmt::join(caps.head_dims, ", "));
@@ -177,7 +183,7 @@ Support covers(const Capabilities& caps, const Problem& p) {
 }
 
 std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem) {
-  if (caps.dtypes.empty() || caps.layouts.empty()) return std::nullopt;
+  if (caps.dtypes.empty() || caps.layouts.empty() || !contains(caps.operations, problem.operation)) return std::nullopt;
   Problem p = problem;
   if (!contains(caps.dtypes, p.dtype)) p.dtype = nearest_dtype(caps, p.dtype);
   if (!contains(caps.layouts, p.layout)) p.layout = caps.layouts.front();
@@ -203,6 +209,7 @@ Resolution resolve(const Implementation& impl, const Problem& problem) {
   } else {
     r.skip_reason = own.reason;
   }
+  if (!contains(caps.operations, problem.operation)) return r;  // never projected (see Capabilities::operations)
   const std::optional<Problem> base = project_onto(caps, problem);
   if (!base) {
     r.skip_reason += " (it declares no dtype or no layout)";

@@ -24,14 +24,16 @@ Support covers(const Capabilities& caps, const Problem& problem);
 // (another window to per-query padding when it has no lower bound, else to the causal window of
 // its alignment when its right side is 0, else dropped; causal alignment to the other alignment;
 // causal or per-batch padding to per-query padding; per-query padding to per-batch padding
-// keeping each batch's first row; else dropped). Returns
-// the problem unchanged when it is covered; std::nullopt when no dtype or layout is declared.
+// keeping each batch's first row; else dropped). Returns the problem unchanged when it is
+// covered; std::nullopt when no dtype or layout is declared, or when the problem's operation is
+// not (an operation is never projected).
 std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem);
 
 // What an implementation runs for a named case: the case itself when supported, else the first
 // of its projections that `supports` accepts, tried in a fixed order: onto the declared space,
 // then cumulatively equal sequence lengths, MHA, equal head dims, f32, and fewer masks (bias,
-// boolean mask, padding, causal dropped in turn).
+// boolean mask, padding, causal dropped in turn). A problem whose operation is not declared is
+// skipped with covers()'s reason, never projected.
 struct Resolution {
   std::optional<Problem> problem;  // what runs; nullopt: nothing the implementation accepts
   bool projected = false;          // problem differs from the case

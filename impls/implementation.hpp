@@ -35,6 +35,9 @@ struct MaskSupport {
 struct Capabilities {
   std::string summary;                 // one line: the algorithm and its precision
   std::string device = "cpu";          // "cpu" or "cuda"
+  // What it computes (Problem::operation). covers() refuses any other, naming it, and no
+  // projection changes a problem's operation: a forward run says nothing about a backward pass.
+  std::vector<Operation> operations{Operation::forward};
   std::vector<DType> dtypes;           // input/output types it accepts
   std::vector<Layout> layouts{Layout::bhsd};  // in all_layouts() order
   MaskSupport masks;

@@ -14,7 +14,7 @@
 namespace attn {
 
 Tensor make_weights(const Problem& p) {
-  Tensor w(working_dtype(p.dtype), {p.batch, p.h_q, p.n_q, p.n_k});
+  Tensor w(working_dtype(p.numerics()), {p.batch, p.h_q, p.n_q, p.n_k});
   w.poison();
   return w;
 }

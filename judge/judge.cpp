@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 
 namespace attn {
@@ -38,6 +39,11 @@ void check_baseline(Yardstick& y, const Problem& p, const Tensor& naive_out) {
 }  // namespace
 
 Yardstick make_yardstick(const Problem& p, const CaseInputs& in, const ReferenceOptions& options) {
+  // The reference and the naive yardstick compute the forward pass: judged against them, another
+  // operation would pass or fail on numbers it never had to match. verify skips such a case before.
+  if (p.operation != Operation::forward)
+    throw InputError(fmt::format("{}: the reference computes the forward pass only, so nothing can judge this problem yet",
+                                 to_string(p.operation)));
   Yardstick y;
   const auto start = std::chrono::steady_clock::now();
   y.reference = compute_reference(p, in, options);

@@ -38,6 +38,7 @@ void expect_same(const Capabilities& a, const Capabilities& b) {
 
 TEST(CapabilityDeclaration, MeansWhatAPluginsDescriptionMeans) {
   plugin::PluginInfo info;
+  info.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);  // what loading requires of every plugin
   info.dtypes = {{ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f32)}, {ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f16)}};
   info.layouts = ATTNBENCH_ACCEPTS_BHSD;
   info.features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_LSE;

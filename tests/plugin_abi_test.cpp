@@ -197,6 +197,13 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
             "operation forward not declared");
+  // A declared backward reaches Capabilities, but the harness hands plugins forward tensors only.
+  d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD) | ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
+  const PluginInfo both = read_plugin_info(d, "/x.so");
+  EXPECT_EQ(to_capabilities(both).operations, (std::vector<Operation>{Operation::forward, Operation::backward}));
+  const Problem backward = parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0 op=backward");
+  EXPECT_EQ(check_capabilities(both, backward).reason, "backward: the harness hands plugins the forward pass's tensors only");
+  EXPECT_EQ(describe_call(backward).operation, ATTNBENCH_OP_BACKWARD);  // from the problem, not a constant
 }
 
 TEST(PluginAbi, DescriptionIsCheckedAndSurvivesJson) {

@@ -63,7 +63,7 @@ void Diagnostician::softmax_hypotheses() {
   if (overflowing > 0)
     consider(M::no_max_subtraction,
              fmt::format("the output matches exp(s) without subtracting the row max: {} of the {} rows checked overflow or underflow to NaN/Inf in {}",
-                         overflowing, rows_.size(), to_string(working_dtype(p_.dtype))),
+                         overflowing, rows_.size(), to_string(working_dtype(p_.numerics()))),
              pr);
   else
     tried(M::no_max_subtraction);

@@ -123,7 +123,7 @@ class Diagnostician {
 
   double naive_error_in_working_precision(const Problem& hp, const CaseInputs& hin, const Rows& src, const RowRule& rule,
                                           const std::vector<double>& want, const std::vector<std::uint8_t>& skip) const {
-    return with_working_type(p_.dtype, [&]<class T>(T) { return naive_error<T>(hp, hin, src, rule, want, skip); });
+    return with_working_type(p_.numerics(), [&]<class T>(T) { return naive_error<T>(hp, hin, src, rule, want, skip); });
   }
 
   // The reference on a changed problem and/or inputs, at the source rows of the diagnosis rows
@@ -145,7 +145,7 @@ class Diagnostician {
   // finite initial max): computed in that precision, in cpu_naive's order; the yardstick is the
   // case's (the prediction is the naive algorithm under the hypothesis).
   Prediction by_row_rule_in_working_precision(const RowRule& rule) const {
-    return with_working_type(p_.dtype, [&]<class T>(T) { return by_row_rule_in<T>(rule); });
+    return with_working_type(p_.numerics(), [&]<class T>(T) { return by_row_rule_in<T>(rule); });
   }
   template <class T>
   Prediction by_row_rule_in(const RowRule& rule) const {

@@ -79,6 +79,15 @@ namespace {
 // them in turn, case by case (every layout within any set of three or more cases); a case that
 // names a layout keeps it. Then the problem is resolved against what it declares and supports.
 Resolution plan_for(const Implementation& impl, const Capabilities& caps, const Problem& p, std::size_t case_number, bool project) {
+  // The reference judges the forward pass only (judge/judge.hpp's make_yardstick): another
+  // operation is skipped, with covers()'s reason where the implementation does not declare it.
+  if (p.operation != Operation::forward) {
+    Resolution r;
+    const Support s = covers(caps, p);
+    r.skip_reason = s.ok ? fmt::format("{}: the reference computes the forward pass only, so verify cannot judge it yet", to_string(p.operation))
+                         : s.reason;
+    return r;
+  }
   Problem wanted = p;
   if (p.layout == Layout::bhsd && caps.layouts.size() > 1) wanted.layout = caps.layouts[case_number % caps.layouts.size()];
   if (!project) {
@@ -212,7 +221,7 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   // Per thread: a few n_k-long vectors of doubles and key indices while a row is computed.
   m.reference = 8.0 * (q + k + v) + ref_rows * (16.0 * dv + 8.0 + 2.0 + 8.0 + sizeof(double) * 8.0) + threads * 64.0 * (nk + dv);
   if (reference.weights) m.reference += ref_rows * nk * 8.0;
-  const double acc = double(bytes_per_element(working_dtype(p.dtype)));
+  const double acc = double(bytes_per_element(working_dtype(p.numerics())));
   m.yardstick = e * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
   m.outputs = 2.0 * (e * o + acc * rows);
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.

@@ -366,11 +366,11 @@ class CpuBlocked final : public Implementation {
   }
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem& p) const override {
-    const std::size_t per_thread = with_working_type(p.dtype, [&]<class Acc>(Acc) { return Scratch<Acc>::bytes(p); });
+    const std::size_t per_thread = with_working_type(p.numerics(), [&]<class Acc>(Acc) { return Scratch<Acc>::bytes(p); });
     return per_thread * std::size_t(default_thread_count()) + alignment;
   }
   void run(const RunArgs& args) const override {
-    with_working_type(args.problem.dtype, [&]<class Acc>(Acc) { forward<Acc>(args); });
+    with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) { forward<Acc>(args); });
   }
 };
 

@@ -98,14 +98,14 @@ void run_in(const RunArgs& a) {
 }  // namespace
 
 std::size_t naive_workspace_bytes(const Problem& p) {
-  const std::size_t element = std::size_t(bytes_per_element(working_dtype(p.dtype)));
+  const std::size_t element = std::size_t(bytes_per_element(working_dtype(p.numerics())));
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v) +
                      static_cast<std::size_t>(p.d_v));
 }
 
 void naive_attention(const RunArgs& args) {
-  with_working_type(args.problem.dtype, [&]<class Acc>(Acc) { run_in<Acc>(args); });
+  with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) { run_in<Acc>(args); });
 }
 
 }  // namespace attn

@@ -18,7 +18,7 @@ attnbench_window abi_window(const Problem& p) {
 
 CallDescription describe_call(const Problem& p) {
   CallDescription d;
-  d.operation = ATTNBENCH_OP_FORWARD;
+  d.operation = p.operation == Operation::backward ? ATTNBENCH_OP_BACKWARD : ATTNBENCH_OP_FORWARD;
   d.batch = p.batch;
   d.h_q = p.h_q;
   d.h_kv = p.h_kv;
@@ -32,7 +32,7 @@ CallDescription describe_call(const Problem& p) {
                   : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY
                                                                   : ATTNBENCH_KEY_PADDING_NONE;
   if (d.key_padding != ATTNBENCH_KEY_PADDING_NONE) d.valid_len = p.padding.valid_len;
-  d.accumulation = to_dl(working_dtype(p.dtype));
+  d.accumulation = to_dl(working_dtype(p.numerics()));
   return d;
 }
 
@@ -98,7 +98,7 @@ std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_
                                 dense("out", ATTNBENCH_ROLE_O, {p.batch, p.h_q, p.n_q, p.d_v})};
   if (with_lse) {
     const Tensor::Shape shape{p.batch, p.h_q, p.n_q, 1};
-    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, to_dl(working_dtype(p.dtype)), 3, shape,
+    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, to_dl(working_dtype(p.numerics())), 3, shape,
                      layout_strides(shape, Layout::bhsd)});
   }
   const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};

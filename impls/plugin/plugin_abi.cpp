@@ -153,6 +153,9 @@ Capabilities to_capabilities(const PluginInfo& info) {
   Capabilities caps;
   caps.summary = fmt::format("plugin {} {} ({}): {}", info.name, info.version, info.path, info.description);
   caps.device = info.cuda ? "cuda" : "cpu";
+  caps.operations.clear();
+  for (Operation o : {Operation::forward, Operation::backward})
+    if (info.operations & ATTNBENCH_OP_BIT(o == Operation::forward ? ATTNBENCH_OP_FORWARD : ATTNBENCH_OP_BACKWARD)) caps.operations.push_back(o);
   caps.dtypes = info.data_dtypes();
   caps.layouts = declared_layouts(info.layouts);
   caps.masks = {info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT),   info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT),
@@ -208,6 +211,9 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
   if ((info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) == 0) return Support::no("operation forward not declared");
+  // RunArgs carries the forward pass's tensors only, so a declared backward cannot be handed over yet.
+  if (p.operation != Operation::forward)
+    return Support::no(fmt::format("{}: the harness hands plugins the forward pass's tensors only", to_string(p.operation)));
   const Capabilities caps = to_capabilities(info);
   const std::optional<Layout> layout = handover_layout(info, p);
   if (!layout) return Support::no("no layout declared");

@@ -1,0 +1,174 @@
+// Problem v2's parts and operation (core/problem.hpp): the parts are views of the one problem;
+// the operation and the accumulation round-trip through the repro string and JSON and are left
+// out where they keep their defaults (so every older string and verify JSON prints unchanged); an
+// accumulation nothing honours is refused; and a backward problem, which nothing implements yet,
+// is skipped with a reason naming it by every built-in implementation and never judged.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/inputs.hpp"
+#include "impls/capability_space.hpp"
+#include "impls/registry.hpp"
+#include "judge/judge.hpp"
+#include "verification/verify.hpp"
+
+namespace attn {
+namespace {
+
+constexpr const char* forward_repro = "b=2 hq=4 hkv=2 nq=5 nk=7 dk=8 dv=16 dtype=f16 causal=bottom_right regime=peaked seed=9";
+
+Problem backward_problem() {
+  Problem p = parse_problem(forward_repro);
+  p.operation = Operation::backward;
+  return p;
+}
+
+TEST(ProblemParts, ArePartsOfTheOneProblem) {
+  Problem p;
+  p.shape().n_q = 17;
+  p.variant().window = Window::of(Causal::top_left);
+  p.numerics().dtype = DType::bf16;
+  p.data().seed = 5;
+  EXPECT_EQ(p.n_q, 17);
+  EXPECT_EQ(p.window, Window::of(Causal::top_left));
+  EXPECT_EQ(p.dtype, DType::bf16);
+  EXPECT_EQ(p.seed, 5u);
+  Problem q = p;
+  q.shape().d_v = 32;
+  EXPECT_FALSE(p == q);  // each part takes part in equality
+  EXPECT_FALSE(p.shape() == q.shape());
+  EXPECT_TRUE(p.variant() == q.variant());
+  EXPECT_EQ(Problem{}.operation, Operation::forward);
+}
+
+TEST(ProblemParts, ForwardPrintsAsBefore) {
+  const Problem p = parse_problem(forward_repro);
+  EXPECT_EQ(p.repro(), forward_repro);
+  const nlohmann::json j = p;
+  EXPECT_FALSE(j.contains("operation"));
+  EXPECT_FALSE(j.contains("accumulation"));
+  EXPECT_EQ(p.label().find("forward"), std::string::npos) << p.label();
+}
+
+TEST(ProblemParts, BackwardRoundTripsThroughReproAndJson) {
+  const Problem p = backward_problem();
+  EXPECT_EQ(p.repro(), std::string("op=backward ") + forward_repro);
+  EXPECT_EQ(parse_problem(p.repro()), p);
+  EXPECT_EQ(parse_problem(std::string(forward_repro) + " op=backward"), p);  // any order
+  EXPECT_EQ(parse_problem(std::string(forward_repro) + " op=forward"), parse_problem(forward_repro));
+  const nlohmann::json j = p;
+  EXPECT_EQ(j.at("operation"), "backward");
+  EXPECT_EQ(j.get<Problem>(), p);
+  EXPECT_EQ(p.label().rfind("backward ", 0), 0u) << p.label();
+  EXPECT_FALSE(p == parse_problem(forward_repro));
+}
+
+TEST(ProblemParts, UnknownOperationIsNamed) {
+  try {
+    parse_problem(std::string(forward_repro) + " op=sideways");
+    FAIL() << "accepted op=sideways";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("op: unknown operation 'sideways'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProblemParts, AccumulationDefaultsToTheWorkingPrecision) {
+  for (DType d : {DType::f64, DType::f32, DType::f16, DType::bf16}) {
+    Problem p;
+    p.dtype = d;
+    EXPECT_EQ(working_dtype(p.numerics()), working_dtype(d)) << to_string(d);
+    // Naming the working precision is the same problem, printed without it.
+    Problem named = p;
+    named.accumulation = working_dtype(d);
+    EXPECT_EQ(named, p);
+    EXPECT_EQ(named.repro(), p.repro());
+    EXPECT_NO_THROW(named.validate());
+  }
+  const Problem parsed = parse_problem(std::string(forward_repro) + " acc=f32");
+  EXPECT_EQ(parsed, parse_problem(forward_repro));
+  EXPECT_EQ(parsed.repro(), forward_repro);
+}
+
+TEST(ProblemParts, AnAccumulationNothingHonoursIsRefused) {
+  for (const char* acc : {"acc=f64", "acc=f16"}) {
+    try {
+      parse_problem(std::string(forward_repro) + " " + acc);
+      FAIL() << "accepted " << acc;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(acc) + ": f16 inputs accumulate in f32"), std::string::npos) << e.what();
+    }
+  }
+  Problem p = parse_problem(forward_repro);
+  p.accumulation = DType::f64;
+  EXPECT_EQ(p.repro(), std::string(forward_repro).replace(std::string(forward_repro).find(" causal"), 0, " acc=f64"));
+  EXPECT_THROW(p.validate(), InputError);
+}
+
+TEST(ProblemOperation, EveryBuiltInSkipsBackwardNamingIt) {
+  Registry registry;
+  register_builtin_implementations(registry);
+  ASSERT_FALSE(registry.all().empty());
+  const Problem p = backward_problem();
+  for (const Implementation* impl : registry.all()) {
+    const Support s = covers(impl->describe(), p);
+    EXPECT_FALSE(s.ok) << impl->name();
+    EXPECT_EQ(s.reason, "backward: not implemented (declares forward only)") << impl->name();
+    const Resolution r = resolve(*impl, p);
+    EXPECT_FALSE(r.problem) << impl->name() << ": a backward case was projected to " << r.problem->repro();
+    EXPECT_EQ(r.skip_reason, s.reason) << impl->name();
+  }
+  const VerifyRun run = verify(registry.all(), {p}, VerifyOptions{});
+  EXPECT_EQ(run.passed() + run.failed(), 0);
+  EXPECT_EQ(run.skipped(), int(registry.all().size()));
+  ASSERT_EQ(run.cases.size(), 1u);
+  EXPECT_FALSE(run.cases[0]->reference_computed);
+  for (const Record& r : run.records) EXPECT_EQ(r.skip_reason, "backward: not implemented (declares forward only)") << r.implementation;
+}
+
+// Declares backward (and computes a forward pass whatever it is asked): verify must still not
+// judge it, as its reference computes the forward pass only.
+class ClaimsBackward final : public Implementation {
+ public:
+  std::string name() const override { return "claims_backward"; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.dtypes = {DType::f16};
+    c.operations = {Operation::forward, Operation::backward};
+    return c;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }
+  void run(const RunArgs&) const override { throw std::logic_error("never called"); }
+};
+
+TEST(ProblemOperation, ADeclaredBackwardIsStillNotJudged) {
+  const ClaimsBackward impl;
+  const Problem p = backward_problem();
+  EXPECT_TRUE(covers(impl.describe(), p).ok);
+  const VerifyRun run = verify({&impl}, {p}, VerifyOptions{});
+  ASSERT_EQ(run.records.size(), 1u);
+  EXPECT_EQ(run.records[0].status, Status::skip);
+  EXPECT_EQ(run.records[0].skip_reason, "backward: the reference computes the forward pass only, so verify cannot judge it yet");
+  EXPECT_THROW(make_yardstick(p, generate_inputs(p), ReferenceOptions{}), InputError);
+}
+
+TEST(ProblemOperation, CapabilitiesNameTheOperationsTheyDeclare) {
+  Capabilities backward_only;
+  backward_only.dtypes = {DType::f32};
+  backward_only.operations = {Operation::backward};
+  const Problem forward = parse_problem("b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1");
+  EXPECT_EQ(covers(backward_only, forward).reason, "forward: not implemented (declares backward only)");
+  EXPECT_FALSE(project_onto(backward_only, forward));
+  Problem backward = forward;
+  backward.operation = Operation::backward;
+  EXPECT_TRUE(covers(backward_only, backward).ok);
+  Capabilities forward_only;
+  forward_only.dtypes = {DType::f32};
+  EXPECT_FALSE(project_onto(forward_only, backward));
+}
+
+}  // namespace
+}  // namespace attn
