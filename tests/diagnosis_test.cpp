@@ -261,6 +261,27 @@ TEST(Diagnosis, KReadTransposedIsNamed) {
   expect_named(verify_one(impl, {small(), small(7, 24, DType::f16)}), "k_transposed", "K read transposed");
 }
 
+// A sliding window's known mistakes, each planted on its own: computed as causal (the lower bound
+// ignored), the lower bound one key off either way, the diagonal aligned the other way, no window.
+TEST(Diagnosis, SlidingWindowMistakesAreNamed) {
+  auto planted = [](const std::string& name, std::function<void(Window&)> change) {
+    return Planted(name, [change](Problem& p, CaseInputs& in) {
+      change(p.window);
+      in.mask = Mask(p);
+    });
+  };
+  const Problem sliding = parse_problem("b=1 hq=2 hkv=1 nq=24 nk=40 dk=16 dv=16 dtype=f32 window=5,0@bottom_right regime=diffuse seed=7");
+  expect_named(verify_one(planted("as_causal", [](Window& w) { w.left = Window::unbounded; }), {sliding}), "window_lower_bound_ignored",
+               "lower bound was ignored");
+  expect_named(verify_one(planted("one_more", [](Window& w) { ++w.left; }), {sliding}), "window_lower_bound_off_by_one",
+               "6 keys before the diagonal instead of 5");
+  expect_named(verify_one(planted("one_fewer", [](Window& w) { --w.left; }), {sliding}), "window_lower_bound_off_by_one",
+               "4 keys before the diagonal instead of 5");
+  expect_named(verify_one(planted("top_left", [](Window& w) { w.align = Align::top_left; }), {sliding}), "window_alignment_swapped",
+               "the diagonal placed top_left");
+  expect_named(verify_one(planted("no_window", [](Window& w) { w = Window{}; }), {sliding}), "window_ignored", "window 5,0@bottom_right was ignored");
+}
+
 TEST(Diagnosis, AnotherScaleConstantIsFittedAndNamed) {
   const Planted fitted("scale_0_3", [](Problem& p, CaseInputs&) { p.scale = 0.3; });
   expect_named(verify_one(fitted, {small()}), "scale_constant", "scale = 0.3 (fitted)");

@@ -1,5 +1,6 @@
 // The diagnosis' hypotheses about the scale (1, 1/d_k, a fitted constant) and the mask (causal
-// alignment, ignored parts, off-by-one limits, dropped keys, finite fills).
+// and sliding-window alignment, ignored parts, a window's lower bound ignored or off by one,
+// off-by-one limits, dropped keys, finite fills).
 #include "verification/diagnostician.hpp"
 
 namespace attn::diagnosis_detail {
@@ -122,7 +123,7 @@ void Diagnostician::fit_scale() {
 }
 
 void Diagnostician::mask_hypotheses() {
-  if (p_.window.is_causal()) {  // hypotheses about a causal mask; other windows have none yet
+  if (p_.window.is_causal()) {  // hypotheses about a causal mask
     if (p_.n_q != p_.n_k) {
       Problem hp = p_;
       const bool was_bottom_right = p_.window == Window::of(Causal::bottom_right);
@@ -137,6 +138,39 @@ void Diagnostician::mask_hypotheses() {
     hp.window = Window::of(Causal::none);
     consider(M::causal_ignored, "the output matches no causal mask: the causal part of the mask was ignored",
              by_reference(hp, with_mask_of(hp)));
+  } else if (!p_.window.is_none()) {  // another window (a sliding window): its known mistakes
+    const Window w = p_.window;
+    auto with_window = [&](Window hw, MistakeId id, const std::string& explanation) {
+      Problem hp = p_;
+      hp.window = hw;
+      consider(id, explanation, by_reference(hp, with_mask_of(hp)));
+    };
+    const std::string asked = to_string(w);
+    if (p_.n_q != p_.n_k) {
+      Window swapped = w;
+      swapped.align = w.align == Align::top_left ? Align::bottom_right : Align::top_left;
+      with_window(swapped, M::window_alignment_swapped,
+                  fmt::format("the output matches window {} where {} was asked: the diagonal placed {} (query i's diagonal key is {})",
+                              to_string(swapped), asked, to_string(swapped.align),
+                              swapped.align == Align::top_left ? "i" : "i + (n_k - n_q)"));
+    }
+    if (w.left != Window::unbounded) {
+      Window unbounded_left = w;
+      unbounded_left.left = Window::unbounded;
+      with_window(unbounded_left, M::window_lower_bound_ignored,
+                  fmt::format("the output matches window {} where {} was asked: the {} keys before the diagonal were not the only ones seen "
+                              "(the lower bound was ignored)",
+                              to_string(unbounded_left), asked, w.left));
+      for (const std::int64_t left : {w.left + 1, w.left - 1}) {
+        if (left < 0) continue;
+        Window off = w;
+        off.left = left;
+        with_window(off, M::window_lower_bound_off_by_one,
+                    fmt::format("the output matches window {} where {} was asked: {} keys before the diagonal instead of {}", to_string(off),
+                                asked, left, w.left));
+      }
+    }
+    with_window(Window{}, M::window_ignored, fmt::format("the output matches no window: window {} was ignored", asked));
   }
   if (p_.padding.kind != KeyPadding::Kind::none) {
     Problem hp = p_;

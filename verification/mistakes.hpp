@@ -17,6 +17,10 @@ enum class MistakeId {
   causal_ignored,                // no causal mask
   padding_ignored,               // no key padding
   causal_strict,                 // j < i + delta: the diagonal key masked
+  window_alignment_swapped,      // a window's diagonal placed top-left where bottom-right was asked, or the reverse
+  window_ignored,                // no window at all
+  window_lower_bound_ignored,    // a sliding window computed as causal: every key before it seen
+  window_lower_bound_off_by_one, // i + delta - left - 1 <= j or i + delta - left + 1 <= j
   padding_one_key_leaks,         // j <= valid_len: the first padded key seen
   padding_batch0_for_all,        // valid_len[b] read as valid_len[0]
   last_key_tile_dropped,         // the partial last key tile never processed
