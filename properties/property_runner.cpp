@@ -22,14 +22,6 @@ using property_detail::work_of;
 
 namespace {
 
-PropertyVerdict verdict_for(const Property& property, const Implementation& impl) {
-  PropertyVerdict v;
-  v.property = property.number;
-  v.property_name = property.name;
-  v.implementation = impl.name();
-  return v;
-}
-
 // The property's space narrowed to the declaration, or why nothing is left ("" when something is).
 std::string narrow(const Property& property, const Capabilities& caps, ProblemSpace& space) {
   if (auto missing = property.missing(caps); !missing.empty()) return missing;
@@ -43,6 +35,28 @@ std::string narrow(const Property& property, const Capabilities& caps, ProblemSp
     return fmt::format("needs one of the dtypes {} (declares {})", names(property.space.dtypes), caps.dtypes.empty() ? "none" : names(caps.dtypes));
   if (space.layouts.empty()) return fmt::format("needs one of the layouts {} (declares {})", names(property.space.layouts), caps.layouts.empty() ? "none" : names(caps.layouts));
   return "";
+}
+
+// What both ways of checking a property start with: the verdict naming the property and the
+// implementation, its declaration, and the property's space narrowed to it; the verdict is
+// already not applicable when nothing of the space is left.
+struct Start {
+  PropertyVerdict verdict;
+  Capabilities caps;
+  ProblemSpace space;
+  bool applicable() const { return verdict.kind != PropertyVerdict::Kind::not_applicable; }
+};
+
+Start start(const Property& property, const Implementation& impl) {
+  Start s{{}, impl.describe(), {}};
+  s.verdict.property = property.number;
+  s.verdict.property_name = property.name;
+  s.verdict.implementation = impl.name();
+  if (auto why = narrow(property, s.caps, s.space); !why.empty()) {
+    s.verdict.kind = PropertyVerdict::Kind::not_applicable;
+    s.verdict.message = why;
+  }
+  return s;
 }
 
 // A failure the implementation's declaration allows is a finding.
@@ -74,15 +88,11 @@ Problem fit_to_budget(Problem p, const ProblemSpace& space) {
 }  // namespace
 
 PropertyVerdict check_property_on(const Property& property, const Implementation& impl, const Problem& problem) {
-  PropertyVerdict v = verdict_for(property, impl);
+  Start s = start(property, impl);
+  PropertyVerdict& v = s.verdict;
+  const Capabilities& caps = s.caps;
   v.repro = problem.repro();
-  const Capabilities caps = impl.describe();
-  ProblemSpace space;
-  if (auto why = narrow(property, caps, space); !why.empty()) {
-    v.kind = PropertyVerdict::Kind::not_applicable;
-    v.message = why;
-    return v;
-  }
+  if (!s.applicable()) return v;
   if (Support s = covers(caps, problem); !s.ok || !(s = impl.supports(problem)).ok) {
     v.kind = PropertyVerdict::Kind::not_applicable;
     v.message = "unsupported problem: " + s.reason;
@@ -96,15 +106,12 @@ PropertyVerdict check_property_on(const Property& property, const Implementation
 }
 
 PropertyVerdict check_property(const Property& property, const Implementation& impl, const PropertyOptions& options) {
-  PropertyVerdict v = verdict_for(property, impl);
+  Start s = start(property, impl);
+  PropertyVerdict& v = s.verdict;
+  const Capabilities& caps = s.caps;
+  ProblemSpace& space = s.space;
   v.seed = options.seed != 0 ? options.seed : std::random_device{}();
-  const Capabilities caps = impl.describe();
-  ProblemSpace space;
-  if (auto why = narrow(property, caps, space); !why.empty()) {
-    v.kind = PropertyVerdict::Kind::not_applicable;
-    v.message = why;
-    return v;
-  }
+  if (!s.applicable()) return v;
   space.large = options.large;
   const auto problems = gen_problem(space);
 
