@@ -88,8 +88,8 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
   for (const auto& d : o.dtypes) plo.dtypes.push_back(parse_dtype(d));
   plo.masks.clear();
   for (const auto& m : o.masks) {
-    const Causal c = parse_mask(m);
-    if (std::find(plo.masks.begin(), plo.masks.end(), c) == plo.masks.end()) plo.masks.push_back(c);
+    const Window w = parse_mask(m);
+    if (std::find(plo.masks.begin(), plo.masks.end(), w) == plo.masks.end()) plo.masks.push_back(w);
   }
   plo.head_dims = o.head_dims;
   plo.batch = o.batch;
@@ -315,7 +315,7 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
     for (const auto& r : results)
       for (const auto& row : r.rows)
         if (row.time_ms > 0)
-          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->causal, row.n, row.time_ms,
+          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->peer_mask(), row.n, row.time_ms,
                           std::string(to_string(r.family->dtype)), r.family->head_dim});
     peers = run_peers(*peers_plan, ours);
   }

@@ -183,13 +183,19 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
     throw InputError("--peers with --smoke needs --dtype f32 (or another list: --smoke benchmarks every dtype each implementation "
                      "accepts, and the peers need the dtypes named)");
   for (const auto& m : o.masks) {
-    const Causal c = parse_mask(m);
-    const std::string name = c == Causal::none ? "none" : "causal";
-    if (c == Causal::bottom_right)
+    const Window w = parse_mask(m);
+    if (!w.as_causal()) {
+      plan.notes.push_back(fmt::format("{}: the peers run no sliding window; its rows show no peer", m));
+      continue;
+    }
+    const std::string name = w.is_none() ? "none" : "causal";
+    if (w == Window::of(Causal::bottom_right))
       plan.notes.push_back("bottom_right is compared with the peers' causal (top-left): with n_q = n_k they are the same mask");
     if (std::find(plan.script_masks.begin(), plan.script_masks.end(), name) == plan.script_masks.end())
       plan.script_masks.push_back(name);
   }
+  if (plan.script_masks.empty())
+    throw InputError(fmt::format("--peers: the peers run none of the masks {} (they run none, causal, top_left, bottom_right)", fmt::join(o.masks, ",")));
   auto add = [](auto& list, const auto& value) {
     if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
   };

@@ -50,8 +50,8 @@ std::string peers_json_path(const std::string& bench_json_path);
 // One size of one of our families, as the summary table shows it.
 struct OurTime {
   std::string implementation;
-  std::string mask;  // our family's mask name: none, causal, causal_bottom_right
-  Causal causal = Causal::none;
+  std::string mask;                      // our family's mask name: none, causal, causal_bottom_right, sliding_W
+  std::optional<std::string> peer_mask;  // the peers' mask it is compared with; empty: none runs it
   std::int64_t n = 0;
   double time_ms = 0;  // the median run's time when there are repetitions
   std::string dtype = "f32";

@@ -1,5 +1,6 @@
 #include "benchmarks/peer_table.hpp"
 
+#include <optional>
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -64,7 +65,7 @@ void print_comparison(const std::vector<OurTime>& ours, const PeerRecords& recor
     std::string dtype;
     std::int64_t head_dim = 0;
     std::string mask;
-    Causal causal = Causal::none;
+    std::optional<std::string> peer_mask;
     std::int64_t n = 0;
     std::map<std::string, double> ours_ms;
   };
@@ -76,7 +77,7 @@ void print_comparison(const std::vector<OurTime>& ours, const PeerRecords& recor
     row.dtype = o.dtype;
     row.head_dim = o.head_dim;
     row.mask = o.mask;
-    row.causal = o.causal;
+    row.peer_mask = o.peer_mask;
     row.n = o.n;
     row.ours_ms.try_emplace(o.implementation, o.time_ms);
   }
@@ -91,7 +92,7 @@ void print_comparison(const std::vector<OurTime>& ours, const PeerRecords& recor
   std::vector<std::string> errors;
   bool any_unchecked_target = false, any_row_without_target = false;
   for (const auto& [key, row] : rows) {
-    const std::string peer_mask = row.causal == Causal::none ? "none" : "top_left";
+    const std::string peer_mask = row.peer_mask.value_or("");  // "": no peer record matches
     std::size_t c = 0;
     columns[c++].cells.push_back(row.dtype);
     columns[c++].cells.push_back(std::to_string(row.head_dim));

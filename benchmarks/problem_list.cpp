@@ -6,6 +6,7 @@
 
 #include "benchmarks/device_plan.hpp"
 #include "core/error.hpp"
+#include "impls/capability_space.hpp"
 
 namespace attn::bench {
 namespace {
@@ -15,12 +16,20 @@ bool is_power_of_two(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 }  // namespace
 
 std::string FamilySpec::mask_name() const {
-  switch (causal) {
-    case Causal::none: return "none";
-    case Causal::top_left: return "causal";
-    case Causal::bottom_right: return "causal_bottom_right";
+  if (const auto causal = window.as_causal()) {
+    switch (*causal) {
+      case Causal::none: return "none";
+      case Causal::top_left: return "causal";
+      case Causal::bottom_right: return "causal_bottom_right";
+    }
   }
-  return "unknown";
+  return fmt::format("sliding_{}{}", window.left, window.align == Align::bottom_right ? "_bottom_right" : "");
+}
+
+std::optional<std::string> FamilySpec::peer_mask() const {
+  if (window.is_none()) return "none";
+  if (window.is_causal()) return "top_left";
+  return std::nullopt;
 }
 
 std::string FamilySpec::name() const {
@@ -34,7 +43,7 @@ Problem FamilySpec::problem(std::int64_t n) const {
   p.n_q = p.n_k = n;
   p.d_k = p.d_v = head_dim;
   p.dtype = dtype;
-  p.window = Window::of(causal);
+  p.window = window;
   p.regime = Regime::diffuse;
   p.seed = 1;
   return p;
@@ -49,11 +58,23 @@ std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n) 
   return sizes;
 }
 
-Causal parse_mask(const std::string& text) {
-  if (text == "none") return Causal::none;
-  if (text == "causal" || text == "top_left") return Causal::top_left;
-  if (text == "bottom_right") return Causal::bottom_right;
-  throw InputError(fmt::format("unknown mask '{}' (known: none, causal, top_left, bottom_right)", text));
+Window parse_mask(const std::string& text) {
+  if (text == "none") return Window{};
+  if (text == "causal" || text == "top_left") return Window::of(Causal::top_left);
+  if (text == "bottom_right") return Window::of(Causal::bottom_right);
+  if (text.rfind("sliding:", 0) == 0) {
+    const std::string w = text.substr(8);
+    std::size_t used = 0;
+    long long keys = -1;
+    try {
+      keys = std::stoll(w, &used);
+    } catch (const std::exception&) {
+    }
+    if (w.empty() || used != w.size() || keys < 0)
+      throw InputError(fmt::format("mask '{}': sliding:W needs W, the keys before the diagonal each query sees, as a whole number >= 0", text));
+    return Window{keys, 0, Align::top_left};
+  }
+  throw InputError(fmt::format("unknown mask '{}' (known: none, causal, top_left, bottom_right, sliding:W)", text));
 }
 
 ProblemList curated_problem_list(std::span<const Implementation* const> implementations, const ProblemListOptions& o) {
@@ -84,10 +105,11 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
         continue;
       }
       for (std::int64_t d : o.head_dims) {
-        for (Causal causal : o.masks) {
-          FamilySpec family{impl, dtype, o.batch, o.heads, d, causal, {}, variant};
+        for (const Window& window : o.masks) {
+          FamilySpec family{impl, dtype, o.batch, o.heads, d, window, {}, variant};
           for (std::int64_t n : sizes) {
-            const Support support = impl->supports(family.problem(n));
+            Support support = covers(caps, family.problem(n));
+            if (support.ok) support = impl->supports(family.problem(n));
             if (support.ok)
               family.sizes.push_back(n);
             else

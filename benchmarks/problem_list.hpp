@@ -4,6 +4,7 @@
 // complexity fit over a family measures how cost grows with n and nothing else.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ struct FamilySpec {
   std::int64_t batch = 1;
   std::int64_t heads = 8;
   std::int64_t head_dim = 64;  // d_k = d_v
-  Causal causal = Causal::none;
+  Window window;                    // none, causal, or a sliding window {w, 0}
   std::vector<std::int64_t> sizes;  // n, ascending
   // How it is measured, when that is part of the result: GPU families' "l2_cold" or "l2_hot"
   // (a cold and a hot run of one family must never be compared as the same benchmark).
@@ -28,7 +29,12 @@ struct FamilySpec {
   // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask; then the variant,
   // if any ("cuda_cublas/f16/d64/none/l2_cold").
   std::string name() const;
-  std::string mask_name() const;  // "none", "causal" (top-left), "causal_bottom_right"
+  // "none", "causal" (top-left), "causal_bottom_right", "sliding_W" (W keys before the diagonal;
+  // with n_q = n_k its alignment does not matter)
+  std::string mask_name() const;
+  // The mask the peer scripts run for this family ("none" or "top_left": with n_q = n_k both
+  // causal alignments are that mask); empty when they have none (a sliding window).
+  std::optional<std::string> peer_mask() const;
   // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1.
   Problem problem(std::int64_t n) const;
 };
@@ -36,7 +42,7 @@ struct FamilySpec {
 struct ProblemListOptions {
   std::vector<DType> dtypes;            // empty: f32, or in smoke mode every dtype each implementation accepts
   std::vector<std::int64_t> head_dims{64};
-  std::vector<Causal> masks{Causal::none, Causal::top_left};
+  std::vector<Window> masks{Window{}, Window::of(Causal::top_left)};
   std::int64_t batch = 1;
   std::int64_t heads = 8;
   std::int64_t min_n = 128;             // powers of two
@@ -56,7 +62,8 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
 // The powers of two from min_n to max_n; throws InputError unless both are powers of two with
 // 1 <= min_n <= max_n.
 std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n);
-// "none", "causal" (= "top_left"), "bottom_right"; throws InputError naming an unknown one.
-Causal parse_mask(const std::string& text);
+// "none", "causal" (= "top_left"), "bottom_right", "sliding:W" (a sliding window: each query sees
+// itself and the W keys before it); throws InputError naming an unknown one.
+Window parse_mask(const std::string& text);
 
 }  // namespace attn::bench

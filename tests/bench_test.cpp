@@ -180,11 +180,20 @@ TEST(ProblemList, PowersOfTwoAndTheirErrors) {
 }
 
 TEST(ProblemList, MaskNames) {
-  EXPECT_EQ(parse_mask("none"), Causal::none);
-  EXPECT_EQ(parse_mask("causal"), Causal::top_left);
-  EXPECT_EQ(parse_mask("top_left"), Causal::top_left);
-  EXPECT_EQ(parse_mask("bottom_right"), Causal::bottom_right);
-  EXPECT_THROW(parse_mask("sliding"), InputError);
+  EXPECT_EQ(parse_mask("none"), Window{});
+  EXPECT_EQ(parse_mask("causal"), Window::of(Causal::top_left));
+  EXPECT_EQ(parse_mask("top_left"), Window::of(Causal::top_left));
+  EXPECT_EQ(parse_mask("bottom_right"), Window::of(Causal::bottom_right));
+  EXPECT_EQ(parse_mask("sliding:256"), (Window{256, 0, Align::top_left}));
+  EXPECT_EQ(parse_mask("sliding:0"), (Window{0, 0, Align::top_left}));
+  for (const char* bad : {"sliding", "sliding:", "sliding:-1", "sliding:12x", "window"}) EXPECT_THROW(parse_mask(bad), InputError) << bad;
+  FamilySpec f;
+  f.window = parse_mask("sliding:256");
+  EXPECT_EQ(f.mask_name(), "sliding_256");
+  EXPECT_FALSE(f.peer_mask());
+  f.window = parse_mask("bottom_right");
+  EXPECT_EQ(f.mask_name(), "causal_bottom_right");
+  EXPECT_EQ(f.peer_mask(), "top_left");
 }
 
 TEST(ProblemList, DefaultIsOneFamilyPerImplementationAndMaskWithOnlyNVarying) {
@@ -211,7 +220,7 @@ TEST(ProblemList, DefaultIsOneFamilyPerImplementationAndMaskWithOnlyNVarying) {
       EXPECT_EQ(p.n_k, n);
       EXPECT_EQ(p.d_k, 64);
       EXPECT_EQ(p.d_v, 64);
-      EXPECT_EQ(p.window, Window::of(f.causal));
+      EXPECT_EQ(p.window, f.window);
     }
   }
   EXPECT_EQ(names, (std::set<std::string>{"cpu_naive/f32/d64/none", "cpu_naive/f32/d64/causal", "other/f32/d64/none", "other/f32/d64/causal"}));
@@ -232,6 +241,42 @@ TEST(ProblemList, CausalHalvesThePublishedFlopsAndExactFlopsCountVisiblePairs) {
   EXPECT_DOUBLE_EQ(causal.flops(), 2.0 * 8 * (1024.0 * 1025 / 2) * 128);
 }
 
+// A sliding window is a family of its own, timed with its exact FLOPs (no published convention
+// for it), for an implementation that declares windows; one that does not is left out, saying why.
+TEST(ProblemList, SlidingWindowFamiliesCountTheirVisiblePairs) {
+  FakeImplementation with_windows("x", all_dtypes);
+  ProblemListOptions o;
+  o.masks = {parse_mask("sliding:64")};
+  o.min_n = 128;
+  o.max_n = 256;
+  const std::vector<const Implementation*> impls{&with_windows};
+  const ProblemList list = curated_problem_list(impls, o);
+  ASSERT_EQ(list.families.size(), 1u);
+  EXPECT_EQ(list.families[0].name(), "x/f32/d64/sliding_64");
+  const Problem p = list.families[0].problem(256);
+  // Row i sees min(i, 64) + 1 keys: 64 * 65 / 2 + 65 * (256 - 64) pairs per head, 8 heads.
+  EXPECT_EQ(p.visible_pairs(), 8 * (64 * 65 / 2 + 65 * (256 - 64)));
+  EXPECT_DOUBLE_EQ(p.flops_published(), p.flops());
+
+  struct NoWindows final : public Implementation {
+    std::string name() const override { return "causal_only"; }
+    Capabilities describe() const override {
+      Capabilities c;
+      c.dtypes = {DType::f32};
+      c.masks.windows = false;
+      return c;
+    }
+    Support supports(const Problem&) const override { return Support::yes(); }
+    std::size_t workspace_bytes(const Problem&) const override { return 0; }
+    void run(const RunArgs&) const override {}
+  } causal_only;
+  const std::vector<const Implementation*> narrow{&causal_only};
+  const ProblemList none = curated_problem_list(narrow, o);
+  EXPECT_TRUE(none.families.empty());
+  ASSERT_FALSE(none.notes.empty());
+  EXPECT_NE(none.notes[0].find("window 64,0@top_left not declared"), std::string::npos) << none.notes[0];
+}
+
 TEST(ProblemList, SmokeUsesTinySizesAndEveryAcceptedDtype) {
   FakeImplementation naive("cpu_naive", all_dtypes), f64_only("f64_only", {DType::f64});
   const std::vector<const Implementation*> impls{&naive, &f64_only};
@@ -247,7 +292,7 @@ TEST(ProblemList, UnsupportedDtypesAndSizesAreLeftOutWithAReason) {
   FakeImplementation f64_only("f64_only", {DType::f64}), small("small", all_dtypes, Behaviour::writes_zeros, 1024);
   const std::vector<const Implementation*> impls{&f64_only, &small};
   ProblemListOptions o;
-  o.masks = {Causal::none};
+  o.masks = {Window{}};
   const ProblemList list = curated_problem_list(impls, o);
   ASSERT_EQ(list.families.size(), 1u);
   EXPECT_EQ(list.families[0].implementation, &small);
@@ -495,7 +540,7 @@ TEST(DevicePlan, GpuFamiliesCarryTheL2ModeInTheirNamesCpuFamiliesDoNot) {
   const auto gpu = fake_gpu("gpu_fake");
   const std::vector<const Implementation*> impls{&cpu, gpu.get()};
   ProblemListOptions o;
-  o.masks = {Causal::none};
+  o.masks = {Window{}};
   o.gpu_variant = "l2_hot";
   const ProblemList list = curated_problem_list(impls, o);
   ASSERT_EQ(list.families.size(), 2u);
@@ -605,7 +650,7 @@ TEST(PeersPlan, PassesTheProblemListOurFamiliesRun) {
   const auto gpu = fake_gpu("gpu_fake");
   const std::vector<const Implementation*> gpu_impls{gpu.get()};
   ProblemListOptions gpu_plo;
-  gpu_plo.masks = {Causal::none};
+  gpu_plo.masks = {Window{}};
   gpu_plo.min_n = gpu_plo.max_n = 128;
   const ProblemList gpu_list = curated_problem_list(gpu_impls, gpu_plo);
   o.l2 = "hot";
@@ -661,9 +706,9 @@ TEST(RunPeers, ComparesEachRecordWithOurFamilyOfTheSameDtypeAndHeadDimension) {
   plan.dtypes = {"f16", "bf16"};
   plan.script_masks = {"none", "causal"};
   plan.out_path = (dir / "peers.json").string();
-  const std::vector<OurTime> ours{{"gpu", "none", Causal::none, 128, 2.0, "f16", 64},
-                                  {"gpu", "none", Causal::none, 128, 3.0, "bf16", 64},
-                                  {"gpu", "causal", Causal::top_left, 128, 4.0, "f16", 128}};
+  const std::vector<OurTime> ours{{"gpu", "none", "none", 128, 2.0, "f16", 64},
+                                  {"gpu", "none", "none", 128, 3.0, "bf16", 64},
+                                  {"gpu", "causal", "top_left", 128, 4.0, "f16", 128}};
   const PeersOutcome outcome = run_peers(plan, ours);
   ASSERT_FALSE(outcome.failed) << outcome.failure;
   const auto& c = outcome.section["comparisons"];
@@ -692,7 +737,7 @@ TEST(RunPeers, ExitThreeIsPeerUnavailableWithTheScriptsReasonNotAFailure) {
   plan.dtypes = {"f16"};
   plan.script_masks = {"none"};
   plan.out_path = (dir / "peers.json").string();
-  const PeersOutcome outcome = run_peers(plan, {{"gpu", "none", Causal::none, 16, 1.0, "f16", 64}});
+  const PeersOutcome outcome = run_peers(plan, {{"gpu", "none", "none", 16, 1.0, "f16", 64}});
   EXPECT_FALSE(outcome.failed) << outcome.failure;
   EXPECT_TRUE(outcome.unavailable);
   EXPECT_EQ(outcome.unavailable_reason, "torch_sdpa_flash: PyTorch is not installed");
