@@ -130,7 +130,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   constexpr Acc minus_inf = -std::numeric_limits<Acc>::infinity();
   const bool has_bool = !mask.bool_flags().empty();
   // A window with a lower bound (sliding window): keys before a row's first are masked like the
-  // boolean mask's, in the scores; tiles are still visited from key 0.
+  // boolean mask's, in the scores; key tiles before every row's first key are not visited.
   const bool has_lower = p.window.left != Window::unbounded;
   // V is read where it lies when it already holds whole vectors of Acc per row.
   const bool values_in_place = holds<Acc>(in.v) && dv == dv_padded;
@@ -138,12 +138,14 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   copy_as<Acc>(in.q, in.q.offset(b, h, i0, 0), tq * dk, w.q);
   std::fill(w.q + tq * dk, w.q + rows_padded * dk, Acc(0));
   std::fill(w.o, w.o + rows_padded * dv_padded, Acc(0));
-  std::int64_t tile_limit = 0;
+  std::int64_t tile_limit = 0, first_key = p.n_k;
   for (std::int64_t r = 0; r < rows_padded; ++r) {
     w.m[r] = minus_inf;
     w.l[r] = 0;
-    w.limit[r] = r < tq ? mask.key_range(b, i0 + r).second : 0;
-    tile_limit = std::max(tile_limit, w.limit[r]);
+    const auto [lo, hi] = r < tq ? mask.key_range(b, i0 + r) : std::pair<std::int64_t, std::int64_t>{0, 0};
+    w.limit[r] = hi;
+    tile_limit = std::max(tile_limit, hi);
+    if (lo < hi) first_key = std::min(first_key, lo);
   }
   // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
   // every Q element first and double the score error). With a bias, scale and bias are applied
@@ -151,8 +153,10 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   const Acc scale = static_cast<Acc>(p.effective_scale());
   const Acc exponent_scale = mask.has_bias() ? Acc(1) : scale;
 
-  // Key tiles past every row's causal/padding limit are never visited.
-  for (std::int64_t j0 = 0; j0 < tile_limit; j0 += key_tile) {
+  // Key tiles past every row's causal/padding limit are never visited, nor those before every
+  // row's window. The tiles keep their places (multiples of key_tile) and a skipped tile holds
+  // no visible key of any row, so the sums are the same bits as when every tile is visited.
+  for (std::int64_t j0 = first_key / key_tile * key_tile; j0 < tile_limit; j0 += key_tile) {
     // Keys of this tile that some row of the query tile sees.
     const std::int64_t tile_keys = std::min({key_tile, p.n_k - j0, tile_limit - j0});
     pack_keys<Acc>(in.k, in.k.offset(b, g, j0, 0), tile_keys, dk, w.k);
