@@ -2,6 +2,7 @@
 // layouts' strides, broadcast strides of the mask and bias, DLPack dtypes, capabilities and
 // support, the description's checks and reserved names, the version 1 shim, the guarded arena's
 // plan and fault descriptions, the message channel, and the worker's process tree and memory sizes.
+// Just over 500 lines: one suite for the ABI's harness side, sharing its hand-built descriptions.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
