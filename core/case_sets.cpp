@@ -14,7 +14,7 @@ struct Shape {
   std::int64_t batch, h_q, h_kv, n_q, n_k, d_k, d_v;
 };
 
-enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal };
+enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal, sliding_br, local_tl };
 
 void apply_mask(Problem& p, MaskKind kind) {
   auto pad_per_batch = [&] {
@@ -38,6 +38,14 @@ void apply_mask(Problem& p, MaskKind kind) {
       p.window = Window::of(Causal::bottom_right);
       pad_per_batch();
       p.bias = {true, 2.0, Broadcast::per_batch_head};
+      break;
+    case MaskKind::sliding_br:
+      // A sliding window (Mistral's): each query sees its diagonal key and the n_k / 5 before it.
+      p.window = Window{p.n_k / 5, 0, Align::bottom_right};
+      break;
+    case MaskKind::local_tl:
+      // Local attention, bounded on both sides: 16 keys before the diagonal and 8 after.
+      p.window = Window{16, 8, Align::top_left};
       break;
     case MaskKind::sparse_bool_causal:
       // Keeping 1 pair in 20 leaves many rows with no visible key.
@@ -129,7 +137,13 @@ std::vector<Problem> default_cases() {
                  {decode, M::pad, R::diffuse},
                  {mha_past_tile, M::causal_tl, R::large},
                  {mha_past_tile, M::causal_br, R::large, 0.05},
-                 {single_key, M::causal_br, R::diffuse}},
+                 {single_key, M::causal_br, R::diffuse},
+                 // Windows other than causal (appended: the cases above keep their seeds and repro
+                 // strings): a decoder's sliding window over a KV cache, local attention past a
+                 // tile, and a sliding window that leaves most rows of a long query fully masked.
+                 {decode, M::sliding_br, R::diffuse},
+                 {mha_past_tile, M::local_tl, R::peaked},
+                 {prefill, M::sliding_br, R::saturated}},
                 1000);
 }
 
