@@ -160,7 +160,7 @@ Support covers(const Capabilities& caps, const Problem& p) {
   if (!contains(caps.operations, p.operation)) {
     std::vector<std::string_view> declared;
     for (Operation o : caps.operations) declared.push_back(to_string(o));
-    return Support::no(fmt::format("{}: not implemented (declares {} only)", to_string(p.operation),
+    return Support::no(fmt::format("operation {} not declared (declared: {})", to_string(p.operation),
                                    declared.empty() ? "no operation" : fmt::format("{}", fmt::join(declared, ", "))));
   }
   if (!contains(caps.dtypes, p.dtype)) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));

@@ -197,7 +197,7 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   d.capabilities.matmul_unit_roundoff = 0;
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
-            "operation forward not declared");
+            "operation forward not declared (declared: backward)");
   // A declared backward reaches Capabilities, but the harness hands plugins forward tensors only.
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD) | ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   const PluginInfo both = read_plugin_info(d, "/x.so");

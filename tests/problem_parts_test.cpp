@@ -115,7 +115,7 @@ TEST(ProblemOperation, EveryBuiltInSkipsBackwardNamingIt) {
   for (const Implementation* impl : registry.all()) {
     const Support s = covers(impl->describe(), p);
     EXPECT_FALSE(s.ok) << impl->name();
-    EXPECT_EQ(s.reason, "backward: not implemented (declares forward only)") << impl->name();
+    EXPECT_EQ(s.reason, "operation backward not declared (declared: forward)") << impl->name();
     const Resolution r = resolve(*impl, p);
     EXPECT_FALSE(r.problem) << impl->name() << ": a backward case was projected to " << r.problem->repro();
     EXPECT_EQ(r.skip_reason, s.reason) << impl->name();
@@ -125,7 +125,7 @@ TEST(ProblemOperation, EveryBuiltInSkipsBackwardNamingIt) {
   EXPECT_EQ(run.skipped(), int(registry.all().size()));
   ASSERT_EQ(run.cases.size(), 1u);
   EXPECT_FALSE(run.cases[0]->reference_computed);
-  for (const Record& r : run.records) EXPECT_EQ(r.skip_reason, "backward: not implemented (declares forward only)") << r.implementation;
+  for (const Record& r : run.records) EXPECT_EQ(r.skip_reason, "operation backward not declared (declared: forward)") << r.implementation;
 }
 
 // Declares backward (and computes a forward pass whatever it is asked): verify must still not
@@ -160,7 +160,7 @@ TEST(ProblemOperation, CapabilitiesNameTheOperationsTheyDeclare) {
   backward_only.dtypes = {DType::f32};
   backward_only.operations = {Operation::backward};
   const Problem forward = parse_problem("b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1");
-  EXPECT_EQ(covers(backward_only, forward).reason, "forward: not implemented (declares backward only)");
+  EXPECT_EQ(covers(backward_only, forward).reason, "operation forward not declared (declared: backward)");
   EXPECT_FALSE(project_onto(backward_only, forward));
   Problem backward = forward;
   backward.operation = Operation::backward;

@@ -149,13 +149,23 @@ void from_json(const nlohmann::json& j, PluginInfo& i) {
   j.at("has_supports").get_to(i.has_supports);
 }
 
+namespace {
+
+// The operations a description's bits declare, in Operation order.
+std::vector<Operation> declared_operations(const PluginInfo& info) {
+  std::vector<Operation> declared;
+  for (Operation o : {Operation::forward, Operation::backward})
+    if (info.operations & ATTNBENCH_OP_BIT(o == Operation::forward ? ATTNBENCH_OP_FORWARD : ATTNBENCH_OP_BACKWARD)) declared.push_back(o);
+  return declared;
+}
+
+}  // namespace
+
 Capabilities to_capabilities(const PluginInfo& info) {
   Capabilities caps;
   caps.summary = fmt::format("plugin {} {} ({}): {}", info.name, info.version, info.path, info.description);
   caps.device = info.cuda ? "cuda" : "cpu";
-  caps.operations.clear();
-  for (Operation o : {Operation::forward, Operation::backward})
-    if (info.operations & ATTNBENCH_OP_BIT(o == Operation::forward ? ATTNBENCH_OP_FORWARD : ATTNBENCH_OP_BACKWARD)) caps.operations.push_back(o);
+  caps.operations = declared_operations(info);
   caps.dtypes = info.data_dtypes();
   caps.layouts = declared_layouts(info.layouts);
   caps.masks = {info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT),   info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT),
@@ -190,9 +200,8 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
   for (const auto& [bit, name] : feature_names)
     if (info.has(bit)) masks.emplace_back(name);
   auto yes_no = [](bool b) { return b ? "yes" : "no"; };
-  std::vector<std::string> operations;
-  if (info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) operations.emplace_back("forward");
-  if (info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD)) operations.emplace_back("backward");
+  std::vector<std::string_view> operations;
+  for (Operation o : declared_operations(info)) operations.push_back(to_string(o));
   std::vector<std::string> lines{
       fmt::format("device: {}; operations: {}; dtypes: {}{}; layouts: {}", info.cuda ? "CUDA" : "host", fmt::join(operations, ", "),
                   fmt::join(dtypes, ", "), other_dtypes.empty() ? "" : fmt::format(" (also declared: {})", fmt::join(other_dtypes, ", ")),
@@ -210,18 +219,17 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
 }
 
 Support check_capabilities(const PluginInfo& info, const Problem& p) {
-  if ((info.operations & ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD)) == 0) return Support::no("operation forward not declared");
-  // RunArgs carries the forward pass's tensors only, so a declared backward cannot be handed over yet.
-  if (p.operation != Operation::forward)
-    return Support::no(fmt::format("{}: the harness hands plugins the forward pass's tensors only", to_string(p.operation)));
-  const Capabilities caps = to_capabilities(info);
   const std::optional<Layout> layout = handover_layout(info, p);
   if (!layout) return Support::no("no layout declared");
   // A problem in the harness's default BHSD is handed over in a declared layout (the run
   // relayouts); one that names a layout must name a declared one.
   Problem in_declared_layout = p;
   if (p.layout == Layout::bhsd) in_declared_layout.layout = *layout;
-  return covers(caps, in_declared_layout);
+  if (Support declared = covers(to_capabilities(info), in_declared_layout); !declared.ok) return declared;
+  // RunArgs carries the forward pass's tensors only, so a declared backward cannot be handed over yet.
+  if (p.operation != Operation::forward)
+    return Support::no(fmt::format("{}: the harness hands plugins the forward pass's tensors only", to_string(p.operation)));
+  return Support::yes();
 }
 
 DlType to_dl(DType dtype) {
