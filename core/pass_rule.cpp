@@ -51,7 +51,7 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
     const DType lse_dtype = working_dtype(dtype);
     const double lse_yardstick = scale * std::max(baseline.lse_max_abs, score_rounding.lse);
     const double lse_tolerance = rule.k * lse_yardstick + scale * rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
-    v.lse_tolerance = lse.tolerance = lse_tolerance;
+    lse.tolerance = lse_tolerance;
     if (m.lse_violations > 0) fail(lse, fmt::format("{} LSE values non-finite or not -inf on fully masked rows", m.lse_violations));
     if (!(m.lse_max_abs <= lse_tolerance))
       fail(lse, fmt::format("LSE max abs error {:.3g} > tolerance {:.3g} ({} x max(naive {:.3g}, score rounding {:.3g}) + {} ulps{})",

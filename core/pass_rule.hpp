@@ -33,7 +33,6 @@ struct RoleVerdict {
 struct Verdict {
   bool pass = true;
   double tolerance = 0;   // the max abs error allowed
-  double lse_tolerance = 0;  // the same for the LSE, when one was returned
   double ratio = 0;       // max abs error / naive max abs error (0 when both are 0, inf when only naive is)
   std::vector<std::string> reasons;  // why it failed, one line each: the roles' in role order
   // o, then lse when one was returned; pass is their conjunction. A failure outside every role

@@ -159,8 +159,7 @@ DType working_dtype(const ProblemNumerics& numerics);
 // with_working_type (core/precision.hpp) for a problem's numerics.
 template <class F>
 decltype(auto) with_working_type(const ProblemNumerics& numerics, F&& f) {
-  if (working_dtype(numerics) == DType::f64) return f(double{});
-  return f(float{});
+  return with_working_type(working_dtype(numerics), std::forward<F>(f));
 }
 
 // How the inputs are drawn and laid out.

@@ -59,12 +59,17 @@ VerifyDiagnosis diagnosis_record(const Diagnosis& d) {
   return v;
 }
 
-// The share of its error budget a case used: the worst output error over its tolerance (and the
-// LSE's, when one is returned). Unlike a ratio to the naive algorithm's error it stays finite
-// when the naive error is zero, and 100% is the line between pass and fail.
-double budget_used(const ErrorMetrics& m, const Verdict& v) {
-  double used = v.tolerance > 0 ? m.max_abs / v.tolerance : (m.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-  if (m.has_lse && v.lse_tolerance > 0) used = std::max(used, m.lse_max_abs / v.lse_tolerance);
+// The share of its error budget a case used: the worst error of a judged role (the output, and
+// the LSE when one is returned) over its tolerance. Unlike a ratio to the naive algorithm's error
+// it stays finite when the naive error is zero, and 100% is the line between pass and fail.
+double budget_used(const Verdict& v) {
+  double used = 0;
+  for (const RoleVerdict& r : v.roles) {
+    if (r.role == Role::o)  // a NaN error stays NaN: std::max below keeps its first argument
+      used = r.tolerance > 0 ? r.max_abs / r.tolerance : (r.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+    else if (r.tolerance > 0)
+      used = std::max(used, r.max_abs / r.tolerance);
+  }
   return used;
 }
 
@@ -134,7 +139,7 @@ VerifyRecord verify_record(const Record& r) {
   v.metrics = metrics_record(c.problem, r.metrics);
   v.tolerance = r.verdict.tolerance;
   v.ratio_to_baseline = r.verdict.ratio;
-  v.budget_used = budget_used(r.metrics, r.verdict);
+  v.budget_used = budget_used(r.verdict);
   v.reasons = r.verdict.reasons;
   for (const RoleVerdict& role : r.verdict.roles)
     v.roles.push_back({std::string(to_string(role.role)), role.pass, role.max_abs, role.reference_max_abs, role.tolerance, role.reasons});
@@ -201,7 +206,7 @@ void print_verify_row(std::ostream& os, const Record& r) {
   if (r.status == Status::skip) return;
   const std::string ulps = r.metrics.max_ulps_index < 0 ? "-" : format_ulps(r.metrics.max_ulps);
   fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs), ulps,
-             format_budget(budget_used(r.metrics, r.verdict)), r.status == Status::pass ? "PASS" : "FAIL");
+             format_budget(budget_used(r.verdict)), r.status == Status::pass ? "PASS" : "FAIL");
   if (r.diagnosis.ran) fmt::print(os, "{:<22}diagnosis: {}\n", "", r.diagnosis.summary());
 }
 
