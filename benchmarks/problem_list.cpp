@@ -108,8 +108,9 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
         for (const Window& window : o.masks) {
           FamilySpec family{impl, dtype, o.batch, o.heads, d, window, {}, variant};
           for (std::int64_t n : sizes) {
-            Support support = covers(caps, family.problem(n));
-            if (support.ok) support = impl->supports(family.problem(n));
+            const Problem problem = family.problem(n);
+            Support support = covers(caps, problem);
+            if (support.ok) support = impl->supports(problem);
             if (support.ok)
               family.sizes.push_back(n);
             else
