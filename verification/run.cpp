@@ -4,14 +4,11 @@ namespace attn {
 
 VerifyRun run_verify(const VerifyRequest& request, const std::vector<VerifyObserver*>& observers) {
   // Refused before an observer prints a header: a case that cannot fit in memory is bad input.
-  for (const Problem& p : request.cases) {
-    p.validate();
-    check_case_memory(p, request.options.reference, request.implementations);
-  }
+  check_cases(request.cases, request.options.reference, request.implementations);
   for (VerifyObserver* o : observers) o->started(request);
   // verify() makes exactly one record per (case, implementation), implementations innermost.
   std::size_t made = 0;
-  VerifyRun run = verify(request.implementations, request.cases, request.options, [&](const VerifyRun& so_far, const Record& record) {
+  VerifyRun run = detail::verify_checked(request.implementations, request.cases, request.options, [&](const VerifyRun& so_far, const Record& record) {
     for (VerifyObserver* o : observers) o->record_made(so_far, record);
     if (++made % request.implementations.size() == 0)  // not reached without implementations: no record
       for (VerifyObserver* o : observers) o->case_finished(so_far);

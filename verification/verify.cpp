@@ -245,12 +245,23 @@ void check_case_memory(const Problem& p, const ReferenceOptions& reference, cons
                                format_bytes(*available)));
 }
 
-VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
-                 const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record) {
+void check_cases(const std::vector<Problem>& cases, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations) {
   for (const Problem& p : cases) {
     p.validate();
-    check_case_memory(p, options.reference, implementations);
+    check_case_memory(p, reference, implementations);
   }
+}
+
+VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
+                 const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record) {
+  check_cases(cases, options.reference, implementations);
+  return detail::verify_checked(implementations, cases, options, on_record);
+}
+
+namespace detail {
+
+VerifyRun verify_checked(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
+                         const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record) {
   VerifyRun run;
   run.named_cases = cases.size();
   std::vector<Capabilities> caps;
@@ -310,5 +321,7 @@ VerifyRun verify(const std::vector<const Implementation*>& implementations, cons
   }
   return run;
 }
+
+}  // namespace detail
 
 }  // namespace attn

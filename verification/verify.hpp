@@ -120,4 +120,14 @@ void check_case_memory(const Problem& p, const ReferenceOptions& reference, cons
 VerifyRun verify(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
                  const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record = {});
 
+// What verify() checks first: each case valid (Problem::validate) and within memory (check_case_memory).
+void check_cases(const std::vector<Problem>& cases, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations = {});
+
+namespace detail {
+// verify() without its checks, for run_verify (verification/run.hpp), which checks the cases
+// before telling its observers the run started.
+VerifyRun verify_checked(const std::vector<const Implementation*>& implementations, const std::vector<Problem>& cases,
+                         const VerifyOptions& options, const std::function<void(const VerifyRun&, const Record&)>& on_record);
+}  // namespace detail
+
 }  // namespace attn
