@@ -101,7 +101,7 @@ class GivenOutputs final : public Implementation {
   Capabilities describe() const override {
     Capabilities caps;
     caps.summary = "outputs of your own tensors (check --inputs)";
-    caps.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_dtype(caps);
     caps.returns_lse = std::any_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
     caps.fully_masked = FullyMaskedPolicy::zeros;
     return caps;

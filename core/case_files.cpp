@@ -174,21 +174,20 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     npy::write_file(dir / entry.q, tensor_to_npy(in.q));
     npy::write_file(dir / entry.k, tensor_to_npy(in.k));
     npy::write_file(dir / entry.v, tensor_to_npy(in.v));
-    const npy::ElementType type = npy_type_of(p.dtype);
-    const npy::ElementType lse_type = npy_type_of(working_dtype(p.numerics()));
+    auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
     nlohmann::json j = {
         {"index", entry.index},
         {"repro", p.repro()},
         {"label", p.label()},
         {"dtype", std::string(to_string(p.dtype))},
         {"scale", p.effective_scale()},
-        {"q", file_json(entry.q, shape_of(in.q), type)},
-        {"k", file_json(entry.k, shape_of(in.k), type)},
-        {"v", file_json(entry.v, shape_of(in.v), type)},
+        {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
+        {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
+        {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
         {"mask", nullptr},
         {"bias", nullptr},
-        {"out", file_json(entry.out, output_shape(p), type)},
-        {"lse", file_json(entry.lse, lse_shape(p), lse_type)},
+        {"out", file_json(entry.out, output_shape(p), type(Role::o))},
+        {"lse", file_json(entry.lse, lse_shape(p), type(Role::lse))},
         {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
@@ -220,6 +219,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
                      {"bf16", "<f4 holding exactly the bf16 values; a bf16 output is <f4 whose every value is a bf16 value "
                               "(e.g. out.float() in PyTorch), or <u2 bf16 bit patterns"}}},
       {"mask", "|b1 [b or 1, h_q or 1, n_q, n_k], true = visible: causal, key padding and boolean mask combined; null: nothing masked"},
+      {"dtype", "every file's dtype but the lse's, unless the repro string's dtypes= gives a role its own (dtypes=o:f32): each "
+                "file's entry names its element type"},
       {"bias", "additive, [b or 1, h_q or 1, n_q, n_k], in the case's encoding, added to the scaled scores; null: none"},
       {"lse", "optional: natural-log row log-sum-exp of the scaled, biased scores [b, h_q, n_q]; -inf for fully masked rows"},
       {"fully_masked_rows", "per case: zeros (a query row that sees no key has a zero output row) or nan (a NaN row), as declared"},
@@ -271,15 +272,15 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (j.at("scale").get<double>() != p.effective_scale())
         throw InputError(fmt::format("case {}: scale {} does not match the repro string's {}", entry.index, j.at("scale").get<double>(),
                                      p.effective_scale()));
-      const npy::ElementType type = npy_type_of(p.dtype);
+      auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);
       entry.v = plain_file_name(j, "v", entry.index);
       entry.out = plain_file_name(j, "out", entry.index);
-      expect_shape(j, "q", {p.batch, p.h_q, p.n_q, p.d_k}, type, entry.index);
-      expect_shape(j, "k", {p.batch, p.h_kv, p.n_k, p.d_k}, type, entry.index);
-      expect_shape(j, "v", {p.batch, p.h_kv, p.n_k, p.d_v}, type, entry.index);
-      expect_shape(j, "out", output_shape(p), type, entry.index);
+      expect_shape(j, "q", {p.batch, p.h_q, p.n_q, p.d_k}, type(Role::q), entry.index);
+      expect_shape(j, "k", {p.batch, p.h_kv, p.n_k, p.d_k}, type(Role::k), entry.index);
+      expect_shape(j, "v", {p.batch, p.h_kv, p.n_k, p.d_v}, type(Role::v), entry.index);
+      expect_shape(j, "out", output_shape(p), type(Role::o), entry.index);
       if (j.contains("lse") && !j.at("lse").is_null()) entry.lse = plain_file_name(j, "lse", entry.index);
       if (has_visibility_mask(p) != (j.contains("mask") && !j.at("mask").is_null()))
         throw InputError(fmt::format("case {}: the manifest {} a mask but the repro string {}", entry.index,
@@ -385,7 +386,7 @@ void read_into(const std::filesystem::path& path, const std::vector<std::int64_t
 }  // namespace
 
 void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out) {
-  read_into(path, output_shape(problem), problem.dtype, out);
+  read_into(path, output_shape(problem), problem.dtype_of(Role::o), out);
 }
 
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse) {

@@ -1,5 +1,6 @@
 #include "core/case_sets.hpp"
 
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -62,26 +63,37 @@ struct Scenario {
   double scale = 0;  // 0: the default 1/sqrt(d_k)
 };
 
+Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::uint64_t seed) {
+  Problem p;
+  p.batch = sc.shape.batch, p.h_q = sc.shape.h_q, p.h_kv = sc.shape.h_kv;
+  p.n_q = sc.shape.n_q, p.n_k = sc.shape.n_k, p.d_k = sc.shape.d_k, p.d_v = sc.shape.d_v;
+  p.numerics() = numerics;
+  p.regime = sc.regime;
+  if (sc.scale > 0) p.scale = sc.scale;
+  apply_mask(p, sc.mask);
+  p.seed = seed;
+  p.validate();
+  return p;
+}
+
+// Each scenario in each dtype.
 std::vector<Problem> expand(const std::vector<Scenario>& scenarios, std::uint64_t seed_base) {
   std::vector<Problem> cases;
   const DType dtypes[] = {DType::f64, DType::f32, DType::f16, DType::bf16};
-  for (std::size_t s = 0; s < scenarios.size(); ++s) {
+  for (std::size_t s = 0; s < scenarios.size(); ++s)
     for (std::size_t d = 0; d < 4; ++d) {
-      const Scenario& sc = scenarios[s];
-      Problem p;
-      p.batch = sc.shape.batch, p.h_q = sc.shape.h_q, p.h_kv = sc.shape.h_kv;
-      p.n_q = sc.shape.n_q, p.n_k = sc.shape.n_k, p.d_k = sc.shape.d_k, p.d_v = sc.shape.d_v;
-      p.dtype = dtypes[d];
-      p.regime = sc.regime;
-      if (sc.scale > 0) p.scale = sc.scale;
-      apply_mask(p, sc.mask);
-      p.seed = seed_base + s * 10 + d;
-      p.validate();
-      cases.push_back(std::move(p));
+      ProblemNumerics numerics;
+      numerics.dtype = dtypes[d];
+      cases.push_back(make_problem(scenarios[s], numerics, seed_base + s * 10 + d));
     }
-  }
   return cases;
 }
+
+struct MixedScenario {
+  Scenario scenario;
+  DType dtype;
+  std::map<Role, DType> own;
+};
 
 // Shapes: single token; square MHA; GQA 4:1 around a 128 tile; MQA with n_q > n_k; primes with
 // d_k != d_v; a long prime sequence; d = 256; odd small dims; decode-like n_q << n_k; n_q >> n_k.
@@ -103,7 +115,7 @@ constexpr Shape single_key{2, 2, 2, 5, 1, 32, 32};          // n_k = 1; bottom-r
 std::vector<Problem> default_cases() {
   using M = MaskKind;
   using R = Regime;
-  return expand({{one, M::none, R::diffuse},
+  std::vector<Problem> cases = expand({{one, M::none, R::diffuse},
                  {one, M::causal_tl, R::saturated},
                  {square, M::none, R::diffuse},
                  {square, M::causal_tl, R::peaked},
@@ -145,6 +157,23 @@ std::vector<Problem> default_cases() {
                  {mha_past_tile, M::local_tl, R::peaked},
                  {prefill, M::sliding_br, R::saturated}},
                 1000);
+  // Mixed precision, one case each (appended too): half-precision inputs written to an f32 output
+  // (a kernel that rounds to the input type before its f32 store fails by far), an f32 query over a
+  // bf16 KV cache, and f32 inputs written to a half-precision output.
+  const MixedScenario mixed[] = {
+      {{gqa, M::causal_br, R::diffuse}, DType::f16, {{Role::o, DType::f32}}},
+      {{primes, M::none, R::peaked}, DType::bf16, {{Role::o, DType::f32}}},
+      {{mha_past_tile, M::causal_tl, R::large}, DType::f16, {{Role::o, DType::f32}}},
+      {{decode, M::causal_br, R::saturated}, DType::f32, {{Role::k, DType::bf16}, {Role::v, DType::bf16}}},
+      {{odd, M::causal_br_pad_bias, R::uniform01}, DType::f32, {{Role::o, DType::f16}}},
+  };
+  for (std::size_t i = 0; i < std::size(mixed); ++i) {
+    ProblemNumerics numerics;
+    numerics.dtype = mixed[i].dtype;
+    numerics.role_dtypes = mixed[i].own;
+    cases.push_back(make_problem(mixed[i].scenario, numerics, 2000 + i));
+  }
+  return cases;
 }
 
 std::vector<Problem> quick_cases() {

@@ -34,17 +34,18 @@ struct Settings {
   std::optional<double> scale;
   Causal causal = Causal::none;
   std::optional<DType> dtype;
+  std::map<Role, DType> role_dtypes;  // "dtypes": "o:f32", as the repro string's token
 };
 
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, causal, dtype)");
+  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, causal, dtype, dtypes)");
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())
-    if (key != "scale" && key != "causal" && key != "dtype") unknown.push_back("'" + key + "'");
+    if (key != "scale" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
   if (!unknown.empty())
-    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, causal, dtype)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
   Settings s;
   if (j.contains("scale")) {
     const auto& v = j.at("scale");
@@ -65,6 +66,15 @@ Settings read_settings(const fs::path& path) {
     if (!v.is_string()) throw InputError(fmt::format("{}: dtype must be a string: f64, f32, f16 or bf16 (got {})", name, v.dump()));
     try {
       s.dtype = parse_dtype(v.get<std::string>());
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", name, e.what()));
+    }
+  }
+  if (j.contains("dtypes")) {
+    const auto& v = j.at("dtypes");
+    if (!v.is_string()) throw InputError(fmt::format("{}: dtypes must be a string of ROLE:DTYPE pairs such as \"o:f32\" (got {})", name, v.dump()));
+    try {
+      s.role_dtypes = parse_role_dtypes("dtypes", v.get<std::string>());
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", name, e.what()));
     }
@@ -177,6 +187,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.n_k = k.shape[2];
   p.d_v = v.shape[3];
   p.dtype = settings.dtype ? *settings.dtype : dtype_of_q(q, file("q.npy"));
+  p.role_dtypes = settings.role_dtypes;
   p.window = Window::of(settings.causal);
   p.scale = settings.scale;
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
@@ -203,8 +214,8 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   Tensor bias;
   if (auto b = read_optional(dir / "bias.npy")) {
     expect_broadcastable(*b, file("bias.npy"), p);
-    bias = Tensor(p.dtype, {b->shape[0], b->shape[1], b->shape[2], b->shape[3]});
-    array_into_tensor(*b, file("bias.npy"), b->shape, p.dtype, bias, "bias");
+    bias = Tensor(p.dtype_of(Role::bias), {b->shape[0], b->shape[1], b->shape[2], b->shape[3]});
+    array_into_tensor(*b, file("bias.npy"), b->shape, p.dtype_of(Role::bias), bias, "bias");
     double sum = 0, sum2 = 0;
     for (std::int64_t e = 0; e < bias.numel(); ++e) sum += bias.get(e), sum2 += bias.get(e) * bias.get(e);
     const double n = double(bias.numel()), var = sum2 / n - (sum / n) * (sum / n);
@@ -219,10 +230,11 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
     throw InputError(fmt::format("{}: {}", dir.string(), e.what()));
   }
 
-  Tensor tq(p.dtype, {p.batch, p.h_q, p.n_q, p.d_k}), tk(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_k}), tv(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_v});
-  array_into_tensor(q, file("q.npy"), q.shape, p.dtype, tq, "q");
-  array_into_tensor(k, file("k.npy"), k.shape, p.dtype, tk, "k");
-  array_into_tensor(v, file("v.npy"), v.shape, p.dtype, tv, "v");
+  Tensor tq(p.dtype_of(Role::q), {p.batch, p.h_q, p.n_q, p.d_k}), tk(p.dtype_of(Role::k), {p.batch, p.h_kv, p.n_k, p.d_k}),
+      tv(p.dtype_of(Role::v), {p.batch, p.h_kv, p.n_k, p.d_v});
+  array_into_tensor(q, file("q.npy"), q.shape, tq.dtype(), tq, "q");
+  array_into_tensor(k, file("k.npy"), k.shape, tk.dtype(), tk, "k");
+  array_into_tensor(v, file("v.npy"), v.shape, tv.dtype(), tv, "v");
   const fs::path out_path = out_dir / "out.npy";
   if (!fs::exists(out_path, ec)) throw InputError(fmt::format("{}: missing (the output [b, h_q, n_q, d_v] to judge)", out_path.string()));
   Tensor out = make_output(p);

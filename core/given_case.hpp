@@ -12,7 +12,8 @@
 //   bias.npy (optional) [1|b, 1|h_q, n_q, n_k] in q's encoding, added to the scaled scores.
 //   valid_lens.npy (optional) integers [b] (per batch) or [b, n_q] (per query): keys j < len are visible.
 //   settings.json: {"scale": number (default 1/sqrt(d_k)), "causal": "none"|"top_left"|"bottom_right",
-//     "dtype": "f64"|"f32"|"f16"|"bf16" (default: q's)}; any other key is an error.
+//     "dtype": "f64"|"f32"|"f16"|"bf16" (default: q's), "dtypes": "o:f32" (roles of their own dtype,
+//     as the repro string's dtypes= token: "q:f16,o:f32")}; any other key is an error.
 //   out.npy [b, h_q, n_q, d_v] and optional lse.npy [b, h_q, n_q] ('<f8' for f64, '<f4' otherwise).
 // Every part of the mask composes by intersection; a row that sees no key has a zero output row.
 #include <filesystem>
@@ -28,7 +29,7 @@ namespace attn {
 struct GivenCase {
   Problem problem;
   CaseInputs inputs;
-  Tensor out;                // [b, h_q, n_q, d_v] in the problem's dtype
+  Tensor out;                // [b, h_q, n_q, d_v] in o's dtype
   std::optional<Tensor> lse;  // [b, h_q, n_q, 1] when lse.npy is there
   std::string source;        // "the tensors in DIR"
 };

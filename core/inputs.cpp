@@ -43,8 +43,8 @@ double sparse_int(Rng& rng) {
 }  // namespace
 
 CaseInputs generate_inputs(const Problem& p) {
-  CaseInputs in{Tensor(p.dtype, {p.batch, p.h_q, p.n_q, p.d_k}), Tensor(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_k}),
-                Tensor(p.dtype, {p.batch, p.h_kv, p.n_k, p.d_v}), Mask(p)};
+  CaseInputs in{Tensor(p.dtype_of(Role::q), {p.batch, p.h_q, p.n_q, p.d_k}), Tensor(p.dtype_of(Role::k), {p.batch, p.h_kv, p.n_k, p.d_k}),
+                Tensor(p.dtype_of(Role::v), {p.batch, p.h_kv, p.n_k, p.d_v}), Mask(p)};
   const std::uint64_t seed = p.seed;
   auto normal = [](double sigma) { return [sigma](std::int64_t, Rng& rng) { return sigma * rng.normal(); }; };
 
@@ -82,7 +82,8 @@ CaseInputs generate_inputs(const Problem& p) {
     case Regime::large: {
       // Typical |q.k| of max_finite / 16 before scaling: scores far beyond exp's range, so a
       // kernel that does not subtract the row max (or computes scores in the input type) fails.
-      const double m = std::sqrt(max_finite(p.dtype) / (16.0 * std::sqrt(double(p.d_k))));
+      // Of the narrower of Q's and K's dtypes, so that both hold the values.
+      const double m = std::sqrt(std::min(max_finite(p.dtype_of(Role::q)), max_finite(p.dtype_of(Role::k))) / (16.0 * std::sqrt(double(p.d_k))));
       fill(in.q, seed, stream_q, normal(m));
       fill(in.k, seed, stream_k, normal(m));
       fill(in.v, seed, stream_v, normal(1.0));
@@ -99,12 +100,15 @@ CaseInputs generate_inputs(const Problem& p) {
       // The top significand_bits(dtype) random bits: a uniform grid of multiples of 2^-bits in
       // [0, 1), every point exactly representable. Rounding a finer draw to nearest would turn
       // draws just below 1 into 1.0 (in f16 about 1 in 4096, in bf16 about 1 in 512).
-      const int bits = significand_bits(p.dtype);
-      const double step = std::ldexp(1.0, -bits);
-      auto draw = [bits, step](std::int64_t, Rng& rng) { return static_cast<double>(rng.next() >> (64 - bits)) * step; };
-      fill(in.q, seed, stream_q, draw);
-      fill(in.k, seed, stream_k, draw);
-      fill(in.v, seed, stream_v, draw);
+      // Each tensor on the grid of its own dtype.
+      auto grid = [](const Tensor& t) {
+        const int bits = significand_bits(t.dtype());
+        const double step = std::ldexp(1.0, -bits);
+        return [bits, step](std::int64_t, Rng& rng) { return static_cast<double>(rng.next() >> (64 - bits)) * step; };
+      };
+      fill(in.q, seed, stream_q, grid(in.q));
+      fill(in.k, seed, stream_k, grid(in.k));
+      fill(in.v, seed, stream_v, grid(in.v));
       break;
     }
   }
@@ -112,13 +116,13 @@ CaseInputs generate_inputs(const Problem& p) {
 }
 
 Tensor make_output(const Problem& p) {
-  Tensor out(p.dtype, {p.batch, p.h_q, p.n_q, p.d_v});
+  Tensor out(p.dtype_of(Role::o), {p.batch, p.h_q, p.n_q, p.d_v});
   out.poison();
   return out;
 }
 
 Tensor make_lse(const Problem& p) {
-  Tensor lse(working_dtype(p.numerics()), {p.batch, p.h_q, p.n_q, 1});
+  Tensor lse(p.dtype_of(Role::lse), {p.batch, p.h_q, p.n_q, 1});
   lse.poison();
   return lse;
 }

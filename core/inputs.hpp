@@ -1,6 +1,6 @@
 #pragma once
 // Seeded generation of a case's inputs in every input regime. Values are drawn in double and
-// rounded once to the problem's dtype; the stored (rounded) values are the inputs every
+// rounded once to its role's dtype (ProblemNumerics::dtype_of); the stored (rounded) values are the inputs every
 // implementation and the reference read. The same problem gives the same bits everywhere.
 #include "core/mask.hpp"
 #include "core/problem.hpp"
@@ -17,7 +17,7 @@ struct CaseInputs {
 
 CaseInputs generate_inputs(const Problem& problem);
 
-// An output tensor [b, h_q, n_q, d_v] in the problem's dtype, poisoned.
+// An output tensor [b, h_q, n_q, d_v] in o's dtype, poisoned.
 Tensor make_output(const Problem& problem);
 // Row log-sum-exp [b, h_q, n_q, 1]: f64 for f64 problems, f32 otherwise. Poisoned.
 Tensor make_lse(const Problem& problem);

@@ -36,7 +36,7 @@ Mask::Mask(const Problem& p, bool generate)
   if (p.bias.enabled) {
     bias_batch_ = varies_over_batch(p.bias.broadcast);
     bias_head_ = varies_over_head(p.bias.broadcast);
-    bias_ = Tensor(p.dtype, {bias_batch_ ? p.batch : 1, bias_head_ ? p.h_q : 1, p.n_q, p.n_k});
+    bias_ = Tensor(p.dtype_of(Role::bias), {bias_batch_ ? p.batch : 1, bias_head_ ? p.h_q : 1, p.n_q, p.n_k});
     const std::int64_t n = bias_.numel();
     const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
     parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
@@ -60,8 +60,8 @@ Mask Mask::given(const Problem& p, std::vector<std::uint8_t> flags, bool flags_p
   }
   if (bias.numel() > 0) {
     const auto& s = bias.shape();
-    if (bias.dtype() != p.dtype || !(s[0] == 1 || s[0] == p.batch) || !(s[1] == 1 || s[1] == p.h_q) || s[2] != p.n_q || s[3] != p.n_k)
-      throw std::invalid_argument("Mask::given: the bias does not have the problem's dtype and extents");
+    if (bias.dtype() != p.dtype_of(Role::bias) || !(s[0] == 1 || s[0] == p.batch) || !(s[1] == 1 || s[1] == p.h_q) || s[2] != p.n_q || s[3] != p.n_k)
+      throw std::invalid_argument("Mask::given: the bias does not have its role's dtype and the problem's extents");
     // An extent equal to 1 broadcasts even where b or h_q is 1 too: indexing 0 is then the same.
     m.bias_batch_ = s[0] != 1;
     m.bias_head_ = s[1] != 1;

@@ -10,12 +10,12 @@
 
 namespace attn {
 
-double precision_scale(DType dtype, MatmulPrecision matmul) {
-  const double own = accumulation_unit_roundoff(dtype), coarser = unit_roundoff(matmul);
+double precision_scale(DType working, MatmulPrecision matmul) {
+  const double own = accumulation_unit_roundoff(working), coarser = unit_roundoff(matmul);
   return coarser > own ? coarser / own : 1.0;
 }
 
-Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const ErrorMetrics& baseline,
+Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const ErrorMetrics& m, const ErrorMetrics& baseline,
               const ScoreRounding& score_rounding, double scale) {
   Verdict v;
   v.roles.reserve(2);  // o and lse: the references below stay valid
@@ -24,7 +24,7 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
     role.reasons.push_back(std::move(reason));
   };
   RoleVerdict& o = v.roles.emplace_back(RoleVerdict{Role::o, true, m.max_abs, m.reference_max_abs, 0, {}});
-  const double floor = scale * rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
+  const double floor = scale * rule.floor_ulps * ulp_at(numerics.dtype_of(Role::o), m.reference_max_abs);
   const bool by_scores = score_rounding.out > baseline.max_abs;
   const double yardstick = scale * (by_scores ? score_rounding.out : baseline.max_abs);
   // Said after the rule's terms in a failure when the yardsticks are scaled.
@@ -48,7 +48,7 @@ Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& m, const Er
                                     rule.k, baseline.max_abs, rule.floor_ulps, scaled));
   if (m.has_lse) {
     RoleVerdict& lse = v.roles.emplace_back(RoleVerdict{Role::lse, true, m.lse_max_abs, m.lse_reference_max_abs, 0, {}});
-    const DType lse_dtype = working_dtype(dtype);
+    const DType lse_dtype = numerics.dtype_of(Role::lse);
     const double lse_yardstick = scale * std::max(baseline.lse_max_abs, score_rounding.lse);
     const double lse_tolerance = rule.k * lse_yardstick + scale * rule.floor_ulps * ulp_at(lse_dtype, m.lse_reference_max_abs);
     lse.tolerance = lse_tolerance;

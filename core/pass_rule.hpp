@@ -10,6 +10,7 @@
 
 #include "core/metrics.hpp"
 #include "core/precision.hpp"
+#include "core/problem.hpp"
 #include "core/tensor_role.hpp"
 
 namespace attn {
@@ -62,11 +63,13 @@ struct ScoreRounding {
 // (2^13 for TF32 on f32). The naive algorithm's error is, to first order, proportional to the unit
 // roundoff it runs in, so this is "k times the naive algorithm in that precision". 1 for the
 // working precision (Capabilities' default) or a unit not coarser than the dtype's.
-double precision_scale(DType dtype, MatmulPrecision matmul);
+// `working` is the problem's working dtype (working_dtype(numerics)).
+double precision_scale(DType working, MatmulPrecision matmul);
 
 // The yardstick is the naive baseline's max abs error, or the score rounding when larger; the
-// same for the LSE. Yardsticks and floors are multiplied by precision_scale (see above).
-Verdict judge(const PassRule& rule, DType dtype, const ErrorMetrics& measured, const ErrorMetrics& baseline,
+// same for the LSE. Yardsticks and floors are multiplied by precision_scale (see above). The floor
+// is in ulps of the role's dtype: o's (numerics.dtype_of(Role::o)) and the LSE's (the working dtype).
+Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const ErrorMetrics& measured, const ErrorMetrics& baseline,
               const ScoreRounding& score_rounding = {}, double precision_scale = 1.0);
 
 }  // namespace attn

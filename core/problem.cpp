@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -116,10 +117,39 @@ Operation parse_operation(std::string_view text) {
   throw InputError(fmt::format("op: unknown operation '{}' (expected forward or backward)", text));
 }
 
-DType working_dtype(const ProblemNumerics& numerics) { return numerics.accumulation.value_or(working_dtype(numerics.dtype)); }
+bool is_data_role(Role role) { return std::find(data_roles.begin(), data_roles.end(), role) != data_roles.end(); }
+
+DType ProblemNumerics::dtype_of(Role role) const {
+  if (role == Role::lse) return working_dtype(*this);
+  if (!is_data_role(role)) throw std::invalid_argument(fmt::format("dtype_of: role {} holds no data of the problem", to_string(role)));
+  const auto it = role_dtypes.find(role);
+  return it == role_dtypes.end() ? dtype : it->second;
+}
+
+bool ProblemNumerics::mixed() const {
+  return std::any_of(data_roles.begin(), data_roles.end(), [&](Role r) { return dtype_of(r) != dtype; });
+}
+
+std::vector<Role> data_roles_of(const Problem& p) {
+  std::vector<Role> roles{Role::q, Role::k, Role::v};
+  if (p.bias.enabled) roles.push_back(Role::bias);
+  roles.push_back(Role::o);
+  if (p.operation == Operation::backward)
+    for (Role r : {Role::d_o, Role::dq, Role::dk, Role::dv}) roles.push_back(r);
+  return roles;
+}
+
+DType default_working_dtype(const ProblemNumerics& numerics) {
+  for (Role input : {Role::q, Role::k, Role::v, Role::d_o})
+    if (working_dtype(numerics.dtype_of(input)) == DType::f64) return DType::f64;
+  return DType::f32;
+}
+
+DType working_dtype(const ProblemNumerics& numerics) { return numerics.accumulation.value_or(default_working_dtype(numerics)); }
 
 bool ProblemNumerics::operator==(const ProblemNumerics& o) const {
-  return dtype == o.dtype && working_dtype(*this) == working_dtype(o);
+  return dtype == o.dtype && working_dtype(*this) == working_dtype(o) &&
+         std::all_of(data_roles.begin(), data_roles.end(), [&](Role r) { return dtype_of(r) == o.dtype_of(r); });
 }
 
 double Problem::effective_scale() const {
@@ -145,10 +175,12 @@ double Problem::flops_published() const {
 }
 
 double Problem::bytes_min() const {
-  const double e = bytes_per_element(dtype);
-  double bytes = e * double(batch) * (h_q * n_q * d_k + h_kv * n_k * (d_k + d_v) + h_q * n_q * d_v);
+  // Powers of two times integers below 2^53: the sum is exact, whatever the dtypes.
+  auto e = [&](Role role) { return double(bytes_per_element(dtype_of(role))); };
+  double bytes = double(batch) * (e(Role::q) * double(h_q * n_q * d_k) + e(Role::k) * double(h_kv * n_k * d_k) +
+                                  e(Role::v) * double(h_kv * n_k * d_v) + e(Role::o) * double(h_q * n_q * d_v));
   if (bool_mask.enabled) bytes += broadcast_elements(*this, bool_mask.broadcast);  // one byte per flag
-  if (bias.enabled) bytes += e * broadcast_elements(*this, bias.broadcast);
+  if (bias.enabled) bytes += e(Role::bias) * broadcast_elements(*this, bias.broadcast);
   bytes += 8.0 * double(padding.valid_len.size());
   return bytes;
 }

@@ -1,12 +1,14 @@
 #pragma once
 // The one problem description passed everywhere: an operation and four plain parts, the shape
-// (extents), the variant (window, masks, bias, scale), the numerics (dtype, accumulation) and the
+// (extents), the variant (window, masks, bias, scale), the numerics (a dtype per role, accumulation) and the
 // data (regime, seed, layout). It validates itself, prints as a one-line repro string that
 // parse_problem reads back to an equal problem, and serialises to JSON; those four and the short
 // label are generated from one table of fields (core/problem_fields.cpp), which a new field joins.
 // Derived figures (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <array>
 #include <optional>
 #include <utility>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "core/dtype.hpp"
 #include "core/precision.hpp"
+#include "core/tensor_role.hpp"
 
 namespace attn {
 
@@ -143,18 +146,40 @@ struct ProblemVariant {
   bool operator==(const ProblemVariant&) const = default;
 };
 
-// The types: the inputs' and outputs' dtype and the precision sums and the softmax are carried in.
-// The accumulation, when unset, is the working precision of the dtype (core/precision.hpp: f64
-// for f64, else f32), which is what every implementation, the LSE tensors and the pass rule's unit
-// roundoff follow; working_dtype(numerics) is the one place that reads it. No implementation nor
-// the pass rule honours another accumulation yet, so validate() refuses one that differs from the
-// working precision (acc=f64 on f32 inputs) rather than let it be ignored; an accumulation equal
-// to it is the same problem as none (operator==, and repro() leaves it out).
+// The roles that hold a problem's data (the plugin ABI's ATTNBENCH_ROLE_DATA): the inputs, the
+// bias, the output and the gradients. Each has the problem's dtype unless given its own.
+inline constexpr std::array<Role, 9> data_roles{Role::q, Role::k, Role::v, Role::bias, Role::o, Role::d_o, Role::dq, Role::dk, Role::dv};
+bool is_data_role(Role role);
+
+// The types: a dtype per data role and the precision sums and the softmax are carried in.
+// `dtype` is every data role's; `role_dtypes` gives a role its own (a mixed-precision problem:
+// f16 inputs written to an f32 output, dtypes=o:f32). dtype_of(role) is the one place that
+// reads them: the inputs are drawn in their roles' dtypes, the output and the reference's rounding
+// are in o's, the pass rule's floor in ulps of o's. An entry equal to `dtype` is the same problem
+// as none (operator==, and repro() leaves it out).
+// The accumulation, when unset, is the working precision (core/precision.hpp) of the widest
+// input (q, k, v, d_o): f64 when one is f64, else f32. Every implementation, the LSE tensors and
+// the pass rule's unit roundoff follow it; working_dtype(numerics) is the one place that reads it.
+// No implementation nor the pass rule honours another accumulation yet, so validate() refuses one
+// that differs from the working precision (acc=f64 on f32 inputs) rather than let it be ignored;
+// an accumulation equal to it is the same problem as none.
 struct ProblemNumerics {
   DType dtype = DType::f32;
   std::optional<DType> accumulation;
+  std::map<Role, DType> role_dtypes;  // data roles only (validate() refuses another)
+
+  // A data role's dtype; lse's is the working dtype. Throws std::invalid_argument for a role
+  // that holds no floating-point data of the problem (mask, the sequence indices).
+  DType dtype_of(Role role) const;
+  // Some data role's dtype differs from `dtype`.
+  bool mixed() const;
   bool operator==(const ProblemNumerics& o) const;
 };
+// "f16", or with the roles of their own dtype "f16+o:f32" (labels, projections' changes).
+std::string dtype_summary(const ProblemNumerics& numerics);
+
+// The working precision the inputs' dtypes give, before an accumulation is named.
+DType default_working_dtype(const ProblemNumerics& numerics);
 DType working_dtype(const ProblemNumerics& numerics);
 // with_working_type (core/precision.hpp) for a problem's numerics.
 template <class F>
@@ -210,7 +235,14 @@ struct Problem : ProblemShape, ProblemVariant, ProblemNumerics, ProblemData {
   double bytes_min() const;
 };
 
-Problem parse_problem(std::string_view repro);  // throws InputError naming the token
+Problem parse_problem(std::string_view repro);
+// "o:f32,q:f16", the dtypes= token's value, naming `key` in its errors (unknown or non-data role,
+// a role twice, a bad dtype).
+std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view text);
+// The data roles a problem's operation reads or writes: q k v o (and bias when it has one) forward;
+// the backward adds d_o dq dk dv.
+std::vector<Role> data_roles_of(const Problem& problem);
+  // throws InputError naming the token
 // Elements of a generated mask or bias with this broadcast (in double: checked before validation).
 double broadcast_elements(const Problem& p, Broadcast b);
 

@@ -5,6 +5,7 @@
 // always printed them. Problem::repro, parse_problem, to_json,
 // Problem::label and Problem::validate are loops over the table; only the rules that tie several
 // fields together (kv heads dividing query heads, the size limits) are written out after it.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -128,8 +129,31 @@ struct Field {
 
 std::string no_label(const Problem&) { return {}; }
 
+// "f16", or "f32/bf16" when q, k and v differ: what the inputs are, for messages.
+std::string input_dtypes(const Problem& p) {
+  std::vector<std::string_view> names;
+  for (Role r : {Role::q, Role::k, Role::v})
+    if (std::find(names.begin(), names.end(), to_string(p.dtype_of(r))) == names.end()) names.push_back(to_string(p.dtype_of(r)));
+  return fmt::format("{}", fmt::join(names, "/"));
+}
+
+std::string data_role_names() {
+  std::vector<std::string_view> names;
+  for (Role r : data_roles) names.push_back(to_string(r));
+  return fmt::format("{}", fmt::join(names, " "));
+}
+
+// "o:f32,v:f16": the roles whose dtype differs from the problem's, in data_roles order.
+std::string own_dtypes(const ProblemNumerics& n, std::string_view separator) {
+  std::vector<std::string> parts;
+  for (Role r : data_roles)
+    if (n.dtype_of(r) != n.dtype) parts.push_back(fmt::format("{}:{}", to_string(r), to_string(n.dtype_of(r))));
+  return fmt::format("{}", fmt::join(parts, separator));
+}
+
+
 // The order of the rows is the order of the repro string's tokens. A field added since version 1
-// (op, acc) is printed only when it is not its default, so every older string prints unchanged.
+// (op, dtypes, acc) is printed only when it is not its default, so every older string prints unchanged.
 const Field fields[] = {
     // The operation: left out for forward.
     {"op", {}, false,
@@ -156,20 +180,39 @@ const Field fields[] = {
      [](Problem& p, std::string_view, std::string_view v) { p.dtype = parse_dtype(v); },
      [](const Problem& p, nlohmann::json& j) { j["dtype"] = to_string(p.dtype); }, nullptr, LabelSlot::dtype,
      [](const Problem& p) { return std::string(to_string(p.dtype)); }},
-    // Left out while it is the dtype's working precision, the only accumulation anything honours.
+    // The roles whose dtype is not `dtype`, e.g. dtypes=o:f32: left out when there are none.
+    {"dtypes", {}, false,
+     [](const Problem& p) { return p.mixed() ? fmt::format("dtypes={}", own_dtypes(p, ",")) : std::string(); },
+     [](Problem& p, std::string_view k, std::string_view v) { p.role_dtypes = parse_role_dtypes(k, v); },
+     [](const Problem& p, nlohmann::json& j) {
+       if (!p.mixed()) return;
+       nlohmann::json& roles = j["role_dtypes"] = nlohmann::json::object();
+       for (Role r : data_roles)
+         if (p.dtype_of(r) != p.dtype) roles[std::string(to_string(r))] = to_string(p.dtype_of(r));
+     },
+     [](const Problem& p) {
+       for (const auto& [role, dtype] : p.role_dtypes)
+         if (!is_data_role(role))
+           throw InputError(fmt::format("dtypes: role {} holds no data of the problem, so it takes no dtype of its own (data roles: {})",
+                                        to_string(role), data_role_names()));
+     },
+     LabelSlot::dtype, [](const Problem& p) { return p.mixed() ? own_dtypes(p, "+") : std::string(); }},
+    // Left out while it is the inputs' working precision, the only accumulation anything honours.
     {"acc", {}, false,
      [](const Problem& p) {
-       return working_dtype(p.numerics()) == working_dtype(p.dtype) ? std::string() : fmt::format("acc={}", to_string(*p.accumulation));
+       return working_dtype(p.numerics()) == default_working_dtype(p.numerics()) ? std::string()
+                                                                                 : fmt::format("acc={}", to_string(*p.accumulation));
      },
      [](Problem& p, std::string_view, std::string_view v) { p.accumulation = parse_dtype(v); },
      [](const Problem& p, nlohmann::json& j) {
-       if (working_dtype(p.numerics()) != working_dtype(p.dtype)) j["accumulation"] = to_string(*p.accumulation);
+       if (working_dtype(p.numerics()) != default_working_dtype(p.numerics())) j["accumulation"] = to_string(*p.accumulation);
      },
      [](const Problem& p) {
-       if (working_dtype(p.numerics()) != working_dtype(p.dtype))
+       const DType inputs_working = default_working_dtype(p.numerics());
+       if (working_dtype(p.numerics()) != inputs_working)
          throw InputError(fmt::format("acc={}: {} inputs accumulate in {}, their working precision; no implementation, nor the "
                                       "reference's pass rule, honours another accumulation yet",
-                                      to_string(*p.accumulation), to_string(p.dtype), to_string(working_dtype(p.dtype))));
+                                      to_string(*p.accumulation), input_dtypes(p), to_string(inputs_working)));
      },
      LabelSlot::none, no_label},
     // The variant. A causal window (or none) keeps the token and JSON key it had before windows existed.
@@ -328,6 +371,28 @@ std::string case_form() {
 }
 
 }  // namespace
+
+std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view value) {
+  std::map<Role, DType> roles;
+  for (std::string_view rest = value; !rest.empty();) {
+    const std::string_view item = rest.substr(0, rest.find(','));
+    rest = item.size() < rest.size() ? rest.substr(item.size() + 1) : std::string_view();
+    const auto colon = item.find(':');
+    if (colon == std::string_view::npos)
+      throw InputError(fmt::format("{}: '{}' is not ROLE:DTYPE (e.g. {}=o:f32)", key, item, key));
+    const std::string_view name = item.substr(0, colon);
+    const std::optional<Role> role = parse_role(name);
+    if (!role || !is_data_role(*role))
+      throw InputError(fmt::format("{}: '{}' is not a role that holds the problem's data (data roles: {})", key, name, data_role_names()));
+    if (!roles.emplace(*role, parse_dtype(item.substr(colon + 1))).second)
+      throw InputError(fmt::format("{}: role {} is given twice", key, name));
+  }
+  return roles;
+}
+
+std::string dtype_summary(const ProblemNumerics& numerics) {
+  return numerics.mixed() ? fmt::format("{}+{}", to_string(numerics.dtype), own_dtypes(numerics, "+")) : std::string(to_string(numerics.dtype));
+}
 
 void Problem::validate() const {
   for (const Field& f : fields)

@@ -30,7 +30,7 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 16> known_keys{"schema",       "version",       "summary",          "dtypes",
+constexpr std::array<std::string_view, 17> known_keys{"schema",       "version",       "summary",          "dtypes", "role_dtypes",
                                                       "layouts",      "masks",         "gqa",              "different_dk_dv",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
                                                       "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
@@ -93,6 +93,21 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
     if (std::find(caps.dtypes.begin(), caps.dtypes.end(), d) == caps.dtypes.end()) caps.dtypes.push_back(d);
   }
   if (caps.dtypes.empty()) throw fault("'dtypes' is empty: declare at least one of f64, f32, f16, bf16");
+  if (j.contains("role_dtypes")) {
+    const auto& roles = j.at("role_dtypes");
+    if (!roles.is_object()) throw fault(fmt::format("'role_dtypes' must be an object of role: [dtype names], not {}", roles.dump()));
+    for (const auto& [name, list] : roles.items()) {
+      const std::optional<Role> role = parse_role(name);
+      if (!role || !is_data_role(*role)) throw fault(fmt::format("'role_dtypes': '{}' is not a role that holds the problem's data", name));
+      if (!is_strings(list)) throw fault(fmt::format("'role_dtypes': {} must be a list of dtype names, not {}", name, list.dump()));
+      std::vector<DType>& own = caps.role_dtypes[*role];
+      for (const auto& d : list) try {
+          own.push_back(parse_dtype(d.get<std::string>()));
+        } catch (const InputError& e) {
+          throw fault(fmt::format("'role_dtypes': {}: {}", name, e.what()));
+        }
+    }
+  }
 
   if (get("layouts", names, is_strings, "a list of layout names")) {
     caps.layouts.clear();
@@ -167,6 +182,14 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   for (const auto& [name, flag] : mask_names)
     if (caps.masks.*flag) masks.emplace_back(name);
   j["dtypes"] = dtypes;
+  if (!caps.role_dtypes.empty()) {
+    nlohmann::json& roles = j["role_dtypes"] = nlohmann::json::object();
+    for (const auto& [role, own] : caps.role_dtypes) {
+      std::vector<std::string> names;
+      for (DType d : own) names.emplace_back(to_string(d));
+      roles[std::string(to_string(role))] = names;
+    }
+  }
   j["layouts"] = layouts;
   j["masks"] = masks;
   j["gqa"] = caps.gqa;

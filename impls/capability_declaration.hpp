@@ -8,6 +8,8 @@
 //   {"schema": "attnbench.capabilities", "version": 1,      (optional; checked when present)
 //    "summary": "what it is",                               (optional)
 //    "dtypes": ["f64", "f32", "f16", "bf16"],               (required, at least one)
+//    "role_dtypes": {"o": ["f32"]},   (a role's own dtypes: mixed-precision cases, e.g. f16 inputs
+//                                      with an f32 output; roles q k v bias o d_o dq dk dv)
 //    "layouts": ["bhsd"],
 //    "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query",
 //              "bool_mask", "bias", "window"],   (window: any window but causal or none)

@@ -32,15 +32,56 @@ std::int64_t nearest_head_dim(const Capabilities& caps, std::int64_t d) {
 }
 
 // f32 first: the dtype nearly every kernel declares, and the one whose yardstick is tightest
-// after f64. Otherwise the nearest in width.
-DType nearest_dtype(const Capabilities& caps, DType from) {
-  if (contains(caps.dtypes, DType::f32)) return DType::f32;
+// after f64. Otherwise the nearest in width. `declared` is not empty.
+DType nearest_dtype(const std::vector<DType>& declared, DType from) {
+  if (contains(declared, DType::f32)) return DType::f32;
   const std::vector<DType> order = from == DType::f64 ? std::vector<DType>{DType::f16, DType::bf16}
                                    : from == DType::f16 ? std::vector<DType>{DType::bf16, DType::f64}
                                                         : std::vector<DType>{DType::f16, DType::f64};
   for (DType d : order)
-    if (contains(caps.dtypes, d)) return d;
-  return caps.dtypes.front();
+    if (contains(declared, d)) return d;
+  return declared.front();
+}
+
+const std::vector<DType>& own_dtypes(const Capabilities& caps, Role role) {
+  static const std::vector<DType> none;
+  const auto own = caps.role_dtypes.find(role);
+  return own == caps.role_dtypes.end() ? none : own->second;
+}
+
+// Every dtype a role accepts: its own and every data role's.
+std::vector<DType> accepted_dtypes(const Capabilities& caps, Role role) {
+  std::vector<DType> all = caps.dtypes;
+  for (DType d : own_dtypes(caps, role))
+    if (!contains(all, d)) all.push_back(d);
+  return all;
+}
+
+// A role in the problem's dtype needs it accepted; a role in a dtype of its own needs that one
+// declared for the role itself. `dtypes` lists the dtypes of one-dtype problems: a kernel that
+// declares f16 and bf16 is not thereby declaring f16 queries with bf16 keys.
+bool role_dtype_declared(const Capabilities& caps, const Problem& p, Role role) {
+  const DType d = p.dtype_of(role);
+  return d == p.dtype ? accepts_dtype(caps, role, d) : contains(own_dtypes(caps, role), d);
+}
+
+// The problem's dtype to a declared one (f32 where declared), then each data role whose dtype is
+// not declared for it: one in a dtype of its own to the nearest the role declares for itself, if
+// any, else to the problem's dtype where the role accepts it, else to the nearest it declares.
+void project_dtypes(const Capabilities& caps, Problem& p) {
+  if (!caps.dtypes.empty() && !contains(caps.dtypes, p.dtype)) p.dtype = nearest_dtype(caps.dtypes, p.dtype);
+  for (Role role : data_roles_of(p)) {
+    if (role_dtype_declared(caps, p, role)) continue;
+    // A role in a dtype of its own keeps one where it declares any (the case is about mixing).
+    const std::vector<DType>& own = own_dtypes(caps, role);
+    if (p.dtype_of(role) != p.dtype && !own.empty())
+      p.role_dtypes[role] = nearest_dtype(own, p.dtype_of(role));
+    else if (accepts_dtype(caps, role, p.dtype))
+      p.role_dtypes.erase(role);
+    else if (!own.empty())
+      p.role_dtypes[role] = nearest_dtype(own, p.dtype_of(role));
+  }
+  std::erase_if(p.role_dtypes, [&](const auto& entry) { return entry.second == p.dtype; });
 }
 
 // A window without a lower bound (causal) and per-batch padding written as per-query valid
@@ -128,7 +169,8 @@ void project_masks(const Capabilities& caps, Problem& p) {
 // What changed between a case and its projection, for the console and the JSON.
 std::string describe_changes(const Problem& from, const Problem& to) {
   std::vector<std::string> parts;
-  if (from.dtype != to.dtype) parts.push_back(fmt::format("dtype {} -> {}", to_string(from.dtype), to_string(to.dtype)));
+  if (!(from.numerics() == to.numerics()))
+    parts.push_back(fmt::format("dtype {} -> {}", dtype_summary(from.numerics()), dtype_summary(to.numerics())));
   if (from.layout != to.layout) parts.push_back(fmt::format("layout {} -> {}", to_string(from.layout), to_string(to.layout)));
   if (from.n_q != to.n_q || from.n_k != to.n_k) parts.push_back(fmt::format("n {}x{} -> {}x{}", from.n_q, from.n_k, to.n_q, to.n_k));
   if (from.h_kv != to.h_kv) parts.push_back(fmt::format("h_kv {} -> {}", from.h_kv, to.h_kv));
@@ -156,6 +198,13 @@ bool accepted(const Implementation& impl, const Capabilities& caps, const Proble
 
 }  // namespace
 
+bool accepts_dtype(const Capabilities& caps, Role role, DType dtype) { return contains(accepted_dtypes(caps, role), dtype); }
+
+bool declares_mixed_dtypes(const Capabilities& caps) {
+  return std::any_of(caps.role_dtypes.begin(), caps.role_dtypes.end(),
+                     [&](const auto& entry) { return std::any_of(entry.second.begin(), entry.second.end(), [&](DType d) { return !contains(caps.dtypes, d); }); });
+}
+
 Support covers(const Capabilities& caps, const Problem& p) {
   if (!contains(caps.operations, p.operation)) {
     std::vector<std::string_view> declared;
@@ -163,7 +212,14 @@ Support covers(const Capabilities& caps, const Problem& p) {
     return Support::no(fmt::format("operation {} not declared (declared: {})", to_string(p.operation),
                                    declared.empty() ? "no operation" : fmt::format("{}", fmt::join(declared, ", "))));
   }
-  if (!contains(caps.dtypes, p.dtype)) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
+  for (Role role : data_roles_of(p)) {
+    if (role_dtype_declared(caps, p, role)) continue;
+    if (!p.mixed()) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
+    std::vector<std::string_view> accepted;
+    for (DType d : accepted_dtypes(caps, role)) accepted.push_back(to_string(d));
+    return Support::no(fmt::format("dtype {} of {} not declared ({} accepts: {})", to_string(p.dtype_of(role)), to_string(role), to_string(role),
+                                   accepted.empty() ? "none" : fmt::format("{}", fmt::join(accepted, ", "))));
+  }
   const std::string dims = caps.head_dims.empty() ? fmt::format("{} to {}", caps.min_head_dim, caps.max_head_dim)
                                                   : fmt::format("{}", fmt::join(caps.head_dims, ", "));
   if (!head_dim_declared(caps, p.d_k)) return Support::no(fmt::format("head dim d_k={} not declared (declared: {})", p.d_k, dims));
@@ -183,9 +239,10 @@ Support covers(const Capabilities& caps, const Problem& p) {
 }
 
 std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem) {
-  if (caps.dtypes.empty() || caps.layouts.empty() || !contains(caps.operations, problem.operation)) return std::nullopt;
+  const bool declares_dtypes = !caps.dtypes.empty() || std::any_of(caps.role_dtypes.begin(), caps.role_dtypes.end(), [](const auto& e) { return !e.second.empty(); });
+  if (!declares_dtypes || caps.layouts.empty() || !contains(caps.operations, problem.operation)) return std::nullopt;
   Problem p = problem;
-  if (!contains(caps.dtypes, p.dtype)) p.dtype = nearest_dtype(caps, p.dtype);
+  project_dtypes(caps, p);
   if (!contains(caps.layouts, p.layout)) p.layout = caps.layouts.front();
   if (!caps.gqa) p.h_kv = p.h_q;
   if (!head_dim_declared(caps, p.d_k)) p.d_k = nearest_head_dim(caps, p.d_k);
@@ -229,6 +286,7 @@ Resolution resolve(const Implementation& impl, const Problem& problem) {
   });
   then([](Problem& p) { p.h_kv = p.h_q; });
   then([](Problem& p) { p.d_v = p.d_k; });
+  then([](Problem& p) { p.role_dtypes.clear(); });
   then([&](Problem& p) {
     if (contains(caps.dtypes, DType::f32)) p.dtype = DType::f32;
   });
@@ -260,6 +318,7 @@ std::vector<std::string> features_of(const Problem& p) {
   if (p.h_kv > 1 && p.h_kv < p.h_q) f.emplace_back("gqa");
   if (p.d_k != p.d_v) f.emplace_back("dk_ne_dv");
   if (p.scale) f.emplace_back("custom_scale");
+  if (p.mixed()) f.emplace_back("mixed_dtypes");
   if (p.n_q != p.n_k) f.emplace_back("nq_ne_nk");
   if (p.n_k == 1) f.emplace_back("nk_1");
   if (p.n_k > 128) f.emplace_back("long_rows");
@@ -291,6 +350,7 @@ std::vector<std::string> declared_features(const Capabilities& caps) {
   if (caps.gqa) f.emplace_back("mqa"), f.emplace_back("gqa");
   if (caps.different_dk_dv) f.emplace_back("dk_ne_dv");
   f.emplace_back("custom_scale");
+  if (declares_mixed_dtypes(caps)) f.emplace_back("mixed_dtypes");
   f.emplace_back("nq_ne_nk");
   f.emplace_back("nk_1");
   f.emplace_back("long_rows");

@@ -14,12 +14,19 @@
 
 namespace attn {
 
+// Whether a role accepts a dtype: listed for it (role_dtypes) or for every data role (dtypes).
+bool accepts_dtype(const Capabilities& caps, Role role, DType dtype);
+// Some role accepts a dtype beyond `dtypes`, so mixed-precision problems are declared.
+bool declares_mixed_dtypes(const Capabilities& caps);
+
 // Whether the declared capabilities cover the problem; the reason names the first thing missing
 // ("dtype f16 not declared", "causal bottom-right mask not declared", ...).
 Support covers(const Capabilities& caps, const Problem& problem);
 
 // The problem moved into the declared space, one feature at a time in this order: the dtype (to
-// f32 where declared, else the nearest declared), the layout, GQA -> MHA, d_k != d_v -> equal,
+// f32 where declared, else the nearest declared; then each data role whose dtype is not declared
+// for it: to the nearest dtype declared for that role alone, keeping the mix, else back to the
+// problem's dtype), the layout, GQA -> MHA, d_k != d_v -> equal,
 // head dims clamped to the declared ones, then each undeclared mask to the nearest declared one
 // (another window to per-query padding when it has no lower bound, else to the causal window of
 // its alignment when its right side is 0, else dropped; causal alignment to the other alignment;
@@ -31,7 +38,7 @@ std::optional<Problem> project_onto(const Capabilities& caps, const Problem& pro
 
 // What an implementation runs for a named case: the case itself when supported, else the first
 // of its projections that `supports` accepts, tried in a fixed order: onto the declared space,
-// then cumulatively equal sequence lengths, MHA, equal head dims, f32, and fewer masks (bias,
+// then cumulatively equal sequence lengths, MHA, equal head dims, one dtype for every role, f32, and fewer masks (bias,
 // boolean mask, padding, causal dropped in turn). A problem whose operation is not declared is
 // skipped with covers()'s reason, never projected.
 struct Resolution {

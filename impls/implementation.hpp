@@ -3,6 +3,7 @@
 // problem (or says why not), workspace size, run. An unsupported problem is a skip with a
 // reason, never a pass or a failure.
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,7 +39,12 @@ struct Capabilities {
   // What it computes (Problem::operation). covers() refuses any other, naming it, and no
   // projection changes a problem's operation: a forward run says nothing about a backward pass.
   std::vector<Operation> operations{Operation::forward};
-  std::vector<DType> dtypes;           // input/output types it accepts
+  std::vector<DType> dtypes;           // the dtypes of one-dtype problems: every data role accepts them
+  // A role's own dtypes: mixed-precision problems (o in f32 on f16 inputs). A problem is declared
+  // when every data role it uses (data_roles_of) in the problem's dtype accepts that dtype (here
+  // or in `dtypes`), and every role in a dtype of its own has that dtype listed here, for itself.
+  // As the plugin ABI's per-role list, whose ATTNBENCH_ROLE_DATA entries are `dtypes`.
+  std::map<Role, std::vector<DType>> role_dtypes;
   std::vector<Layout> layouts{Layout::bhsd};  // in all_layouts() order
   MaskSupport masks;
   bool gqa = true;                     // h_kv < h_q (GQA, MQA)
@@ -59,6 +65,13 @@ struct Capabilities {
   // (core/pass_rule.hpp, precision_scale) and the bench's roofline is that GEMM's.
   MatmulPrecision matmul_precision = MatmulPrecision::working;
 };
+
+// Every dtype, for one-dtype problems and for every role of a mixed-precision one: what an
+// implementation that reads and writes each tensor in its own dtype declares.
+inline void declare_every_dtype(Capabilities& c) {
+  c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+  for (Role role : data_roles) c.role_dtypes[role] = c.dtypes;
+}
 
 struct Support {
   bool ok = true;

@@ -60,7 +60,8 @@ Judgement judge_output(const Problem& p, const CaseInputs& in, const Yardstick& 
                        const JudgeOptions& options) {
   Judgement j;
   j.metrics = measure(p, in.mask, y.expected(), out, lse, options.fully_masked);
-  j.verdict = judge(options.rule, p.dtype, j.metrics, y.baseline, y.reference.score_rounding, precision_scale(p.dtype, options.matmul_precision));
+  j.verdict = judge(options.rule, p.numerics(), j.metrics, y.baseline, y.reference.score_rounding,
+                    precision_scale(working_dtype(p.numerics()), options.matmul_precision));
   if (!y.baseline_problem.empty()) {  // the yardstick of every role
     j.verdict.pass = false;
     j.verdict.reasons.push_back(y.baseline_problem);

@@ -116,14 +116,14 @@ RowSummary keep_row(const Problem& p, const Row& row, const std::vector<double>&
     result.out[r * d_v + c] = rounded[c];
     // Both sides round to the dtype: one ulp at the larger of the two values covers it (the
     // extra ulp covers a reference that rounded down below a binade boundary).
-    const double larger = std::fabs(rounded[c]) + row.naive_bound[c] + ulp_at(p.dtype, rounded[c]);
-    result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype, larger);
+    const double larger = std::fabs(rounded[c]) + row.naive_bound[c] + ulp_at(p.dtype_of(Role::o), rounded[c]);
+    result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype_of(Role::o), larger);
     summary.self_abs = std::max(summary.self_abs, row.bound[c]);
     summary.score_rounding.out = std::max(summary.score_rounding.out, row.score_rounding[c]);
     // In ulps at the scale of the summed terms: near an output that cancels to zero, ulps of
     // the output itself would measure the cancellation, not the reference.
     const double scale = std::max(std::fabs(rounded[c]), row.magnitude[c]);
-    if (row.bound[c] > 0) summary.self_ulps = std::max(summary.self_ulps, row.bound[c] / ulp_at(p.dtype, scale));
+    if (row.bound[c] > 0) summary.self_ulps = std::max(summary.self_ulps, row.bound[c] / ulp_at(p.dtype_of(Role::o), scale));
   }
   return summary;
 }
@@ -133,6 +133,7 @@ RowSummary keep_row(const Problem& p, const Row& row, const std::vector<double>&
 std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInputs& wide, std::int64_t flat_row, std::size_t r,
                                       ReferenceResult& result) {
   const auto d_v = static_cast<std::size_t>(p.d_v);
+  const DType out_dtype = p.dtype_of(Role::o);  // what every output element rounds to, once
   std::vector<double> rounded(d_v);
   auto finite_statistics = [](const auto& row) {
     if (row.fully_masked) return true;
@@ -145,22 +146,22 @@ std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInp
     const detail::DoubleWordRow row = detail::reference_row_double_word(p, wide, flat_row);
     if (!finite_statistics(row)) return std::nullopt;
     for (std::size_t c = 0; c < d_v; ++c) {
-      const auto value = p.dtype == DType::f64 ? settled_in_double(row.out[c], row.out_low[c], row.bound[c])
-                                               : settled_in_dtype(p.dtype, row.out[c], row.out_low[c], row.bound[c]);
+      const auto value = out_dtype == DType::f64 ? settled_in_double(row.out[c], row.out_low[c], row.bound[c])
+                                                 : settled_in_dtype(out_dtype, row.out[c], row.out_low[c], row.bound[c]);
       if (!value) return std::nullopt;
       rounded[c] = *value;
     }
     // The LSE is float128's m + log(sum), converted to double once.
     return keep_row(p, row, rounded, row.fully_masked ? 0.0 : ulp_at(DType::f64, row.lse) / 2, r, result);
   };
-  if (p.dtype == DType::f64) return try_double_word();
+  if (out_dtype == DType::f64) return try_double_word();
   // f32/f16/bf16: double first; about one row in twenty of diffuse f32 data has an element (an
   // output much smaller than the terms it sums) within the double bound of a tie, and takes the
   // double-word pass, 2^47 times tighter, before float128.
   const detail::ReferenceRow<double> row = detail::reference_row<double>(p, wide, flat_row, detail::double_arithmetic, false);
   if (!finite_statistics(row)) return try_double_word();
   for (std::size_t c = 0; c < d_v; ++c) {
-    const auto value = settled_in_dtype(p.dtype, row.out[c], 0.0, row.bound[c]);
+    const auto value = settled_in_dtype(out_dtype, row.out[c], 0.0, row.bound[c]);
     if (!value) return try_double_word();
     rounded[c] = *value;
   }
@@ -201,7 +202,7 @@ ReferenceResult compute_reference_at(const Problem& p, const CaseInputs& in, std
       }
       const auto row = detail::reference_row<Real>(p, wide, result.rows[r], detail::multiprecision_arithmetic(u), options.weights);
       std::vector<double> rounded(d_v);
-      for (std::size_t c = 0; c < d_v; ++c) rounded[c] = detail::round_once(p.dtype, row.out[c]);
+      for (std::size_t c = 0; c < d_v; ++c) rounded[c] = detail::round_once(p.dtype_of(Role::o), row.out[c]);
       // The LSE converts to double once: half an ulp of it.
       summaries[r] = keep_row(p, row, rounded, row.fully_masked ? 0.0 : ulp_at(DType::f64, static_cast<double>(row.lse)) / 2, r, result);
       if (options.weights)

@@ -204,8 +204,8 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // Error bounds: for this computation (unit roundoff u) and for the naive algorithm in the
   // problem's working precision (which also rounds the scale and can underflow in exp).
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
-  const double u_naive = accumulation_unit_roundoff(p.dtype);
-  const double tiny_naive = working_min_subnormal(p.dtype);
+  const double u_naive = accumulation_unit_roundoff(working_dtype(p.numerics()));
+  const double tiny_naive = working_min_subnormal(working_dtype(p.numerics()));
   for (std::size_t jj = 0; jj < n; ++jj) {
     ln_w[jj] = static_cast<double>(s[jj] - result.lse);
     // In Real until scaled by a unit roundoff: magnitude and spread may exceed the double range.

@@ -147,8 +147,8 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   // (as float128's are); ln w_j = (s_j - m) - log(sum) adds two non-positive numbers, so its
   // double rounding is a relative few u, inside the bound's 1% headroom.
   std::vector<double> ln_w(n), eta(n), eta_naive(n);
-  const double u_naive = accumulation_unit_roundoff(p.dtype);
-  const double tiny_naive = working_min_subnormal(p.dtype);
+  const double u_naive = accumulation_unit_roundoff(working_dtype(p.numerics()));
+  const double tiny_naive = working_min_subnormal(working_dtype(p.numerics()));
   const double score_underflow = double(p.d_k + 2) * 2 * product_underflow * std::max(1.0, scale);
   const double log_sum_double = static_cast<double>(log_sum);
   for (std::size_t jj = 0; jj < n; ++jj) {

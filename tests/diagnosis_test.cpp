@@ -388,7 +388,7 @@ Judged judge_on(const Implementation& impl, const Problem& p, const CaseInputs& 
   const Tensor out = run([&](const RunArgs& a) { impl.run(a); });
   Judged j;
   j.metrics = measure(p, in.mask, expected, out, nullptr, FullyMaskedPolicy::zeros);
-  j.verdict = judge(PassRule{}, p.dtype, j.metrics, baseline, ref.score_rounding);
+  j.verdict = judge(PassRule{}, p.numerics(), j.metrics, baseline, ref.score_rounding);
   j.diagnosis = diagnose(p, in, out, DiagnosisJudging{PassRule{}, baseline, ref.score_rounding, 1.0, FullyMaskedPolicy::zeros, j.metrics, false, nullptr});
   return j;
 }

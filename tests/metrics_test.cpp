@@ -19,6 +19,13 @@
 namespace attn {
 namespace {
 
+// A problem's numerics of one dtype, as the pass rule takes them.
+ProblemNumerics numerics_of(DType dtype) {
+  ProblemNumerics numerics;
+  numerics.dtype = dtype;
+  return numerics;
+}
+
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
 
@@ -436,7 +443,7 @@ TEST(Judge, PassesAtTheToleranceAndFailsJustAboveIt) {
   for (const Case& c : cases) {
     const double tolerance = 2.0 * c.baseline + 2.0 * c.ulp;
     const ErrorMetrics baseline = with_error(c.baseline, c.reference_max_abs);
-    const Verdict at = judge(rule, c.dtype, with_error(tolerance, c.reference_max_abs), baseline);
+    const Verdict at = judge(rule, numerics_of(c.dtype), with_error(tolerance, c.reference_max_abs), baseline);
     EXPECT_TRUE(at.pass) << to_string(c.dtype) << ": " << joined(at.reasons);
     EXPECT_TRUE(at.reasons.empty());
     EXPECT_DOUBLE_EQ(at.tolerance, tolerance);
@@ -445,7 +452,7 @@ TEST(Judge, PassesAtTheToleranceAndFailsJustAboveIt) {
     }
 
     const double above = tolerance * (1 + 1e-9);
-    const Verdict over = judge(rule, c.dtype, with_error(above, c.reference_max_abs), baseline);
+    const Verdict over = judge(rule, numerics_of(c.dtype), with_error(above, c.reference_max_abs), baseline);
     EXPECT_FALSE(over.pass) << to_string(c.dtype);
     ASSERT_EQ(over.reasons.size(), 1u);
     EXPECT_NE(over.reasons[0].find("max abs error"), std::string::npos) << over.reasons[0];
@@ -456,11 +463,11 @@ TEST(Judge, PassesAtTheToleranceAndFailsJustAboveIt) {
 TEST(Judge, TheRuleParametersAreHonoured) {
   const PassRule rule{3.0, 0.0};
   const ErrorMetrics baseline = with_error(1e-6, 1.0);
-  EXPECT_TRUE(judge(rule, DType::f32, with_error(3.0 * 1e-6, 1.0), baseline).pass);
-  EXPECT_FALSE(judge(rule, DType::f32, with_error(3.0001e-6, 1.0), baseline).pass);
+  EXPECT_TRUE(judge(rule, numerics_of(DType::f32), with_error(3.0 * 1e-6, 1.0), baseline).pass);
+  EXPECT_FALSE(judge(rule, numerics_of(DType::f32), with_error(3.0001e-6, 1.0), baseline).pass);
   const PassRule floor_only{0.0, 4.0};
-  EXPECT_TRUE(judge(floor_only, DType::f32, with_error(4 * 0x1p-23, 1.0), baseline).pass);
-  EXPECT_FALSE(judge(floor_only, DType::f32, with_error(5 * 0x1p-23, 1.0), baseline).pass);
+  EXPECT_TRUE(judge(floor_only, numerics_of(DType::f32), with_error(4 * 0x1p-23, 1.0), baseline).pass);
+  EXPECT_FALSE(judge(floor_only, numerics_of(DType::f32), with_error(5 * 0x1p-23, 1.0), baseline).pass);
 }
 
 // The yardstick is the naive error or, when larger, the typical error of rounding the scores:
@@ -468,15 +475,15 @@ TEST(Judge, TheRuleParametersAreHonoured) {
 TEST(Judge, ScoreRoundingFloorsTheYardstick) {
   const PassRule rule{2.0, 0.0};
   const ErrorMetrics lucky_naive = with_error(1e-7, 1.0);
-  EXPECT_FALSE(judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive).pass);
-  const Verdict floored = judge(rule, DType::f32, with_error(1e-6, 1.0), lucky_naive, {.out = 5e-7});
+  EXPECT_FALSE(judge(rule, numerics_of(DType::f32), with_error(1e-6, 1.0), lucky_naive).pass);
+  const Verdict floored = judge(rule, numerics_of(DType::f32), with_error(1e-6, 1.0), lucky_naive, {.out = 5e-7});
   EXPECT_TRUE(floored.pass);
   EXPECT_DOUBLE_EQ(floored.tolerance, 1e-6);
-  const Verdict over = judge(rule, DType::f32, with_error(1.01e-6, 1.0), lucky_naive, {.out = 5e-7});
+  const Verdict over = judge(rule, numerics_of(DType::f32), with_error(1.01e-6, 1.0), lucky_naive, {.out = 5e-7});
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
   // A smaller score-rounding term changes nothing.
-  EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(0, 1.0), with_error(1e-6, 1.0), {.out = 1e-9}).tolerance, 2e-6);
+  EXPECT_DOUBLE_EQ(judge(rule, numerics_of(DType::f32), with_error(0, 1.0), with_error(1e-6, 1.0), {.out = 1e-9}).tolerance, 2e-6);
 }
 
 // The LSE too: an f64 row with one key has LSE = its score, which the naive algorithm may get
@@ -489,9 +496,9 @@ TEST(Judge, ScoreRoundingFloorsTheLseYardstick) {
   other_order.has_lse = true;
   other_order.lse_max_abs = 1.4e-16;
   other_order.lse_reference_max_abs = 0.4;
-  EXPECT_FALSE(judge(rule, DType::f64, other_order, exact_naive).pass);
-  EXPECT_TRUE(judge(rule, DType::f64, other_order, exact_naive, {.lse = 1e-16}).pass);
-  const Verdict over = judge(rule, DType::f64, other_order, exact_naive, {.lse = 0.6e-16});
+  EXPECT_FALSE(judge(rule, numerics_of(DType::f64), other_order, exact_naive).pass);
+  EXPECT_TRUE(judge(rule, numerics_of(DType::f64), other_order, exact_naive, {.lse = 1e-16}).pass);
+  const Verdict over = judge(rule, numerics_of(DType::f64), other_order, exact_naive, {.lse = 0.6e-16});
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
 }
@@ -520,16 +527,16 @@ TEST(Judge, PrecisionScaleFollowsTheMatmulUnitRoundoff) {
 
   const PassRule rule{2.0, 2.0};
   const ErrorMetrics baseline = with_error(1e-7, 1.0);
-  const double unscaled = judge(rule, DType::f32, with_error(0, 1.0), baseline).tolerance;
-  const Verdict scaled = judge(rule, DType::f32, with_error(1e-3, 1.0), baseline, {}, 8192.0);
+  const double unscaled = judge(rule, numerics_of(DType::f32), with_error(0, 1.0), baseline).tolerance;
+  const Verdict scaled = judge(rule, numerics_of(DType::f32), with_error(1e-3, 1.0), baseline, {}, 8192.0);
   EXPECT_DOUBLE_EQ(scaled.tolerance, 8192.0 * unscaled);
   EXPECT_TRUE(scaled.pass) << joined(scaled.reasons);
-  EXPECT_FALSE(judge(rule, DType::f32, with_error(1e-3, 1.0), baseline).pass);
-  const Verdict over = judge(rule, DType::f32, with_error(scaled.tolerance * 1.001, 1.0), baseline, {}, 8192.0);
+  EXPECT_FALSE(judge(rule, numerics_of(DType::f32), with_error(1e-3, 1.0), baseline).pass);
+  const Verdict over = judge(rule, numerics_of(DType::f32), with_error(scaled.tolerance * 1.001, 1.0), baseline, {}, 8192.0);
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("x 8192 for the matmul precision"), std::string::npos) << over.reasons[0];
   // The score-rounding yardstick scales too.
-  EXPECT_DOUBLE_EQ(judge(PassRule{2.0, 0.0}, DType::f32, with_error(0, 1.0), baseline, {.out = 1e-6}, 8192.0).tolerance,
+  EXPECT_DOUBLE_EQ(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), with_error(0, 1.0), baseline, {.out = 1e-6}, 8192.0).tolerance,
                    2.0 * 8192.0 * 1e-6);
 
   // The LSE: yardstick and floor.
@@ -540,21 +547,21 @@ TEST(Judge, PrecisionScaleFollowsTheMatmulUnitRoundoff) {
   measured.has_lse = true;
   measured.lse_reference_max_abs = 1.0;
   measured.lse_max_abs = 1e-4;
-  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse).pass);
-  EXPECT_TRUE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
+  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), measured, naive_lse).pass);
+  EXPECT_TRUE(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), measured, naive_lse, {}, 8192.0).pass);
   measured.lse_max_abs = 2.0 * 8192.0 * 1e-7 * 1.001;
-  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
+  EXPECT_FALSE(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), measured, naive_lse, {}, 8192.0).pass);
   measured.lse_max_abs = 0.5 * 8192.0 * 0x1p-23;  // within the scaled floor alone
-  EXPECT_TRUE(judge(PassRule{0.0, 1.0}, DType::f32, measured, naive_lse, {}, 8192.0).pass);
-  EXPECT_FALSE(judge(PassRule{0.0, 1.0}, DType::f32, measured, naive_lse).pass);
+  EXPECT_TRUE(judge(PassRule{0.0, 1.0}, numerics_of(DType::f32), measured, naive_lse, {}, 8192.0).pass);
+  EXPECT_FALSE(judge(PassRule{0.0, 1.0}, numerics_of(DType::f32), measured, naive_lse).pass);
 }
 
 TEST(Judge, RatioIsErrorOverBaseline) {
   const PassRule rule;
-  EXPECT_DOUBLE_EQ(judge(rule, DType::f32, with_error(3e-7, 1.0), with_error(2e-7, 1.0)).ratio, 1.5);
-  EXPECT_EQ(judge(rule, DType::f32, with_error(0.0, 1.0), with_error(0.0, 1.0)).ratio, 0.0);
-  EXPECT_EQ(judge(rule, DType::f32, with_error(1e-9, 1.0), with_error(0.0, 1.0)).ratio, inf);
-  EXPECT_EQ(judge(rule, DType::f32, with_error(0.0, 1.0), with_error(1e-7, 1.0)).ratio, 0.0);
+  EXPECT_DOUBLE_EQ(judge(rule, numerics_of(DType::f32), with_error(3e-7, 1.0), with_error(2e-7, 1.0)).ratio, 1.5);
+  EXPECT_EQ(judge(rule, numerics_of(DType::f32), with_error(0.0, 1.0), with_error(0.0, 1.0)).ratio, 0.0);
+  EXPECT_EQ(judge(rule, numerics_of(DType::f32), with_error(1e-9, 1.0), with_error(0.0, 1.0)).ratio, inf);
+  EXPECT_EQ(judge(rule, numerics_of(DType::f32), with_error(0.0, 1.0), with_error(1e-7, 1.0)).ratio, 0.0);
 }
 
 TEST(Judge, FailsOnAnyNanInfUnwrittenOrPolicyViolationWhateverTheError) {
@@ -577,24 +584,24 @@ TEST(Judge, FailsOnAnyNanInfUnwrittenOrPolicyViolationWhateverTheError) {
   for (const Case& c : cases) {
     ErrorMetrics m = with_error(0.0, 1.0);  // no error at all in the compared elements
     c.apply(m);
-    const Verdict v = judge(rule, DType::f32, m, baseline);
+    const Verdict v = judge(rule, numerics_of(DType::f32), m, baseline);
     EXPECT_FALSE(v.pass) << c.what;
     EXPECT_TRUE(contains(v.reasons, c.reason)) << c.what << ": " << joined(v.reasons);
   }
   // Several problems: one reason each.
   ErrorMetrics m = with_error(1.0, 1.0);
   m.nan = 1, m.unwritten = 1;
-  const Verdict v = judge(rule, DType::f32, m, baseline);
+  const Verdict v = judge(rule, numerics_of(DType::f32), m, baseline);
   EXPECT_FALSE(v.pass);
   EXPECT_EQ(v.reasons.size(), 3u) << joined(v.reasons);
 }
 
 TEST(Judge, NanErrorFails) {
   // A NaN max error must not slip through a <= comparison.
-  const Verdict v = judge(PassRule{}, DType::f32, with_error(nan_value, 1.0), with_error(1e-6, 1.0));
+  const Verdict v = judge(PassRule{}, numerics_of(DType::f32), with_error(nan_value, 1.0), with_error(1e-6, 1.0));
   EXPECT_FALSE(v.pass);
   EXPECT_TRUE(contains(v.reasons, "max abs error"));
-  const Verdict inf_err = judge(PassRule{}, DType::f32, with_error(inf, 1.0), with_error(1e-6, 1.0));
+  const Verdict inf_err = judge(PassRule{}, numerics_of(DType::f32), with_error(inf, 1.0), with_error(1e-6, 1.0));
   EXPECT_FALSE(inf_err.pass);
 }
 
@@ -609,14 +616,14 @@ TEST(Judge, LseFollowsTheSameRuleInItsOwnPrecision) {
   m.has_lse = true;
   m.lse_reference_max_abs = 4.0;
   m.lse_max_abs = tolerance;
-  EXPECT_TRUE(judge(rule, DType::f16, m, baseline).pass);
+  EXPECT_TRUE(judge(rule, numerics_of(DType::f16), m, baseline).pass);
   m.lse_max_abs = tolerance * (1 + 1e-9);
-  const Verdict v = judge(rule, DType::f16, m, baseline);
+  const Verdict v = judge(rule, numerics_of(DType::f16), m, baseline);
   EXPECT_FALSE(v.pass);
   EXPECT_TRUE(contains(v.reasons, "LSE max abs error")) << joined(v.reasons);
   // Without an LSE the LSE figures are ignored.
   m.has_lse = false;
-  EXPECT_TRUE(judge(rule, DType::f16, m, baseline).pass);
+  EXPECT_TRUE(judge(rule, numerics_of(DType::f16), m, baseline).pass);
 }
 
 TEST(MeasureAndJudge, EndToEndOnAHandFilledOutput) {
@@ -626,19 +633,19 @@ TEST(MeasureAndJudge, EndToEndOnAHandFilledOutput) {
   EXPECT_EQ(baseline.max_abs, 0.0);
 
   // One f16 ulp at 1.25 is 2^-10; two are allowed by the floor (the baseline is exact).
-  const Verdict ok = judge(PassRule{}, DType::f16,
+  const Verdict ok = judge(PassRule{}, numerics_of(DType::f16),
                            measure(p, Mask(p), o.expected(), filled(p, {0.0, 0.0, 0.75, -1.25 - 0x1p-9}), nullptr,
                                    FullyMaskedPolicy::zeros),
                            baseline);
   EXPECT_TRUE(ok.pass) << joined(ok.reasons);
-  const Verdict bad = judge(PassRule{}, DType::f16,
+  const Verdict bad = judge(PassRule{}, numerics_of(DType::f16),
                             measure(p, Mask(p), o.expected(), filled(p, {0.0, 0.0, 0.75, -1.25 - 3 * 0x1p-10}), nullptr,
                                     FullyMaskedPolicy::zeros),
                             baseline);
   EXPECT_FALSE(bad.pass);
   EXPECT_TRUE(contains(bad.reasons, "max abs error")) << joined(bad.reasons);
   // A NaN in the fully masked row breaks the zeros policy even with no error elsewhere.
-  const Verdict masked = judge(PassRule{}, DType::f16,
+  const Verdict masked = judge(PassRule{}, numerics_of(DType::f16),
                                measure(p, Mask(p), o.expected(), filled(p, {nan_value, 0.0, 0.75, -1.25}), nullptr,
                                        FullyMaskedPolicy::zeros),
                                baseline);
@@ -655,7 +662,7 @@ TEST(Measure, FullyMaskedRowsAreClassifiedByWhatTheyHold) {
   EXPECT_EQ(zeros.fully_masked_rows, 4);
   EXPECT_EQ(zeros.fully_masked_violations, 3);
   EXPECT_EQ(fully_masked_contents(zeros), "1 hold NaN, 1 hold Inf, 1 hold finite non-zero values");
-  const Verdict v = judge(PassRule{}, DType::f32, zeros, with_error(1e-6, 1.0));
+  const Verdict v = judge(PassRule{}, numerics_of(DType::f32), zeros, with_error(1e-6, 1.0));
   EXPECT_TRUE(contains(v.reasons, "3 of 4 fully masked rows break the declared policy (zeros): 1 hold NaN, 1 hold Inf, 1 hold finite non-zero values"))
       << joined(v.reasons);
   EXPECT_FALSE(contains(v.reasons, "where the reference is finite")) << joined(v.reasons);

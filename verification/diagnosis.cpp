@@ -95,7 +95,7 @@ void Diagnostician::check_rerun() {
 // What fully masked rows that break the policy hold: NaN, Inf, zeros, or which mean of V.
 void Diagnostician::describe_fully_masked_rows() {
   if (judging_.observed.fully_masked_violations == 0) return;
-  const double u = accumulation_unit_roundoff(p_.dtype);
+  const double u = accumulation_unit_roundoff(working_dtype(p_.numerics()));
   std::vector<std::int64_t> rows;
   for (std::int64_t r = 0; r < p_.rows(); ++r) {
     const auto [b, h, i] = split(p_, r);
@@ -144,9 +144,9 @@ void Diagnostician::describe_fully_masked_rows() {
           const long double v = in_.v.get(in_.v.offset(b, g, j, c));
           o += w[std::size_t(j)] / total * v, magnitude += std::fabs(v);
         }
-        const double want = round_to(p_.dtype, static_cast<double>(o));
+        const double want = round_to(p_.dtype_of(Role::o), static_cast<double>(o));
         const double tolerance = judging_.rule.k * 4 * (double(p_.n_k) + 2) * u * static_cast<double>(magnitude) +
-                                 judging_.rule.floor_ulps * ulp_at(p_.dtype, std::fabs(want));
+                                 judging_.rule.floor_ulps * ulp_at(p_.dtype_of(Role::o), std::fabs(want));
         if (!(std::fabs(out_.get(row * p_.d_v + c) - want) <= tolerance)) return false;
       }
       return true;

@@ -36,7 +36,7 @@ std::optional<std::vector<long double>> rounding_ambiguity(const Problem& p, con
   if (m == -std::numeric_limits<long double>::infinity()) return slack;
   long double sum = 0;
   for (auto& e : s) sum += (e = std::exp(e - m));
-  const long double u = accumulation_unit_roundoff(p.dtype);
+  const long double u = accumulation_unit_roundoff(working_dtype(p.numerics()));
   for (std::int64_t j = 0; j < p.n_k; ++j) {
     const long double e = s[static_cast<std::size_t>(j)];
     if (e == 0) continue;
@@ -141,17 +141,17 @@ void Diagnostician::query_axis_hypothesis() {
     column_softmax_rows<long double>(p_, in_, b, h, queries, exact);
     for (std::size_t k = 0; k < at.size(); ++k) {
       pr.uncompared[at[k]] = 0;
-      for (std::size_t c = 0; c < d_v; ++c) pr.out[at[k] * d_v + c] = round_to(p_.dtype, static_cast<double>(exact[k][c]));
+      for (std::size_t c = 0; c < d_v; ++c) pr.out[at[k] * d_v + c] = round_to(p_.dtype_of(Role::o), static_cast<double>(exact[k][c]));
     }
     // The yardstick: the same in the working precision.
     auto naive = [&](const auto& rows) {
       for (std::size_t k = 0; k < at.size(); ++k)
         for (std::size_t c = 0; c < d_v; ++c) {
-          const double err = std::fabs(round_to(p_.dtype, static_cast<double>(rows[k][c])) - pr.out[at[k] * d_v + c]);
+          const double err = std::fabs(round_to(p_.dtype_of(Role::o), static_cast<double>(rows[k][c])) - pr.out[at[k] * d_v + c]);
           if (std::isfinite(err)) pr.naive_max_abs = std::max(pr.naive_max_abs, err);
         }
     };
-    if (p_.dtype == DType::f64) {
+    if (working_dtype(p_.numerics()) == DType::f64) {
       column_softmax_rows<double>(p_, in_, b, h, queries, twice);
       naive(twice);
     } else {
@@ -171,7 +171,7 @@ void Diagnostician::query_axis_hypothesis() {
 // of operations: the prediction is an interval there (rounding_ambiguity), judged at its point
 // nearest the output, and the pass rule judges the rest.
 void Diagnostician::weights_rounding_hypotheses() {
-  if (p_.dtype == DType::bf16) return;
+  if (p_.dtype_of(Role::v) == DType::bf16) return;  // P V in bf16 is V's own precision
   const auto d_v = static_cast<std::size_t>(p_.d_v);
   struct Variant {
     bool before_division;

@@ -113,7 +113,7 @@ class Diagnostician {
       if (skip[r]) continue;
       if (!row_under<Acc>(hp, hin, src[r], rule, o)) continue;
       for (std::size_t c = 0; c < d_v; ++c) {
-        const double got = round_to(p_.dtype, static_cast<double>(o[c]));
+        const double got = round_to(p_.dtype_of(Role::o), static_cast<double>(o[c]));
         const double err = std::fabs(got - want[r * d_v + c]);
         if (std::isfinite(err)) worst = std::max(worst, err);  // a yardstick that broke says nothing
       }
@@ -160,7 +160,7 @@ class Diagnostician {
         continue;
       }
       for (std::size_t c = 0; c < d_v; ++c) {
-        pr.out[r * d_v + c] = round_to(p_.dtype, static_cast<double>(o[c]));
+        pr.out[r * d_v + c] = round_to(p_.dtype_of(Role::o), static_cast<double>(o[c]));
         if (!std::isfinite(o[c])) pr.nonfinite[r] = 1;
       }
     }
@@ -188,7 +188,7 @@ class Diagnostician {
         skip[r] = pr.nonfinite[r] = 1;
         continue;
       }
-      for (std::size_t c = 0; c < d_v; ++c) pr.out[r * d_v + c] = round_to(p_.dtype, static_cast<double>(o[c]));
+      for (std::size_t c = 0; c < d_v; ++c) pr.out[r * d_v + c] = round_to(p_.dtype_of(Role::o), static_cast<double>(o[c]));
     }
     pr.naive_max_abs = naive_error_in_working_precision(p_, in_, rows_, rule, pr.out, skip);
     return pr;
@@ -196,7 +196,7 @@ class Diagnostician {
 
   bool working_row_finite(std::int64_t row, const RowRule& rule) const {
     auto finite = [](const auto& v) { return std::all_of(v.begin(), v.end(), [](auto x) { return std::isfinite(x); }); };
-    if (p_.dtype == DType::f64) {
+    if (working_dtype(p_.numerics()) == DType::f64) {
       std::vector<double> o;
       return row_under<double>(p_, in_, row, rule, o) && finite(o);
     }
@@ -247,7 +247,7 @@ class Diagnostician {
     yardstick.max_abs = std::max(yardstick.max_abs, pr.naive_max_abs);
     const ScoreRounding rounding{std::max(judging_.score_rounding.out, pr.score_rounding.out),
                                  std::max(judging_.score_rounding.lse, pr.score_rounding.lse)};
-    const Verdict v = judge(judging_.rule, p_.dtype, m, yardstick, rounding, judging_.precision_scale);
+    const Verdict v = judge(judging_.rule, p_.numerics(), m, yardstick, rounding, judging_.precision_scale);
     return {v.pass && nonfinite_as_predicted, m.max_abs, v.tolerance};
   }
   // The failing output against a prediction; a nondeterministic implementation's second run too.

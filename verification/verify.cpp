@@ -159,7 +159,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                                     JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
     record.metrics = judged.metrics;
     record.verdict = std::move(judged.verdict);
-    const double scale = precision_scale(p.dtype, caps.matmul_precision);
+    const double scale = precision_scale(working_dtype(p.numerics()), caps.matmul_precision);
     const bool diagnose_this = options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases;
     // The hypotheses rebuild masks from the problem's seed (diagnosis.cpp), which given inputs do not come from.
     if (!record.verdict.pass && options.diagnosis.enabled && !context.inputs_from.empty())
@@ -202,15 +202,16 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
 
 CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, const std::vector<const Implementation*>& implementations) {
   const double b = double(p.batch), hq = double(p.h_q), hkv = double(p.h_kv), nq = double(p.n_q), nk = double(p.n_k);
-  const double dk = double(p.d_k), dv = double(p.d_v), e = bytes_per_element(p.dtype);
+  const double dk = double(p.d_k), dv = double(p.d_v);
+  auto e = [&](Role role) { return double(bytes_per_element(p.dtype_of(role))); };
   const double q = b * hq * nq * dk, k = b * hkv * nk * dk, v = b * hkv * nk * dv, o = b * hq * nq * dv, rows = b * hq * nq;
   auto mask_elements = [&](Broadcast bc) {
     return (varies_over_batch(bc) ? b : 1.0) * (varies_over_head(bc) ? hq : 1.0) * nq * nk;
   };
   CaseMemory m;
-  m.inputs = e * (q + k + v) + 8.0 * double(p.padding.valid_len.size());
+  m.inputs = e(Role::q) * q + e(Role::k) * k + e(Role::v) * v + 8.0 * double(p.padding.valid_len.size());
   if (p.bool_mask.enabled) m.inputs += mask_elements(p.bool_mask.broadcast);
-  if (p.bias.enabled) m.inputs += e * mask_elements(p.bias.broadcast);
+  if (p.bias.enabled) m.inputs += e(Role::bias) * mask_elements(p.bias.broadcast);
   // Rows the reference computes: all, or about max_work's worth when sampling is asked for.
   const double work_per_row = nk * (dk + dv);
   double ref_rows = rows;
@@ -222,8 +223,8 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   m.reference = 8.0 * (q + k + v) + ref_rows * (16.0 * dv + 8.0 + 2.0 + 8.0 + sizeof(double) * 8.0) + threads * 64.0 * (nk + dv);
   if (reference.weights) m.reference += ref_rows * nk * 8.0;
   const double acc = double(bytes_per_element(working_dtype(p.numerics())));
-  m.yardstick = e * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
-  m.outputs = 2.0 * (e * o + acc * rows);
+  m.yardstick = e(Role::o) * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
+  m.outputs = 2.0 * (e(Role::o) * o + acc * rows);
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.
   if (m.total() < double(std::numeric_limits<std::int64_t>::max()))
     for (const Implementation* impl : implementations) m.workspace = std::max(m.workspace, double(impl->workspace_bytes(p)));

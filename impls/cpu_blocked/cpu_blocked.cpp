@@ -362,7 +362,7 @@ class CpuBlocked final : public Implementation {
     Capabilities c;
     c.summary = "flash-style tiles (384 queries x 512 keys) with an online softmax, register-blocked SIMD micro-kernels, threads over (b, h, query tile); "
                 "f64, or f32 for f32/f16/bf16";
-    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_dtype(c);  // each tensor is read and written in its own dtype
     c.returns_lse = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;

@@ -13,7 +13,7 @@ class CpuNaive final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     c.summary = "textbook softmax(QK^T * scale + mask) V with the score matrix materialised; f64, or f32 for f32/f16/bf16";
-    c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_dtype(c);  // each tensor is read and written in its own dtype
     c.returns_lse = true;
     c.returns_weights = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.

@@ -63,7 +63,7 @@ Capabilities FileOutputs::describe() const {
   Capabilities caps;
   caps.summary = fmt::format("outputs another program wrote as .npy files into {}", dir_.string());
   caps.device = "cpu";
-  caps.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+  declare_every_dtype(caps);
   caps.returns_lse = has_lse_;
   caps.fully_masked = FullyMaskedPolicy::zeros;
   return caps;

@@ -88,22 +88,22 @@ void from_json(const nlohmann::json& j, TensorSpec& t) {
 }
 
 std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_lse) {
-  const DlType data = to_dl(p.dtype);
-  auto dense = [&](const char* name, std::int32_t role, Tensor::Shape shape) {
-    return TensorSpec{name, role, data, 4, shape, layout_strides(shape, layout)};
+  auto data = [&](Role role) { return to_dl(p.dtype_of(role)); };
+  auto dense = [&](const char* name, std::int32_t abi_role, Role role, Tensor::Shape shape) {
+    return TensorSpec{name, abi_role, data(role), 4, shape, layout_strides(shape, layout)};
   };
-  std::vector<TensorSpec> specs{dense("q", ATTNBENCH_ROLE_Q, {p.batch, p.h_q, p.n_q, p.d_k}),
-                                dense("k", ATTNBENCH_ROLE_K, {p.batch, p.h_kv, p.n_k, p.d_k}),
-                                dense("v", ATTNBENCH_ROLE_V, {p.batch, p.h_kv, p.n_k, p.d_v}),
-                                dense("out", ATTNBENCH_ROLE_O, {p.batch, p.h_q, p.n_q, p.d_v})};
+  std::vector<TensorSpec> specs{dense("q", ATTNBENCH_ROLE_Q, Role::q, {p.batch, p.h_q, p.n_q, p.d_k}),
+                                dense("k", ATTNBENCH_ROLE_K, Role::k, {p.batch, p.h_kv, p.n_k, p.d_k}),
+                                dense("v", ATTNBENCH_ROLE_V, Role::v, {p.batch, p.h_kv, p.n_k, p.d_v}),
+                                dense("out", ATTNBENCH_ROLE_O, Role::o, {p.batch, p.h_q, p.n_q, p.d_v})};
   if (with_lse) {
     const Tensor::Shape shape{p.batch, p.h_q, p.n_q, 1};
-    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, to_dl(working_dtype(p.numerics())), 3, shape,
+    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, data(Role::lse), 3, shape,
                      layout_strides(shape, Layout::bhsd)});
   }
   const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
   if (p.bool_mask.enabled) specs.push_back({"mask", ATTNBENCH_ROLE_MASK, dl_bool, 4, scores, broadcast_strides(p, p.bool_mask.broadcast)});
-  if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data, 4, scores, broadcast_strides(p, p.bias.broadcast)});
+  if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data(Role::bias), 4, scores, broadcast_strides(p, p.bias.broadcast)});
   return specs;
 }
 

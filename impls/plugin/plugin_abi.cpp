@@ -167,6 +167,15 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.device = info.cuda ? "cuda" : "cpu";
   caps.operations = declared_operations(info);
   caps.dtypes = info.data_dtypes();
+  // A role's own dtypes (o in f32 on f16 inputs) make mixed-precision problems; fp8 and other
+  // types with no DType are shown as declared (describe_capabilities) and not run.
+  for (const RoleDtype& r : info.dtypes) {
+    const std::optional<DType> d = dtype_from_dl(r.dtype);
+    const std::optional<Role> role = to_role(r.role);
+    if (!d || !role || !is_data_role(*role) || std::find(caps.dtypes.begin(), caps.dtypes.end(), *d) != caps.dtypes.end()) continue;
+    std::vector<DType>& own = caps.role_dtypes[*role];
+    if (std::find(own.begin(), own.end(), *d) == own.end()) own.push_back(*d);
+  }
   caps.layouts = declared_layouts(info.layouts);
   caps.masks = {info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT),   info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT),
                 info.has(ATTNBENCH_FEATURE_PADDING_PER_BATCH), info.has(ATTNBENCH_FEATURE_PADDING_PER_QUERY),
@@ -188,11 +197,13 @@ Capabilities to_capabilities(const PluginInfo& info) {
 std::vector<std::string> describe_capabilities(const PluginInfo& info) {
   std::vector<std::string> dtypes, other_dtypes, layouts, masks;
   for (DType d : info.data_dtypes()) dtypes.emplace_back(to_string(d));
-  // Role-specific or exotic declarations attnbench does not run yet, shown as declared.
+  // A role's own dtypes, which mixed-precision cases run, and the exotic ones attnbench does not run yet.
+  for (const auto& [role, own] : to_capabilities(info).role_dtypes)
+    for (DType d : own) other_dtypes.push_back(fmt::format("{} also {}", to_string(role), to_string(d)));
   for (const RoleDtype& r : info.dtypes) {
-    const auto d = dtype_from_dl(r.dtype);
-    const auto data = info.data_dtypes();
-    if (!d || std::find(data.begin(), data.end(), *d) == data.end()) other_dtypes.push_back(fmt::format("{} {}", role_name(r.role), dl_name(r.dtype)));
+    const std::optional<Role> role = to_role(r.role);
+    if (!dtype_from_dl(r.dtype) || (r.role != ATTNBENCH_ROLE_DATA && (!role || !is_data_role(*role))))
+      other_dtypes.push_back(fmt::format("{} {} (declared, not run)", role_name(r.role), dl_name(r.dtype)));
   }
   if (info.layouts & ATTNBENCH_ACCEPTS_BHSD) layouts.emplace_back("BHSD");
   if (info.layouts & ATTNBENCH_ACCEPTS_BSHD) layouts.emplace_back("BSHD");
@@ -204,7 +215,7 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
   for (Operation o : declared_operations(info)) operations.push_back(to_string(o));
   std::vector<std::string> lines{
       fmt::format("device: {}; operations: {}; dtypes: {}{}; layouts: {}", info.cuda ? "CUDA" : "host", fmt::join(operations, ", "),
-                  fmt::join(dtypes, ", "), other_dtypes.empty() ? "" : fmt::format(" (also declared: {})", fmt::join(other_dtypes, ", ")),
+                  fmt::join(dtypes, ", "), other_dtypes.empty() ? "" : fmt::format(" ({})", fmt::join(other_dtypes, "; ")),
                   fmt::join(layouts, ", ")),
       fmt::format("masks: {}", masks.empty() ? std::string("none") : fmt::format("{}", fmt::join(masks, ", "))),
       fmt::format("head dims: {}; d_k != d_v: {}; GQA: {}; returns LSE: {}; deterministic: {}; fully masked rows: {}", head_dims_text(info),
