@@ -74,17 +74,18 @@ void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t 
 // The unit roundoff a property's rounding allowance is measured in: the dtype's accumulation
 // precision, coarsened as the pass rule coarsens it for an implementation whose matrix
 // products are coarser (Capabilities::matmul_precision, core/pass_rule.hpp).
-double unit_roundoff_for(const Implementation& impl, DType dtype) {
-  return accumulation_unit_roundoff(dtype) * precision_scale(dtype, impl.describe().matmul_precision);
+double unit_roundoff_for(const Implementation& impl, const Problem& p) {
+  const DType working = working_dtype(p.numerics());
+  return accumulation_unit_roundoff(working) * precision_scale(working, impl.describe().matmul_precision);
 }
 
 // A rounding allowance derived from the pass rule: k times the naive algorithm's a-priori
 // error `naive_bound` (already in the implementation's unit roundoff) plus the rule's ulp
 // floor at `magnitude`, scaled like the pass rule's floor. An output the pass rule accepts
 // cannot be rejected by a property that allows this much.
-double allowance_from_pass_rule(const Implementation& impl, DType dtype, double naive_bound, double magnitude) {
+double allowance_from_pass_rule(const Implementation& impl, const Problem& p, DType ulp_dtype, double naive_bound, double magnitude) {
   const PassRule rule;
-  return rule.k * naive_bound + rule.floor_ulps * precision_scale(dtype, impl.describe().matmul_precision) * ulp_at(dtype, magnitude);
+  return rule.k * naive_bound + rule.floor_ulps * precision_scale(working_dtype(p.numerics()), impl.describe().matmul_precision) * ulp_at(ulp_dtype, magnitude);
 }
 
 }  // namespace attn::property_detail

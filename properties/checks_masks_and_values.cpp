@@ -30,7 +30,7 @@ std::string weights_of_visible_rows_sum_to_one(const Implementation& impl, const
   // The naive algorithm's weights are exp(s - m) / sum, each rounded once after a sum of n_k
   // terms: their total is off by at most about (n_k + 2) u from one, twice that for the
   // rounding of the division and of the check's own sum.
-  const double tol = allowance_from_pass_rule(impl, DType::f64, 2.0 * double(p.n_k + 2) * unit_roundoff_for(impl, p.dtype), 0);
+  const double tol = allowance_from_pass_rule(impl, p, DType::f64, 2.0 * double(p.n_k + 2) * unit_roundoff_for(impl, p), 0);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.h_q; ++h)
       for (std::int64_t i = 0; i < p.n_q; ++i) {
@@ -128,10 +128,11 @@ std::string masked_keys_change_nothing(const Implementation& impl, const Problem
     for (std::int64_t c = 0; c < p.d_k; ++c) sum += std::fabs(in.q.get(r * p.d_k + c));
     largest_row_sum = std::max(largest_row_sum, sum);
   }
-  const double quarter = max_finite(p.dtype) / 4;
+  // In the narrowest of the dtypes the scores and V pass through (mixed-precision problems).
+  const double quarter = std::min({max_finite(in.q.dtype()), max_finite(in.k.dtype()), max_finite(in.v.dtype())}) / 4;
   const double k_big =
-      round_to(p.dtype, std::min(1e4, quarter / std::max(1e-30, largest_row_sum * std::max(1.0, p.effective_scale()))));
-  const double v_big = round_to(p.dtype, std::min(1e4, quarter));
+      round_to(in.k.dtype(), std::min(1e4, quarter / std::max(1e-30, largest_row_sum * std::max(1.0, p.effective_scale()))));
+  const double v_big = round_to(in.v.dtype(), std::min(1e4, quarter));
   auto alternating = [](double x) { return [x](std::int64_t e) { return e % 2 ? -x : x; }; };
   auto constant = [](double x) { return [x](std::int64_t) { return x; }; };
   const std::vector<Poison> poisons{
@@ -215,7 +216,7 @@ std::string outputs_lie_within_the_visible_values(const Implementation& impl, co
   const CaseInputs in = generate_inputs(p);
   const Outputs o = run(impl, p, in);
   if (!o.error.empty()) return o.error;
-  const double u = unit_roundoff_for(impl, p.dtype);
+  const double u = unit_roundoff_for(impl, p);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.h_q; ++h)
       for (std::int64_t i = 0; i < p.n_q; ++i) {
@@ -230,7 +231,7 @@ std::string outputs_lie_within_the_visible_values(const Implementation& impl, co
           // A convex combination computed in floating point may step outside by its rounding: the
           // naive algorithm's sum of n_k products and its normalisation, at most (n_k + 4) u of
           // the largest value; errors in the scores only move the weights and keep it convex.
-          const double slack = allowance_from_pass_rule(impl, p.dtype, double(p.n_k + 4) * u * magnitude, magnitude);
+          const double slack = allowance_from_pass_rule(impl, p, p.dtype_of(Role::o), double(p.n_k + 4) * u * magnitude, magnitude);
           const double got = o.out.get(out_index(p, b, h, i, c));
           if (!(got >= lo - slack && got <= hi + slack))
             return fmt::format("output b={} h={} i={} c={} is {:.9g}, outside [{:.9g}, {:.9g}] of the visible values (slack {:.3g})", b,

@@ -105,7 +105,7 @@ std::string grouped_heads_equal_repeated_heads(const Implementation& impl, const
   if (!o.error.empty()) return o.error;
   Problem mha = p;
   mha.h_kv = p.h_q;
-  CaseInputs repeated{in.q, Tensor(p.dtype, {p.batch, p.h_q, p.n_k, p.d_k}), Tensor(p.dtype, {p.batch, p.h_q, p.n_k, p.d_v}), in.mask};
+  CaseInputs repeated{in.q, Tensor(in.k.dtype(), {p.batch, p.h_q, p.n_k, p.d_k}), Tensor(in.v.dtype(), {p.batch, p.h_q, p.n_k, p.d_v}), in.mask};
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.h_q; ++h) {
       for (std::int64_t e = 0; e < p.n_k * p.d_k; ++e)
@@ -215,11 +215,11 @@ std::string shifting_every_key_changes_nothing(const Implementation& impl, const
         }
       }
       const double mean = rows > 0 ? offsets / rows : 0;
-      const double t = std::min(max_finite(p.dtype) / 16, target / (scale * std::max(mean, 1e-6)));
+      const double t = std::min(max_finite(in.k.dtype()) / 16, target / (scale * std::max(mean, 1e-6)));
       for (std::int64_t j = 0; j < p.n_k; ++j)
         for (std::int64_t c = 0; c < p.d_k; ++c) {
           const std::int64_t e = in.k.offset(b, g, j, c);
-          in.k.set(e, in.k.get(e) + round_to(p.dtype, t * sign[std::size_t(c)]));
+          in.k.set(e, in.k.get(e) + round_to(in.k.dtype(), t * sign[std::size_t(c)]));
         }
     }
   const Outputs o = run(impl, p, in);
@@ -238,7 +238,7 @@ std::string scaling_q_against_the_scale_changes_nothing(const Implementation& im
   for (std::int64_t e = 0; e < in.q.numel(); ++e) largest = std::max(largest, std::fabs(in.q.get(e)));
   // Scores near the overflow (the large regime) leave no room for a larger q.k before the
   // scale: there Q only shrinks.
-  if (c > 1 && (p.regime == Regime::large || largest * c > max_finite(p.dtype) / 2)) c = 1 / c;
+  if (c > 1 && (p.regime == Regime::large || largest * c > max_finite(in.q.dtype()) / 2)) c = 1 / c;
   for (std::int64_t e = 0; e < in.q.numel(); ++e) in.q.set(e, in.q.get(e) * c);
   Problem scaled = p;
   scaled.scale = p.effective_scale() / c;

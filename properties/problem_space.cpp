@@ -134,6 +134,13 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
   s.dtypes.clear();
   for (DType d : space.dtypes)
     if (contains(caps.dtypes, d)) s.dtypes.push_back(d);
+  s.role_dtypes.clear();
+  for (const auto& [role, own] : caps.role_dtypes) {
+    const auto drawn = space.role_dtypes.find(role);
+    if (drawn == space.role_dtypes.end()) continue;
+    for (DType d : drawn->second)
+      if (contains(own, d)) s.role_dtypes[role].push_back(d);
+  }
   s.layouts.clear();
   for (Layout l : space.layouts)
     if (contains(caps.layouts, l)) s.layouts.push_back(l);
@@ -164,6 +171,11 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
 bool admits(const ProblemSpace& space, const Problem& p) {
   const MaskSupport& m = space.masks;
   if (!contains(space.dtypes, p.dtype) || !contains(space.layouts, p.layout) || !contains(space.regimes, p.regime)) return false;
+  for (Role role : data_roles)
+    if (const DType d = p.dtype_of(role); d != p.dtype) {
+      const auto own = space.role_dtypes.find(role);
+      if (own == space.role_dtypes.end() || !contains(own->second, d)) return false;
+    }
   if (!head_dim_in(space, p.d_k) || !head_dim_in(space, p.d_v)) return false;
   if ((p.d_k != p.d_v && !space.different_dk_dv) || (p.h_kv != p.h_q && !space.gqa)) return false;
   if ((p.window == Window::of(Causal::top_left) && !m.causal_top_left) || (p.window == Window::of(Causal::bottom_right) && !m.causal_bottom_right)) return false;
@@ -270,6 +282,17 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     }
     p.layout = pick(space.layouts);
     p.dtype = pick(space.dtypes);
+    // No draw at all where no role has a dtype of its own: a one-dtype kernel's problems stay the same.
+    if (!space.role_dtypes.empty() && chance(25)) {
+      std::vector<Role> roles;
+      for (const auto& [role, own] : space.role_dtypes)
+        if (!own.empty()) roles.push_back(role);
+      if (!roles.empty()) {
+        const Role role = pick(roles);
+        p.role_dtypes[role] = pick(space.role_dtypes.at(role));
+        std::erase_if(p.role_dtypes, [&](const auto& entry) { return entry.second == p.dtype; });
+      }
+    }
     // Then the data: the seed fixes every input bit.
     p.seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
     return p;

@@ -42,10 +42,11 @@ std::string verdict_failure(const Verdict& v, const char* what);
 CaseInputs other_data(const Problem& p);
 // Copies element range [from, from + count) of src into dst.
 void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t count);
-// The unit roundoff a property's rounding allowance is measured in (the pass rule's).
-double unit_roundoff_for(const Implementation& impl, DType dtype);
-// k times an a-priori naive bound plus the pass rule's ulp floor at `magnitude`.
-double allowance_from_pass_rule(const Implementation& impl, DType dtype, double naive_bound, double magnitude);
+// The unit roundoff a property's rounding allowance is measured in (the pass rule's: the
+// problem's working precision, coarsened for the implementation's matrix products).
+double unit_roundoff_for(const Implementation& impl, const Problem& p);
+// k times an a-priori naive bound plus the pass rule's ulp floor, in ulps of `ulp_dtype` at `magnitude`.
+double allowance_from_pass_rule(const Implementation& impl, const Problem& p, DType ulp_dtype, double naive_bound, double magnitude);
 
 // ---- the checks: "" when the property holds on the problem, else what broke ----
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ namespace attn {
 // size-scaled draws would ask for the same problem again and again).
 struct ProblemSpace {
   std::vector<DType> dtypes{DType::f64, DType::f32, DType::f16, DType::bf16};
+  // A role's own dtypes, drawn for about one problem in four (mixed precision: an f32 output of
+  // f16 inputs, a bf16 K); narrowed to what the implementation declares for each role itself.
+  std::map<Role, std::vector<DType>> role_dtypes{{Role::q, dtypes}, {Role::k, dtypes}, {Role::v, dtypes}, {Role::o, dtypes}};
   std::vector<Layout> layouts{Layout::bhsd, Layout::bshd, Layout::strided};  // each draw takes one (Problem::layout)
   MaskSupport masks;                          // the masks that may be drawn, intersecting when several are
   bool gqa = true;                            // h_kv < h_q may be drawn

@@ -11,7 +11,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+
+#include "core/case_files.hpp"
 #include "core/dtype.hpp"
+#include "core/given_case.hpp"
+#include "core/npy.hpp"
 #include "core/error.hpp"
 #include "core/inputs.hpp"
 #include "impls/capability_declaration.hpp"
@@ -183,6 +189,8 @@ TEST(MixedDtypes, AnOutputJudgedInItsOwnDtypeCatchesRoundingToTheInputs) {
 TEST(MixedDtypes, PluginsAndCapabilityFilesDeclarePerRoleDtypes) {
   plugin::PluginInfo info;
   info.layouts = ATTNBENCH_ACCEPTS_BHSD;
+  info.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);
+  info.features = ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT;
   info.min_head_dim = 1;
   info.max_head_dim = 256;
   info.dtypes = {{ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f16)},
@@ -193,9 +201,16 @@ TEST(MixedDtypes, PluginsAndCapabilityFilesDeclarePerRoleDtypes) {
   const Capabilities caps = plugin::to_capabilities(info);
   EXPECT_EQ(caps.dtypes, (std::vector<DType>{DType::f16, DType::bf16}));
   ASSERT_EQ(caps.role_dtypes.size(), 1u);
-  EXPECT_EQ(caps.role_dtypes.at(Role::o), std::vector<DType>{DType::f32});
+  EXPECT_EQ(caps.role_dtypes.at(Role::o), (std::vector<DType>{DType::f32, DType::f16}));
+  EXPECT_EQ(covers(caps, parse_problem(f16_in_f32_out)).reason, "");
+  Problem bf16_to_f16 = parse_problem(one_dtype);
+  bf16_to_f16.dtype = DType::bf16;
+  bf16_to_f16.role_dtypes[Role::o] = DType::f16;
+  EXPECT_TRUE(covers(caps, bf16_to_f16).ok);  // o lists f16 for itself
+  // bf16 is a one-dtype declaration (ATTNBENCH_ROLE_DATA): no role takes it on its own.
+  EXPECT_EQ(covers(caps, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k not declared (k accepts: f16, bf16)");
   const std::string described = plugin::describe_capabilities(info).front();
-  EXPECT_NE(described.find("dtypes: f16, bf16 (o also f32; k fp8_e4m3fn (declared, not run))"), std::string::npos) << described;
+  EXPECT_NE(described.find("dtypes: f16, bf16 (o on its own: f32, f16; k fp8_e4m3fn (declared, not run))"), std::string::npos) << described;
 
   const Capabilities back = capabilities_from_json(capabilities_to_json(caps), "test");
   EXPECT_EQ(back.role_dtypes, caps.role_dtypes);
@@ -212,6 +227,35 @@ TEST(MixedDtypes, PluginsAndCapabilityFilesDeclarePerRoleDtypes) {
   EXPECT_EQ(refused(R"({"dtypes": ["f16"], "role_dtypes": {"o": "f32"}})"),
             "caps.json: 'role_dtypes': o must be a list of dtype names, not \"f32\"");
   EXPECT_NE(refused(R"({"dtypes": ["f16"], "role_dtypes": {"o": ["f24"]}})").find("caps.json: 'role_dtypes': o: "), std::string::npos);
+}
+
+// Your own tensors (check --inputs) with settings "dtypes": f16 inputs and the f32 output they were written to.
+TEST(MixedDtypes, GivenTensorsNameTheirRolesDtypesInTheSettings) {
+  const Problem p = parse_problem(f16_in_f32_out);
+  const CaseInputs in = generate_inputs(p);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "attn_mixed_dtypes_given";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  npy::write_file(dir / "q.npy", tensor_to_npy(in.q));
+  npy::write_file(dir / "k.npy", tensor_to_npy(in.k));
+  npy::write_file(dir / "v.npy", tensor_to_npy(in.v));
+  Tensor out = make_output(p);
+  for (std::int64_t e = 0; e < out.numel(); ++e) out.set(e, 0.25);
+  npy::write_file(dir / "out.npy", tensor_to_npy(out));
+  std::ofstream(dir / "settings.json") << R"({"causal": "bottom_right", "dtypes": "o:f32"})";
+  const GivenCase given = read_given_case(dir);
+  EXPECT_EQ(given.problem.dtype_of(Role::q), DType::f16);
+  EXPECT_EQ(given.problem.dtype_of(Role::o), DType::f32);
+  EXPECT_EQ(given.out.dtype(), DType::f32);
+  EXPECT_EQ(given.out.get(0), 0.25);
+  std::ofstream(dir / "settings.json") << R"({"causal": "bottom_right", "dtypes": "lse:f32"})";
+  try {
+    read_given_case(dir);
+    ADD_FAILURE() << "an lse dtype was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("settings.json: dtypes: 'lse' is not a role that holds the problem's data"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

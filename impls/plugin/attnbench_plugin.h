@@ -244,9 +244,11 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
 #define ATTNBENCH_FULLY_MASKED_AS_NAN 1
 
 /* One dtype a role accepts; a role accepts every dtype listed for it or for ATTNBENCH_ROLE_DATA.
- * attnbench runs a case of data dtype D when q, k, v and o (and bias) all accept D, and a
- * mixed-precision case (repro token dtypes=o:f32: f16 inputs, an f32 output) when every role it
- * hands over accepts that role's own dtype; each tensor's dtype field says which it is. */
+ * attnbench runs a case of data dtype D when q, k, v and o (and bias) all accept D. A role's own
+ * entries say that role may be in that dtype whatever the others are in: attnbench then also runs
+ * mixed-precision cases (repro token dtypes=o:f32: f16 inputs, an f32 output) in which every role
+ * whose dtype differs from the case's lists it for itself. ATTNBENCH_ROLE_DATA entries alone declare
+ * one-dtype cases only. Each tensor's dtype field says which it is; supports() may still refuse. */
 typedef struct {
   int32_t role; /* ATTNBENCH_ROLE_* or ATTNBENCH_ROLE_DATA */
   attnbench_dl_datatype dtype;

@@ -167,12 +167,14 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.device = info.cuda ? "cuda" : "cpu";
   caps.operations = declared_operations(info);
   caps.dtypes = info.data_dtypes();
-  // A role's own dtypes (o in f32 on f16 inputs) make mixed-precision problems; fp8 and other
-  // types with no DType are shown as declared (describe_capabilities) and not run.
+  // A role's own entries are its own dtypes, whatever the other roles' are: they make
+  // mixed-precision problems (o in f32 on f16 inputs). ATTNBENCH_ROLE_DATA entries are one-dtype
+  // problems only. fp8 and other types with no DType are shown as declared (describe_capabilities)
+  // and not run.
   for (const RoleDtype& r : info.dtypes) {
     const std::optional<DType> d = dtype_from_dl(r.dtype);
     const std::optional<Role> role = to_role(r.role);
-    if (!d || !role || !is_data_role(*role) || std::find(caps.dtypes.begin(), caps.dtypes.end(), *d) != caps.dtypes.end()) continue;
+    if (!d || !role || !is_data_role(*role)) continue;
     std::vector<DType>& own = caps.role_dtypes[*role];
     if (std::find(own.begin(), own.end(), *d) == own.end()) own.push_back(*d);
   }
@@ -198,8 +200,11 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
   std::vector<std::string> dtypes, other_dtypes, layouts, masks;
   for (DType d : info.data_dtypes()) dtypes.emplace_back(to_string(d));
   // A role's own dtypes, which mixed-precision cases run, and the exotic ones attnbench does not run yet.
-  for (const auto& [role, own] : to_capabilities(info).role_dtypes)
-    for (DType d : own) other_dtypes.push_back(fmt::format("{} also {}", to_string(role), to_string(d)));
+  for (const auto& [role, own] : to_capabilities(info).role_dtypes) {
+    std::vector<std::string_view> names;
+    for (DType d : own) names.push_back(to_string(d));
+    other_dtypes.push_back(fmt::format("{} on its own: {}", to_string(role), fmt::join(names, ", ")));
+  }
   for (const RoleDtype& r : info.dtypes) {
     const std::optional<Role> role = to_role(r.role);
     if (!dtype_from_dl(r.dtype) || (r.role != ATTNBENCH_ROLE_DATA && (!role || !is_data_role(*role))))

@@ -189,12 +189,17 @@ static int c_cpu_run(const attnbench_call* p, char* error, size_t error_len) {
   return 0;
 }
 
-/* Every data role (q k v o bias) in any of the four types; the LSE is attnbench's choice. */
+/* Every data role (q k v o bias) in any of the four types; the LSE is attnbench's choice. Each
+ * tensor is read and written in its own type (load, store), so the output, the keys and the values
+ * may also each be in a type of their own: mixed-precision cases (f16 inputs, an f32 output). */
+#define C_CPU_EVERY_TYPE(role)                                                                    \
+  {role, {ATTNBENCH_DL_FLOAT, 64, 1}}, {role, {ATTNBENCH_DL_FLOAT, 32, 1}}, {role, {ATTNBENCH_DL_FLOAT, 16, 1}}, \
+      {role, {ATTNBENCH_DL_BFLOAT, 16, 1}}
 static const attnbench_role_dtype c_cpu_dtypes[] = {
-    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 64, 1}},
-    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 32, 1}},
-    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 16, 1}},
-    {ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_BFLOAT, 16, 1}},
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_DATA),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_O),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_K),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_V),
 };
 
 static const attnbench_plugin_v2 c_cpu_plugin = {
