@@ -52,6 +52,9 @@ struct BenchOptions {
   // --peers COMMAND: afterwards, run the peers script on the same problem list and our inputs
   // (appending --cases DIR --threads [--l2] --out) and compare; see peer_comparison.hpp.
   std::optional<std::string> peers_command;
+  // --peers-cases DIR: the folder of the peers' problems and inputs is written there and kept (to
+  // rerun a peers script on it by hand); empty: a temporary one, removed after the peers ran.
+  std::string peers_cases_dir;
   // GPU families (describe().device == "cuda"): "cold" flushes L2 before every timed iteration,
   // "hot" does not (gpu_timing.hpp). In the GPU families' names: IMPL/DTYPE/dD/MASK/l2_cold.
   std::string l2 = "cold";

@@ -32,19 +32,25 @@ std::vector<Problem> peer_check_problems(std::span<const DType> dtypes, std::spa
   return problems;
 }
 
-void write_peer_cases(const std::filesystem::path& dir, std::span<const PeerCase> cases) {
+void check_peer_cases_dir(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) throw InputError(fmt::format("{}: exists and is not a directory", dir.string()));
   // Only an earlier peer-cases folder is written over (write_case_directory guards cases/ itself).
-  if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec)) throw InputError(fmt::format("{}: exists and is not a directory", dir.string()));
-    for (const auto& item : fs::directory_iterator(dir, ec)) {
-      const std::string name = item.path().filename().string();
-      if (name != "cases" && name != peer_cases_manifest)
-        throw InputError(fmt::format("{}: holds {}, so it is not a peer-cases folder: refusing to write into it", dir.string(), name));
-    }
-    fs::remove(dir / peer_cases_manifest, ec);  // a folder cut short must not pass for a whole one
+  for (const auto& item : fs::directory_iterator(dir, ec)) {
+    const std::string name = item.path().filename().string();
+    if (name != "cases" && name != peer_cases_manifest)
+      throw InputError(fmt::format("{}: holds {}, so it is not a peer-cases folder: refusing to write into it", dir.string(), name));
   }
+  if (ec) throw InputError(fmt::format("{}: {}", dir.string(), ec.message()));
+}
+
+void write_peer_cases(const std::filesystem::path& dir, std::span<const PeerCase> cases) {
+  namespace fs = std::filesystem;
+  check_peer_cases_dir(dir);
+  std::error_code ec;
+  fs::remove(dir / peer_cases_manifest, ec);  // a folder cut short must not pass for a whole one
   std::vector<Problem> problems;
   for (const PeerCase& c : cases) problems.push_back(c.problem);
   nlohmann::json entries = nlohmann::json::array();

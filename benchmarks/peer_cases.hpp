@@ -36,8 +36,11 @@ inline constexpr const char* peer_cases_manifest = "peer_cases.json";
 // no mask and top-left causal, the diffuse, peaked and large regimes, b = 1, `heads` heads, seed 7.
 std::vector<Problem> peer_check_problems(std::span<const DType> dtypes, std::span<const std::int64_t> head_dims, std::int64_t heads);
 
-// Writes DIR/cases and DIR/peer_cases.json (DIR is created; it must not hold anything else than
-// an earlier peer-cases folder). Throws InputError naming the fault.
+// Throws InputError unless DIR is missing, empty, or an earlier peer-cases folder (nothing else is
+// written over).
+void check_peer_cases_dir(const std::filesystem::path& dir);
+// Writes DIR/cases and DIR/peer_cases.json (DIR is created; check_peer_cases_dir holds). Throws
+// InputError naming the fault.
 void write_peer_cases(const std::filesystem::path& dir, std::span<const PeerCase> cases);
 
 }  // namespace attn::bench

@@ -231,6 +231,8 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
   if (gpu) plan.l2 = to_string(parse_l2_mode(o.l2));
   plan.threads = threads;
   plan.out_path = peers_json_path(o.json_path);
+  plan.cases_dir = o.peers_cases_dir;
+  if (!plan.cases_dir.empty()) check_peer_cases_dir(plan.cases_dir);  // before anything runs
   return plan;
 }
 
@@ -247,8 +249,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     return outcome;
   };
 
-  // The peers' cases go to a temporary directory removed afterwards; so does their JSON when
-  // there is no bench JSON to write it beside.
+  // The peers' cases go to a temporary directory removed afterwards (unless --peers-cases keeps
+  // them); so does their JSON when there is no bench JSON to write it beside.
   std::filesystem::path temp_dir;
   {
     std::error_code ec;
@@ -275,7 +277,7 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     std::filesystem::remove(out_path, ec);
   }
 
-  const std::filesystem::path cases_dir = temp_dir / "peer-cases";
+  const std::filesystem::path cases_dir = plan.cases_dir.empty() ? temp_dir / "peer-cases" : std::filesystem::path(plan.cases_dir);
   const std::vector<PeerCase> cases = plan.cases();
   std::set<std::string> timed;  // the repro strings a record may carry
   for (const PeerCase& c : cases)

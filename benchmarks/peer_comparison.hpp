@@ -31,6 +31,7 @@ struct PeersPlan {
   std::vector<std::string> script_masks;  // the peers' masks: none, causal (top-left)
   std::string l2;                         // "cold" or "hot" when a GPU family runs (--l2), else empty
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
+  std::string cases_dir;                  // --peers-cases: where the peer-cases folder is kept; empty: a temporary one
   std::vector<std::string> notes;         // e.g. bottom_right compared with the peers' top-left
 
   // The problems the peers are timed on: per dtype, d and mask, n over the powers of two from

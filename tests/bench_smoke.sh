@@ -10,6 +10,7 @@
 # command's bad-input contract (exit 2, nothing written).
 # Usage: bench_smoke.sh path/to/attnbench
 set -u
+export PYTHONDONTWRITEBYTECODE=1  # the peers scripts import from the source tree
 
 bin=${1:?usage: bench_smoke.sh path/to/attnbench}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
@@ -164,13 +165,11 @@ fi
 # peer_bad (fastest, but failed its checks: never the target), peer_nochk (checks skipped: valid_target
 # null), peer_missing (skipped); Infinity and NaN in the checks, as Python's json writes them. It exits
 # 1, as the script does when a peer fails its checks. --mode exit4|nofile|malformed makes it fail;
-# --mode unavailable exits 3 as torch_sdpa.py does without PyTorch or a GPU; --keep DIR copies the
-# cases folder there (bench removes its own afterwards) for the scripts' contracts below.
+# --mode unavailable exits 3 as torch_sdpa.py does without PyTorch or a GPU.
 cat >"$tmp/fake_peers.py" <<'PY'
-import argparse, json, os, shutil, sys
+import argparse, json, os, sys
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="ok")
-ap.add_argument("--keep", default=None)
 ap.add_argument("--cases", required=True)
 ap.add_argument("--threads", type=int, required=True)
 ap.add_argument("--out", required=True)
@@ -191,8 +190,6 @@ print(f"fake_peers: min-n {ns[0]} max-n {ns[-1]} threads {a.threads} masks {valu
       f"batch {values('b')} heads {values('h_q')} d {values('d_k')} dtype {values('dtype')} l2 {a.l2} out {a.out}", flush=True)
 print(f"fake_peers: {len(timed)} timed, {len(checks)} checks", flush=True)
 print("fake_peers: progress on stderr", file=sys.stderr, flush=True)
-if a.keep:
-    shutil.copytree(a.cases, a.keep)
 if a.mode == "exit4":
     sys.exit(4)
 if a.mode == "unavailable":
@@ -232,7 +229,7 @@ fake_peers="python3 $tmp/fake_peers.py"
 # Where a GPU family runs (a device is here), bench passes --l2 cold too.
 l2_passed=$(python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['attnbench'].get('gpu'); print('cold' if g and g['device']['available'] else '-')" "$tmp/out/bench.json" 2>/dev/null)
 
-"$bin" bench --smoke --dtype f32 --threads 1 --json "$tmp/peers/bench.json" --peers "$fake_peers --keep $tmp/cases_f32" >"$tmp/peers.out" 2>"$tmp/peers.err"
+"$bin" bench --smoke --dtype f32 --threads 1 --json "$tmp/peers/bench.json" --peers "$fake_peers" --peers-cases "$tmp/cases_f32" >"$tmp/peers.out" 2>"$tmp/peers.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
   fail "bench --smoke --dtype f32 --peers FAKE exited $rc (a peer failing its own checks is not our failure: expected 0)"
@@ -343,7 +340,7 @@ python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['attnbench']['peers'
 # The problem list goes to the peers: batch, heads, every dtype and d our families run; their
 # records are compared per (dtype, d).
 "$bin" bench --smoke --impl cpu_blocked --masks none --dtype f32,f16 --d 32 --heads 2 --batch 2 --json "$tmp/plist/bench.json" \
-  --peers "$fake_peers --keep $tmp/cases_f16" >"$tmp/plist.out" 2>&1 || { fail "--peers with --dtype f32,f16 --d 32 --heads 2 --batch 2 failed"; tail -n 20 "$tmp/plist.out"; }
+  --peers "$fake_peers" --peers-cases "$tmp/cases_f16" >"$tmp/plist.out" 2>&1 || { fail "--peers with --dtype f32,f16 --d 32 --heads 2 --batch 2 failed"; tail -n 20 "$tmp/plist.out"; }
 grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks none batch 2 heads 2 d 32 dtype f32,f16 l2 [-a-z]* out " "$tmp/plist.out" ||
   fail "--peers: the command did not get our batch, heads, d and dtypes"
 python3 - "$tmp/plist/bench.json" <<'PY' || fail "--peers: the comparisons are not per (dtype, d)"
@@ -373,6 +370,9 @@ bad_input "--benchmark_min_time" --benchmark_min_time=soon
 bad_input "--peers with --smoke needs --dtype f32" --peers "$fake_peers"
 bad_input "--peers needs a command" --dtype f32 --peers ' '
 bad_input "--l2 'warm': expected cold" --l2 warm
+bad_input "--peers-cases requires --peers" --dtype f32 --peers-cases "$tmp/pc"
+mkdir -p "$tmp/notpc" && touch "$tmp/notpc/mine.txt"
+bad_input "holds mine.txt, so it is not a peer-cases folder" --dtype f32 --peers "$fake_peers" --peers-cases "$tmp/notpc"
 
 "$bin" bench --smoke --min-n 100 --json "$tmp/bad/bench.json" >/dev/null 2>&1
 [ $? -eq 0 ] || fail "--smoke must ignore --min-n"
@@ -401,9 +401,9 @@ else
 fi
 
 # --- the peers scripts' argument contracts -------------------------------------------------------------
-# They read the cases folder bench writes (kept above by the fake's --keep) and say what they do not
+# They read the cases folder bench writes (kept above by --peers-cases) and say what they do not
 # run (exit 2): cpu_peers.py times f32 only; a missing folder is named.
-[ -f "$tmp/cases_f32/peer_cases.json" ] && [ -f "$tmp/cases_f16/peer_cases.json" ] || fail "the fake peer did not keep the cases folders"
+[ -f "$tmp/cases_f32/peer_cases.json" ] && [ -f "$tmp/cases_f16/peer_cases.json" ] || fail "--peers-cases DIR: the cases folders were not kept"
 python3 "$src/benchmarks/peers/cpu_peers.py" --cases "$tmp/cases_f16" --out "$tmp/cpu_peers.json" >"$tmp/cpu_peers.out" 2>&1
 rc=$?
 [ "$rc" -eq 2 ] || fail "cpu_peers.py on f32 and f16 cases: exit $rc, expected 2"

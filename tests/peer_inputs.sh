@@ -10,6 +10,7 @@
 # records its timings, which bench compares with ours. Exits 77 (CTest: skipped) without NumPy.
 # Usage: peer_inputs.sh ATTNBENCH [PYTHON]
 set -u
+export PYTHONDONTWRITEBYTECODE=1  # the peers' modules are imported from the source tree
 
 bin=${1:?usage: peer_inputs.sh ATTNBENCH [PYTHON]}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
@@ -31,7 +32,7 @@ fail() {
 }
 
 cat >"$tmp/oracle_peer.py" <<'PY'
-import argparse, json, os, shutil, sys
+import argparse, json, os, sys
 import numpy as np
 sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks", "peers"))
 import cpu_peers
@@ -39,15 +40,14 @@ from peer_problem import load_cases
 
 ap = argparse.ArgumentParser()
 ap.add_argument("src")
-ap.add_argument("keep")
+ap.add_argument("outputs")
 ap.add_argument("--own-inputs", action="store_true")
 ap.add_argument("--cases", required=True)
 ap.add_argument("--threads", type=int, required=True)
 ap.add_argument("--out", required=True)
 a = ap.parse_args()
 cases = load_cases(a.cases)
-shutil.copytree(os.path.join(a.cases, "cases"), os.path.join(a.keep, "cases"))
-outs = os.path.join(a.keep, "outputs")
+outs = a.outputs
 os.makedirs(outs)
 rng = np.random.default_rng(0)
 
@@ -81,9 +81,9 @@ json.dump({"schema": "attnbench.peers", "schema_version": 1, "context": {},
 sys.exit(0 if valid else 1)
 PY
 
-run() {  # run NAME [--own-inputs]: bench --peers with the stand-in, its outputs kept in $tmp/NAME
+run() {  # run NAME [--own-inputs]: bench --peers with the stand-in; the cases (kept) and outputs in $tmp/NAME
   "$bin" bench --smoke --impl cpu_naive --dtype f32 --d 32,64 --heads 2 --json "$tmp/$1/bench.json" \
-    --peers "$python $tmp/oracle_peer.py $src $tmp/$1 ${2:-}" >"$tmp/$1.out" 2>&1
+    --peers "$python $tmp/oracle_peer.py $src $tmp/$1/outputs ${2:-}" --peers-cases "$tmp/$1/pc" >"$tmp/$1.out" 2>&1
 }
 
 run harness
@@ -96,13 +96,13 @@ import json, sys
 c = json.load(open(sys.argv[1]))["attnbench"]["peers"]["comparisons"]
 assert len(c) == 12 and all(x["target"]["peer"] == "oracle64" for x in c), c
 PY
-"$bin" check --cases "$tmp/harness/cases" --outputs "$tmp/harness/outputs" >"$tmp/check.out" 2>&1
+"$bin" check --cases "$tmp/harness/pc/cases" --outputs "$tmp/harness/outputs" >"$tmp/check.out" 2>&1
 rc=$?
 [ "$rc" -eq 0 ] || { fail "attnbench check on the peer's outputs from our inputs: exit $rc, expected 0"; tail -n 20 "$tmp/check.out"; }
 
 # The control: a peer that draws its own inputs cannot pass.
 run own --own-inputs
-"$bin" check --cases "$tmp/own/cases" --outputs "$tmp/own/outputs" >"$tmp/check_own.out" 2>&1
+"$bin" check --cases "$tmp/own/pc/cases" --outputs "$tmp/own/outputs" >"$tmp/check_own.out" 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || { fail "attnbench check on outputs from the peer's own inputs: exit $rc, expected 1 (the check cannot tell)"; tail -n 20 "$tmp/check_own.out"; }
 grep -q "FAIL" "$tmp/check_own.out" || fail "attnbench check on outputs from the peer's own inputs: no failed case reported"
