@@ -87,8 +87,9 @@ std::string describe(const Termination& t) {
   return text;
 }
 
-// Reads and parses the peers JSON; returns an error message, or an empty string.
-std::string read_peers_json(const std::string& path, json& doc) {
+// Reads and parses the peers JSON, and reads it as a peers document (records/peers_record.hpp, the
+// one reader of the schema); returns an error message, or an empty string.
+std::string read_peers_json(const std::string& path, json& doc, PeersDocument& peers) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return fmt::format("it did not write {}", path);
   std::ifstream in(path);
@@ -100,9 +101,11 @@ std::string read_peers_json(const std::string& path, json& doc) {
   } catch (const json::exception& e) {
     return fmt::format("{} is not valid JSON: {}", path, e.what());
   }
-  if (!doc.is_object()) return fmt::format("{} is not a JSON object", path);
-  if (!doc.contains("results") || !doc["results"].is_array()) return fmt::format("{} has no \"results\" array", path);
-  if (doc.contains("peers") && !doc["peers"].is_array()) return fmt::format("{}: \"peers\" is not an array", path);
+  try {
+    peers = read_peers_document(doc, path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
   return {};
 }
 
@@ -303,7 +306,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   if (!t.start_error.empty()) return fail(fmt::format("'{}' {}", plan.command, describe(t)));
 
   json doc;
-  const std::string read_error = read_peers_json(out_path, doc);
+  PeersDocument peers_doc;
+  const std::string read_error = read_peers_json(out_path, doc, peers_doc);
   if (std::error_code ec; !temporary_out && !std::filesystem::exists(out_path, ec)) section["json"] = nullptr;
   if (read_error.empty()) {
     if (doc.contains("context")) section["context"] = doc["context"];
@@ -311,7 +315,6 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     section["results"] = doc["results"];
   }
 
-  const PeersDocument peers_doc = read_error.empty() ? read_peers_document(doc, out_path) : PeersDocument{};
 
   // Skipped peers (not installed, broken) say why, whatever the exit code.
   std::vector<std::string> peer_order;
