@@ -7,7 +7,9 @@
 # They pass only if the peer read our bits: the control run, whose peer draws its own inputs of the
 # same distribution (what the scripts did before), must fail the same check. The stand-in also runs
 # cpu_peers.py's check_peer/judge on the folder's check cases with an exact peer (all pass) and
-# records its timings, which bench compares with ours. Exits 77 (CTest: skipped) without NumPy.
+# records its timings, which bench compares with ours. Where ONNX Runtime and JAX are installed
+# (ci/install-peers.sh), cpu_peers.py itself runs through bench --peers. Exits 77 (CTest: skipped)
+# without NumPy.
 # Usage: peer_inputs.sh ATTNBENCH [PYTHON]
 set -u
 export PYTHONDONTWRITEBYTECODE=1  # the peers' modules are imported from the source tree
@@ -106,6 +108,27 @@ run own --own-inputs
 rc=$?
 [ "$rc" -eq 1 ] || { fail "attnbench check on outputs from the peer's own inputs: exit $rc, expected 1 (the check cannot tell)"; tail -n 20 "$tmp/check_own.out"; }
 grep -q "FAIL" "$tmp/check_own.out" || fail "attnbench check on outputs from the peer's own inputs: no failed case reported"
+
+# cpu_peers.py itself, where its peers are installed (ci/install-peers.sh's .venv): checked on our check
+# cases and timed on our problems, compared with ours.
+if "$python" -c "import onnxruntime, onnx, jax" 2>/dev/null; then
+  "$bin" bench --smoke --impl cpu_naive --dtype f32 --threads 1 --json "$tmp/real/bench.json" \
+    --peers "$python $src/benchmarks/peers/cpu_peers.py --repetitions 1" >"$tmp/real.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || { fail "bench --peers cpu_peers.py: exit $rc"; tail -n 20 "$tmp/real.out"; }
+  "$python" - "$tmp/real/bench.json" <<'PY' || fail "bench --peers cpu_peers.py: its checks or records are not of our cases"
+import json, sys
+p = json.load(open(sys.argv[1]))["attnbench"]["peers"]
+assert p["status"] == "ok" and p["cases"] == {"check": 12, "timed": 6}, (p["status"], p["cases"])
+for peer in p["peers"]:
+    assert peer["valid_target"] is True and len(peer["checked"]) == 12, peer
+    assert all(c["problem"].endswith("seed=7") for c in peer["checked"]), peer["checked"]
+assert len(p["results"]) == 12 and not p["left_out_records"], p["left_out_records"]
+assert len(p["comparisons"]) == 6 and all(c["target"] for c in p["comparisons"]), p["comparisons"]
+PY
+else
+  echo "peer_inputs: cpu_peers.py's own peers not run (no onnxruntime, onnx and jax in $python; see ci/install-peers.sh)"
+fi
 
 echo "peer_inputs: $failures failed"
 [ "$failures" -eq 0 ]
