@@ -48,9 +48,9 @@ struct PeersPlan {
 
 // Settles the peers' problem list from our families (their sizes, dtypes and head dimensions;
 // the options' when no family is left) and the options (batch, heads, masks, --l2 when a family
-// runs on the GPU). Throws InputError when COMMAND is empty, or with --smoke and no --dtype
-// (--smoke benchmarks every dtype each implementation accepts: name the ones to compare).
-// Nothing is run or written. Whether the script supports the list is the script's to say (it
+// runs on the GPU). Throws InputError when COMMAND is empty, with --smoke and no --dtype
+// (--smoke benchmarks every dtype each implementation accepts: name the ones to compare), or when
+// --peers-cases names a folder that holds anything but a peer-cases folder. Nothing is run or written. Whether the script supports the list is the script's to say (it
 // exits 2 naming what it does not support: cpu_peers.py takes f32 only).
 PeersPlan plan_peers(const BenchOptions& options, int threads, std::span<const FamilySpec> families);
 
