@@ -49,10 +49,12 @@ struct BenchOptions {
   bool smoke = false;                                  // n = 16, 32, 64, one iteration each, short peak probes
   std::vector<std::string> benchmark_flags;            // passed to Google Benchmark (--benchmark_*=...)
   nlohmann::json context;                              // where it ran (git revision, compiler, CPU, ...)
-  // --peers COMMAND: afterwards, run the peers script on the same problem list (appending
-  // --min-n --max-n --threads --masks --batch --heads --d --dtype [--l2] --out) and compare; see
-  // peer_comparison.hpp.
+  // --peers COMMAND: afterwards, run the peers script on the same problem list and our inputs
+  // (appending --cases DIR --threads [--l2] --out) and compare; see peer_comparison.hpp.
   std::optional<std::string> peers_command;
+  // --peers-cases DIR: the folder of the peers' problems and inputs is written there and kept (to
+  // rerun a peers script on it by hand); empty: a temporary one, removed after the peers ran.
+  std::string peers_cases_dir;
   // GPU families (describe().device == "cuda"): "cold" flushes L2 before every timed iteration,
   // "hot" does not (gpu_timing.hpp). In the GPU families' names: IMPL/DTYPE/dD/MASK/l2_cold.
   std::string l2 = "cold";

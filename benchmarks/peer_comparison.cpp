@@ -87,8 +87,9 @@ std::string describe(const Termination& t) {
   return text;
 }
 
-// Reads and parses the peers JSON; returns an error message, or an empty string.
-std::string read_peers_json(const std::string& path, json& doc) {
+// Reads and parses the peers JSON, and reads it as a peers document (records/peers_record.hpp, the
+// one reader of the schema); returns an error message, or an empty string.
+std::string read_peers_json(const std::string& path, json& doc, PeersDocument& peers) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return fmt::format("it did not write {}", path);
   std::ifstream in(path);
@@ -100,27 +101,11 @@ std::string read_peers_json(const std::string& path, json& doc) {
   } catch (const json::exception& e) {
     return fmt::format("{} is not valid JSON: {}", path, e.what());
   }
-  if (!doc.is_object()) return fmt::format("{} is not a JSON object", path);
-  if (!doc.contains("results") || !doc["results"].is_array()) return fmt::format("{} has no \"results\" array", path);
-  if (doc.contains("peers") && !doc["peers"].is_array()) return fmt::format("{}: \"peers\" is not an array", path);
-  return {};
-}
-
-// A record's problem differs from the plan's problem list in a field it states (dtype and d_k
-// it must state: they say which of our families it is compared with).
-std::string problem_mismatch(const json& p, const PeersPlan& plan) {
-  const std::pair<const char*, std::int64_t> ints[] = {{"b", plan.batch}, {"h_q", plan.heads}, {"h_kv", plan.heads}};
-  for (const auto& [key, want] : ints)
-    if (p.contains(key) && (!p[key].is_number_integer() || p[key].get<std::int64_t>() != want))
-      return fmt::format("{}={} (expected {})", key, p[key].dump(), want);
-  if (!p.contains("d_k") || !p["d_k"].is_number_integer()) return "no integer d_k";
-  const std::int64_t d = p["d_k"].get<std::int64_t>();
-  if (std::find(plan.head_dims.begin(), plan.head_dims.end(), d) == plan.head_dims.end()) return fmt::format("d_k={}", d);
-  if (p.contains("d_v") && p["d_v"] != p["d_k"]) return fmt::format("d_v={} differs from d_k={}", p["d_v"].dump(), d);
-  if (!p.contains("dtype") || !p["dtype"].is_string()) return "no dtype";
-  if (std::find(plan.dtypes.begin(), plan.dtypes.end(), p["dtype"].get<std::string>()) == plan.dtypes.end())
-    return fmt::format("dtype={}", p["dtype"].dump());
-  if (p.contains("n_k") && p["n_k"] != p["n_q"]) return fmt::format("n_k={} differs from n_q={}", p["n_k"].dump(), p["n_q"].dump());
+  try {
+    peers = read_peers_document(doc, path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
   return {};
 }
 
@@ -167,11 +152,35 @@ std::string peers_json_path(const std::string& bench_json_path) {
   return bench_json_path + ".peers.json";
 }
 
-std::string PeersPlan::arguments() const {
-  std::string text = fmt::format("--min-n {} --max-n {} --threads {} --masks {} --batch {} --heads {} --d {} --dtype {}", min_n, max_n,
-                                 threads, fmt::join(script_masks, ","), batch, heads, fmt::join(head_dims, ","), fmt::join(dtypes, ","));
+std::string PeersPlan::arguments(const std::string& cases_dir) const {
+  std::string text = fmt::format("--cases {} --threads {}", shell_quote(cases_dir), threads);
   if (!l2.empty()) text += " --l2 " + l2;
   return text;
+}
+
+std::vector<Problem> PeersPlan::timed_problems() const {
+  std::vector<Problem> problems;
+  for (const auto& dtype : dtypes)
+    for (const std::int64_t d : head_dims)
+      for (const auto& mask : script_masks) {
+        FamilySpec family;
+        family.dtype = parse_dtype(dtype);
+        family.batch = batch;
+        family.heads = heads;
+        family.head_dim = d;
+        family.window = Window::of(mask == "none" ? Causal::none : Causal::top_left);
+        for (std::int64_t n = min_n; n >= 1 && n <= max_n; n *= 2) problems.push_back(family.problem(n));
+      }
+  return problems;
+}
+
+std::vector<PeerCase> PeersPlan::cases() const {
+  std::vector<DType> types;
+  for (const auto& dtype : dtypes) types.push_back(parse_dtype(dtype));
+  std::vector<PeerCase> list;
+  for (const Problem& p : peer_check_problems(types, head_dims, heads)) list.push_back({PeerCase::Role::check, p});
+  for (const Problem& p : timed_problems()) list.push_back({PeerCase::Role::timed, p});
+  return list;
 }
 
 PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilySpec> families) {
@@ -225,6 +234,8 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
   if (gpu) plan.l2 = to_string(parse_l2_mode(o.l2));
   plan.threads = threads;
   plan.out_path = peers_json_path(o.json_path);
+  plan.cases_dir = o.peers_cases_dir;
+  if (!plan.cases_dir.empty()) check_peer_cases_dir(plan.cases_dir);  // before anything runs
   return plan;
 }
 
@@ -241,20 +252,14 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     return outcome;
   };
 
-  // Where the peers write: next to the bench JSON, else a temporary directory removed afterwards.
-  std::string out_path = plan.out_path;
+  // The peers' cases go to a temporary directory removed afterwards (unless --peers-cases keeps
+  // them); so does their JSON when there is no bench JSON to write it beside.
   std::filesystem::path temp_dir;
-  if (out_path.empty()) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "attnbench-peers-XXXXXX").string();
+  {
+    std::error_code ec;
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "attnbench-peers-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) return fail(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
     temp_dir = pattern;
-    out_path = (temp_dir / "peers.json").string();
-  } else {
-    std::error_code ec;
-    // A stale file must not pass for this run's; only a regular one is removed (never a link or device).
-    if (std::filesystem::exists(std::filesystem::symlink_status(out_path, ec)) && !std::filesystem::is_regular_file(std::filesystem::symlink_status(out_path, ec)))
-      return fail(fmt::format("{} is not a regular file: the peers' results are not written there", out_path));
-    std::filesystem::remove(out_path, ec);
   }
   struct TempCleanup {
     std::filesystem::path dir;
@@ -263,12 +268,36 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
       if (!dir.empty()) std::filesystem::remove_all(dir, ec);
     }
   } cleanup{temp_dir};
+  std::string out_path = plan.out_path;
+  const bool temporary_out = out_path.empty();
+  if (temporary_out) {
+    out_path = (temp_dir / "peers.json").string();
+  } else {
+    std::error_code ec;
+    // A stale file must not pass for this run's; only a regular one is removed (never a link or device).
+    if (std::filesystem::exists(std::filesystem::symlink_status(out_path, ec)) && !std::filesystem::is_regular_file(std::filesystem::symlink_status(out_path, ec)))
+      return fail(fmt::format("{} is not a regular file: the peers' results are not written there", out_path));
+    std::filesystem::remove(out_path, ec);
+  }
 
-  const std::string arguments = fmt::format("{} --out {}", plan.arguments(), shell_quote(out_path));
+  const std::filesystem::path cases_dir = plan.cases_dir.empty() ? temp_dir / "peer-cases" : std::filesystem::path(plan.cases_dir);
+  const std::vector<PeerCase> cases = plan.cases();
+  std::set<std::string> timed;  // the repro strings a record may carry
+  for (const PeerCase& c : cases)
+    if (c.role == PeerCase::Role::timed) timed.insert(c.problem.repro());
+  try {
+    write_peer_cases(cases_dir, cases);
+  } catch (const std::exception& e) {
+    return fail(fmt::format("cannot write the peers' cases to {}: {}", cases_dir.string(), e.what()));
+  }
+
+  const std::string arguments = fmt::format("{} --out {}", plan.arguments(cases_dir.string()), shell_quote(out_path));
   const std::string full = plan.command + " " + arguments;
   section["arguments"] = arguments;
-  section["json"] = temp_dir.empty() ? json(out_path) : json(nullptr);
-  fmt::print("\nattnbench bench: running the peers on the same problem list: {}\n\n", full);
+  section["json"] = temporary_out ? json(nullptr) : json(out_path);
+  section["cases"] = {{"check", cases.size() - timed.size()}, {"timed", timed.size()}};
+  fmt::print("\nattnbench bench: running the peers on the same problem list ({} timed problems and {} checks, with our inputs): {}\n\n",
+             timed.size(), cases.size() - timed.size(), full);
   for (const auto& note : plan.notes) fmt::print("  note: {}\n", note);
 
   const Termination t = run_through_shell(full);
@@ -277,15 +306,15 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   if (!t.start_error.empty()) return fail(fmt::format("'{}' {}", plan.command, describe(t)));
 
   json doc;
-  const std::string read_error = read_peers_json(out_path, doc);
-  if (std::error_code ec; temp_dir.empty() && !std::filesystem::exists(out_path, ec)) section["json"] = nullptr;
+  PeersDocument peers_doc;
+  const std::string read_error = read_peers_json(out_path, doc, peers_doc);
+  if (std::error_code ec; !temporary_out && !std::filesystem::exists(out_path, ec)) section["json"] = nullptr;
   if (read_error.empty()) {
     if (doc.contains("context")) section["context"] = doc["context"];
     if (doc.contains("peers")) section["peers"] = doc["peers"];
     section["results"] = doc["results"];
   }
 
-  const PeersDocument peers_doc = read_error.empty() ? read_peers_document(doc, out_path) : PeersDocument{};
 
   // Skipped peers (not installed, broken) say why, whatever the exit code.
   std::vector<std::string> peer_order;
@@ -329,8 +358,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
       continue;
     }
     const std::string& name = r.peer;
-    if (const std::string mismatch = problem_mismatch(r.problem, plan); !mismatch.empty()) {
-      skipped_records.push_back(fmt::format("{} {}: {} is not on {}", name, r.repro, mismatch, describe_list(plan)));
+    if (!timed.contains(r.repro)) {
+      skipped_records.push_back(fmt::format("{} {}: not one of the {} problems it was given ({})", name, r.repro, timed.size(), describe_list(plan)));
       continue;
     }
     if (!r.untimed.empty()) {

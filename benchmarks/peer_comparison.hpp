@@ -1,8 +1,9 @@
 #pragma once
-// `attnbench bench --peers COMMAND`: after our families have run, runs the peers script
-// (benchmarks/peers/cpu_peers.py or torch_sdpa.py, or anything that takes their arguments and
-// writes their JSON schema) on the same problem list, reads its JSON, and puts the peers'
-// medians beside ours, per (dtype, d, mask, n): one table, one JSON section.
+// `attnbench bench --peers COMMAND`: after our families have run, writes the peers' problems and
+// their inputs into a peer-cases folder (benchmarks/peer_cases.hpp), runs the peers script
+// (benchmarks/peers/cpu_peers.py or torch_sdpa.py, or anything that reads that folder and writes
+// their JSON schema) on it, reads its JSON, and puts the peers' medians beside ours, per
+// (dtype, d, mask, n): one table, one JSON section.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "benchmarks/peer_cases.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "core/problem.hpp"
 
@@ -26,21 +28,29 @@ struct PeersPlan {
   std::int64_t batch = 1, heads = 8;      // b, h_q = h_kv
   std::vector<std::int64_t> head_dims;    // d_k = d_v of our families
   std::vector<std::string> dtypes;        // of our families: f32, f16, bf16, f64
-  std::vector<std::string> script_masks;  // the script's names: none, causal
+  std::vector<std::string> script_masks;  // the peers' masks: none, causal (top-left)
   std::string l2;                         // "cold" or "hot" when a GPU family runs (--l2), else empty
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
+  std::string cases_dir;                  // --peers-cases: where the peer-cases folder is kept; empty: a temporary one
   std::vector<std::string> notes;         // e.g. bottom_right compared with the peers' top-left
 
-  // What is appended to COMMAND, before "--out PATH": "--min-n 16 --max-n 64 --threads 2
-  // --masks none,causal --batch 1 --heads 8 --d 64 --dtype f32" (and "--l2 cold").
-  std::string arguments() const;
+  // The problems the peers are timed on: per dtype, d and mask, n over the powers of two from
+  // min_n to max_n, each our family's problem (FamilySpec::problem: the same repro string, the
+  // same inputs); a causal mask is top-left (with n_q = n_k bottom-right is the same mask).
+  std::vector<Problem> timed_problems() const;
+  // Their correctness checks first (peer_check_problems), then the timed problems.
+  std::vector<PeerCase> cases() const;
+
+  // What is appended to COMMAND, before "--out PATH": "--cases DIR --threads 2" (and
+  // "--l2 cold"), DIR the peer-cases folder written for the run.
+  std::string arguments(const std::string& cases_dir) const;
 };
 
 // Settles the peers' problem list from our families (their sizes, dtypes and head dimensions;
 // the options' when no family is left) and the options (batch, heads, masks, --l2 when a family
-// runs on the GPU). Throws InputError when COMMAND is empty, or with --smoke and no --dtype
-// (--smoke benchmarks every dtype each implementation accepts: name the ones to compare).
-// Nothing is run or written. Whether the script supports the list is the script's to say (it
+// runs on the GPU). Throws InputError when COMMAND is empty, with --smoke and no --dtype
+// (--smoke benchmarks every dtype each implementation accepts: name the ones to compare), or when
+// --peers-cases names a folder that holds anything but a peer-cases folder. Nothing is run or written. Whether the script supports the list is the script's to say (it
 // exits 2 naming what it does not support: cpu_peers.py takes f32 only).
 PeersPlan plan_peers(const BenchOptions& options, int threads, std::span<const FamilySpec> families);
 
@@ -68,8 +78,9 @@ struct PeersOutcome {
   nlohmann::json section;   // for the bench JSON's "attnbench" section, key "peers"
 };
 
-// Runs the command (its output streams to the console), reads its JSON, prints the side-by-side
-// table. Never throws for what the command does: a failure is reported in the outcome. Exit
+// Writes the peer-cases folder (a temporary one, removed afterwards), runs the command on it (its
+// output streams to the console), reads its JSON, prints the side-by-side table. A record whose
+// problem is not one of the timed problems (by repro string) is left out, with the reason. Never throws for what the command does: a failure is reported in the outcome. Exit
 // codes: 0 ok; 1 with a peer marked valid_target false: ok, that peer invalid; 3 the peer is
 // unavailable here (outcome.unavailable, no table); anything else, a signal, or a missing or
 // malformed JSON: failed.

@@ -21,7 +21,7 @@ struct PeerStatus {  // an entry of "peers"
 struct PeerResult {  // an entry of "results"
   std::string peer, peer_version;
   std::optional<bool> valid_target;
-  nlohmann::json problem = nlohmann::json::object();  // as the script wrote it
+  nlohmann::json problem = nlohmann::json::object();  // the case's problem JSON as bench wrote it, echoed by the script
   std::string dtype, causal, repro;                  // from the problem
   std::int64_t d_k = 0, n_q = 0;
   std::optional<double> median_ms;                   // median_seconds, in ms (positive and finite)

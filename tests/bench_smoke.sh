@@ -5,11 +5,12 @@
 # comparisons, a failing command, an unavailable peer). GPU implementations: where no device is, they
 # are skipped with the reason (not an error), and asked for alone they run nothing (exit 0 with --smoke,
 # 1 without); where a device is, their families run like the others (event-timed, named .../l2_cold).
-# The peers scripts' argument contracts (cpu_peers.py f32 only; torch_sdpa.py unavailable without
-# PyTorch or a GPU) and torch_sdpa.py's timing and record logic with a stand-in timer. Also the bench
+# The peers scripts' contracts on the cases folder bench writes (cpu_peers.py f32 only; torch_sdpa.py
+# unavailable without PyTorch or a GPU) and torch_sdpa.py's timing and record logic with a stand-in timer. Also the bench
 # command's bad-input contract (exit 2, nothing written).
 # Usage: bench_smoke.sh path/to/attnbench
 set -u
+export PYTHONDONTWRITEBYTECODE=1  # the peers scripts import from the source tree
 
 bin=${1:?usage: bench_smoke.sh path/to/attnbench}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
@@ -157,25 +158,37 @@ else
 fi
 
 # --- --peers: a fake peers command side by side with ours -------------------------------------------
-# The fake stands in for benchmarks/peers/cpu_peers.py (no onnxruntime or jax needed): it parses the
-# arguments bench appends, prints progress on stdout and stderr, and writes the script's JSON schema
-# with made-up medians: peer_ok (valid; an error record at none/n=32), peer_bad (fastest, but failed
-# its checks: never the target), peer_nochk (checks skipped: valid_target null), peer_missing
-# (skipped); Infinity and NaN in the checks, as Python's json writes them. Records for every (dtype, d)
-# it is given. It exits 1, as the script does when a peer fails its checks. --mode exit4|nofile|malformed
-# makes it fail; --mode unavailable exits 3 as torch_sdpa.py does without PyTorch or a GPU.
+# The fake stands in for benchmarks/peers/cpu_peers.py (no onnxruntime or jax needed): it reads the
+# cases folder bench passes (--cases DIR: peer_cases.json, and the .npy files it names, which must be
+# there), prints the problem list it found and progress on stdout and stderr, and writes the script's
+# JSON schema with made-up medians for each timed case: peer_ok (valid; an error record at none/n=32),
+# peer_bad (fastest, but failed its checks: never the target), peer_nochk (checks skipped: valid_target
+# null), peer_missing (skipped); Infinity and NaN in the checks, as Python's json writes them. It exits
+# 1, as the script does when a peer fails its checks. --mode exit4|nofile|malformed makes it fail;
+# --mode unavailable exits 3 as torch_sdpa.py does without PyTorch or a GPU.
 cat >"$tmp/fake_peers.py" <<'PY'
-import argparse, json, sys
+import argparse, json, os, sys
 ap = argparse.ArgumentParser()
 ap.add_argument("--mode", default="ok")
-for name in ("--min-n", "--max-n", "--threads", "--batch", "--heads"):
-    ap.add_argument(name, type=int, required=True)
-for name in ("--masks", "--d", "--dtype", "--out"):
-    ap.add_argument(name, required=True)
+ap.add_argument("--cases", required=True)
+ap.add_argument("--threads", type=int, required=True)
+ap.add_argument("--out", required=True)
 ap.add_argument("--l2", default="-")
 a = ap.parse_args()
-print(f"fake_peers: min-n {a.min_n} max-n {a.max_n} threads {a.threads} masks {a.masks} batch {a.batch} heads {a.heads} "
-      f"d {a.d} dtype {a.dtype} l2 {a.l2} out {a.out}", flush=True)
+manifest = json.load(open(os.path.join(a.cases, "peer_cases.json")))
+assert manifest["schema"] == "attnbench.peer_cases", manifest["schema"]
+cases = manifest["cases"]
+for c in cases:
+    for t in ("q", "k", "v"):
+        assert os.path.isfile(os.path.join(a.cases, c[t])), c[t]
+timed = [c for c in cases if c["role"] == "timed"]
+checks = [c for c in cases if c["role"] == "check"]
+def values(key, mapping=lambda x: x):
+    return ",".join(str(mapping(v)) for v in dict.fromkeys(c["problem"][key] for c in timed))
+ns = sorted({c["problem"]["n_q"] for c in timed})
+print(f"fake_peers: min-n {ns[0]} max-n {ns[-1]} threads {a.threads} masks {values('causal', lambda m: 'causal' if m == 'top_left' else m)} "
+      f"batch {values('b')} heads {values('h_q')} d {values('d_k')} dtype {values('dtype')} l2 {a.l2} out {a.out}", flush=True)
+print(f"fake_peers: {len(timed)} timed, {len(checks)} checks", flush=True)
 print("fake_peers: progress on stderr", file=sys.stderr, flush=True)
 if a.mode == "exit4":
     sys.exit(4)
@@ -187,34 +200,26 @@ if a.mode == "nofile":
 if a.mode == "malformed":
     open(a.out, "w").write("{not json")
     sys.exit(0)
-ns, n = [], a.min_n
-while n <= a.max_n:
-    ns.append(n)
-    n *= 2
 peers = [{"peer": "peer_ok", "peer_version": "1.0", "checked": [], "valid_target": True},
          {"peer": "peer_bad", "peer_version": "2.0", "valid_target": False,
           "checked": [{"problem": "b=1 ...", "pass": False, "max_abs_error": float("inf"), "ratio_to_naive": float("nan")}]},
          {"peer": "peer_nochk", "peer_version": "3.0", "checked": [], "valid_target": None},
          {"peer": "peer_missing", "skipped": "ModuleNotFoundError: No module named 'peer_missing'"}]
 results = []
-for dtype in a.dtype.split(","):
-  for d in map(int, a.d.split(",")):
-    for mask in a.masks.split(","):
-      causal = {"none": "none", "causal": "top_left"}[mask]
-      for n in ns:
-        problem = {"repro": f"b={a.batch} hq={a.heads} hkv={a.heads} nq={n} nk={n} dk={d} dv={d} dtype={dtype} causal={causal} regime=diffuse seed=0",
-                   "b": a.batch, "h_q": a.heads, "h_kv": a.heads, "n_q": n, "n_k": n, "d_k": d, "d_v": d, "dtype": dtype, "causal": causal}
-        def record(peer, version, median, valid):
-            return {"peer": peer, "peer_version": version, "problem": problem, "median_seconds": median,
-                    "min_seconds": median, "times": [median], "valid_target": valid}
-        if causal == "none" and n == 32:
-            results.append({"peer": "peer_ok", "peer_version": "1.0", "problem": problem, "error": "RuntimeError: made up"})
-        else:
-            results.append(record("peer_ok", "1.0", n * 1e-5, True))
-        results.append(record("peer_bad", "2.0", n * 1e-9, False))
-        results.append(record("peer_nochk", "3.0", n * 3e-5, None))
-# A record off the problem list (another head count) is left out, never compared.
-off = dict(results[-1], problem=dict(results[-1]["problem"], h_q=a.heads + 1, repro="off the list"))
+for c in timed:
+    problem = dict(c["problem"], flops=c["flops"], bytes_min=c["bytes_min"])
+    n = problem["n_q"]
+    def record(peer, version, median, valid):
+        return {"peer": peer, "peer_version": version, "problem": problem, "median_seconds": median,
+                "min_seconds": median, "times": [median], "valid_target": valid}
+    if problem["causal"] == "none" and n == 32:
+        results.append({"peer": "peer_ok", "peer_version": "1.0", "problem": problem, "error": "RuntimeError: made up"})
+    else:
+        results.append(record("peer_ok", "1.0", n * 1e-5, True))
+    results.append(record("peer_bad", "2.0", n * 1e-9, False))
+    results.append(record("peer_nochk", "3.0", n * 3e-5, None))
+# A record of a problem it was not given (another seed) is left out, never compared.
+off = dict(results[-1], problem=dict(results[-1]["problem"], repro=results[-1]["problem"]["repro"].replace("seed=1", "seed=2")))
 results.append(off)
 with open(a.out, "w") as f:
     json.dump({"context": {"args": vars(a)}, "peers": peers, "results": results}, f, indent=2)
@@ -224,7 +229,7 @@ fake_peers="python3 $tmp/fake_peers.py"
 # Where a GPU family runs (a device is here), bench passes --l2 cold too.
 l2_passed=$(python3 -c "import json,sys; g=json.load(open(sys.argv[1]))['attnbench'].get('gpu'); print('cold' if g and g['device']['available'] else '-')" "$tmp/out/bench.json" 2>/dev/null)
 
-"$bin" bench --smoke --dtype f32 --threads 1 --json "$tmp/peers/bench.json" --peers "$fake_peers" >"$tmp/peers.out" 2>"$tmp/peers.err"
+"$bin" bench --smoke --dtype f32 --threads 1 --json "$tmp/peers/bench.json" --peers "$fake_peers" --peers-cases "$tmp/cases_f32" >"$tmp/peers.out" 2>"$tmp/peers.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
   fail "bench --smoke --dtype f32 --peers FAKE exited $rc (a peer failing its own checks is not our failure: expected 0)"
@@ -232,13 +237,14 @@ if [ "$rc" -ne 0 ]; then
   sed 's/^/  ! /' "$tmp/peers.err" | tail -n 20
 fi
 grep -q "^fake_peers: min-n 16 max-n 64 threads 1 masks none,causal batch 1 heads 8 d 64 dtype f32 l2 ${l2_passed:--} out $tmp/peers/bench.peers.json$" "$tmp/peers.out" ||
-  fail "--peers: the command's stdout did not stream through with the expected arguments"
+  fail "--peers: the command's stdout did not stream through with the expected arguments and cases"
+grep -q "^fake_peers: 6 timed, 12 checks$" "$tmp/peers.out" || fail "--peers: the cases folder does not hold 6 timed cases and 12 checks"
 grep -q "^fake_peers: progress on stderr" "$tmp/peers.err" || fail "--peers: the command's stderr did not stream through"
 grep -q "^Side by side with the peers (medians, same run)" "$tmp/peers.out" || fail "--peers: no side-by-side table"
 grep -q "peer_bad FAILED" "$tmp/peers.out" || fail "--peers: the invalid peer is not reported prominently"
 grep -q "peer peer_missing: skipped" "$tmp/peers.out" || fail "--peers: the skipped peer is not reported"
 grep -q "peer_ok f32 d64 none n=32: RuntimeError: made up" "$tmp/peers.out" || fail "--peers: the peer's error record is not reported"
-grep -q "off the list: h_q=9 (expected 8) is not on the problem list" "$tmp/peers.out" || fail "--peers: the record off the list is not reported as left out"
+grep -q "seed=2: not one of the 6 problems it was given" "$tmp/peers.out" || fail "--peers: the record off the list is not reported as left out"
 if ! python3 - "$tmp/peers/bench.json" "$tmp/peers.out" <<'PY'
 import json, re, sys
 doc = json.load(open(sys.argv[1]))
@@ -334,8 +340,8 @@ python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['attnbench']['peers'
 # The problem list goes to the peers: batch, heads, every dtype and d our families run; their
 # records are compared per (dtype, d).
 "$bin" bench --smoke --impl cpu_blocked --masks none --dtype f32,f16 --d 32 --heads 2 --batch 2 --json "$tmp/plist/bench.json" \
-  --peers "$fake_peers" >"$tmp/plist.out" 2>&1 || { fail "--peers with --dtype f32,f16 --d 32 --heads 2 --batch 2 failed"; tail -n 20 "$tmp/plist.out"; }
-grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks none batch 2 heads 2 d 32 dtype f32,f16 l2 - out " "$tmp/plist.out" ||
+  --peers "$fake_peers" --peers-cases "$tmp/cases_f16" >"$tmp/plist.out" 2>&1 || { fail "--peers with --dtype f32,f16 --d 32 --heads 2 --batch 2 failed"; tail -n 20 "$tmp/plist.out"; }
+grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks none batch 2 heads 2 d 32 dtype f32,f16 l2 [-a-z]* out " "$tmp/plist.out" ||
   fail "--peers: the command did not get our batch, heads, d and dtypes"
 python3 - "$tmp/plist/bench.json" <<'PY' || fail "--peers: the comparisons are not per (dtype, d)"
 import json, sys
@@ -364,6 +370,9 @@ bad_input "--benchmark_min_time" --benchmark_min_time=soon
 bad_input "--peers with --smoke needs --dtype f32" --peers "$fake_peers"
 bad_input "--peers needs a command" --dtype f32 --peers ' '
 bad_input "--l2 'warm': expected cold" --l2 warm
+bad_input "--peers-cases requires --peers" --dtype f32 --peers-cases "$tmp/pc"
+mkdir -p "$tmp/notpc" && touch "$tmp/notpc/mine.txt"
+bad_input "holds mine.txt, so it is not a peer-cases folder" --dtype f32 --peers "$fake_peers" --peers-cases "$tmp/notpc"
 
 "$bin" bench --smoke --min-n 100 --json "$tmp/bad/bench.json" >/dev/null 2>&1
 [ $? -eq 0 ] || fail "--smoke must ignore --min-n"
@@ -392,27 +401,33 @@ else
 fi
 
 # --- the peers scripts' argument contracts -------------------------------------------------------------
-# cpu_peers.py takes the bench's problem-list flags and says what it does not support (exit 2).
-python3 "$src/benchmarks/peers/cpu_peers.py" --dtype f32,f16 --out "$tmp/cpu_peers.json" >"$tmp/cpu_peers.out" 2>&1
+# They read the cases folder bench writes (kept above by --peers-cases) and say what they do not
+# run (exit 2): cpu_peers.py times f32 only; a missing folder is named.
+[ -f "$tmp/cases_f32/peer_cases.json" ] && [ -f "$tmp/cases_f16/peer_cases.json" ] || fail "--peers-cases DIR: the cases folders were not kept"
+python3 "$src/benchmarks/peers/cpu_peers.py" --cases "$tmp/cases_f16" --out "$tmp/cpu_peers.json" >"$tmp/cpu_peers.out" 2>&1
 rc=$?
-[ "$rc" -eq 2 ] || fail "cpu_peers.py --dtype f32,f16: exit $rc, expected 2"
-grep -qF -- "--dtype f16: cpu_peers.py times float32 only" "$tmp/cpu_peers.out" || { fail "cpu_peers.py --dtype f16: no clear message"; cat "$tmp/cpu_peers.out"; }
-python3 "$src/benchmarks/peers/cpu_peers.py" --d 64,x --out "$tmp/cpu_peers.json" >/dev/null 2>&1
-[ $? -eq 2 ] || fail "cpu_peers.py --d 64,x: expected exit 2"
+[ "$rc" -eq 2 ] || fail "cpu_peers.py on f32 and f16 cases: exit $rc, expected 2"
+grep -qF -- "the cases hold f16: cpu_peers.py times float32 only" "$tmp/cpu_peers.out" || { fail "cpu_peers.py on f16 cases: no clear message"; cat "$tmp/cpu_peers.out"; }
+python3 "$src/benchmarks/peers/cpu_peers.py" --cases "$tmp/nosuch" --out "$tmp/cpu_peers.json" >"$tmp/cpu_peers.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -qF "cannot read $tmp/nosuch/peer_cases.json" "$tmp/cpu_peers.out" ||
+  { fail "cpu_peers.py --cases nosuch: exit $rc, expected 2 naming the manifest"; cat "$tmp/cpu_peers.out"; }
+python3 "$src/benchmarks/peers/cpu_peers.py" --out "$tmp/cpu_peers.json" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "cpu_peers.py without --cases: expected exit 2"
 
 # torch_sdpa.py: bad usage exits 2; without PyTorch or a GPU it exits 3, saying why, and writes the
 # reason as skipped peers; `bench --peers` reports that as "peer unavailable" (exit 0).
 torch_sdpa="$src/benchmarks/peers/torch_sdpa.py"
-python3 "$torch_sdpa" --dtype f8 --out "$tmp/torch.json" >"$tmp/torch.out" 2>&1
+python3 "$torch_sdpa" --cases "$tmp/nosuch" --out "$tmp/torch.json" >"$tmp/torch.out" 2>&1
 rc=$?
-[ "$rc" -eq 2 ] && grep -qF -- "--dtype f8: torch_sdpa.py supports f32, f16, bf16, f64" "$tmp/torch.out" ||
-  { fail "torch_sdpa.py --dtype f8: exit $rc, expected 2 with a clear message"; cat "$tmp/torch.out"; }
-python3 "$torch_sdpa" --backends flash,fast --out "$tmp/torch.json" >/dev/null 2>&1
+[ "$rc" -eq 2 ] && grep -qF "cannot read $tmp/nosuch/peer_cases.json" "$tmp/torch.out" ||
+  { fail "torch_sdpa.py --cases nosuch: exit $rc, expected 2 with a clear message"; cat "$tmp/torch.out"; }
+python3 "$torch_sdpa" --cases "$tmp/cases_f32" --backends flash,fast --out "$tmp/torch.json" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "torch_sdpa.py --backends flash,fast: expected exit 2"
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
   echo "bench_smoke: PyTorch and a CUDA device are here: torch_sdpa.py's unavailable path not checked"
 else
-  python3 "$torch_sdpa" --min-n 16 --max-n 64 --dtype f16,bf16 --l2 hot --out "$tmp/torch/peers.json" >"$tmp/torch.out" 2>&1
+  python3 "$torch_sdpa" --cases "$tmp/cases_f16" --l2 hot --out "$tmp/torch/peers.json" >"$tmp/torch.out" 2>&1
   rc=$?
   [ "$rc" -eq 3 ] || { fail "torch_sdpa.py without PyTorch or a GPU: exit $rc, expected 3"; cat "$tmp/torch.out"; }
   grep -q "^torch_sdpa: peer unavailable: " "$tmp/torch.out" || fail "torch_sdpa.py: the reason is not printed"
@@ -420,6 +435,7 @@ else
 import json, sys
 doc = json.load(open(sys.argv[1]))
 assert doc["results"] == [] and doc["context"]["l2_mode"] == "hot", doc
+assert doc["context"]["problem_list"]["timed"] == 6 and doc["context"]["problem_list"]["checks"] == 24, doc["context"]
 assert [p["peer"] for p in doc["peers"]] == ["torch_sdpa_math", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"], doc["peers"]
 assert all(p["skipped"] for p in doc["peers"]), doc["peers"]
 PY
@@ -430,8 +446,9 @@ PY
 fi
 
 # torch_sdpa.py's timing and records with a stand-in timer (no PyTorch needed): warm-up outside the marks,
-# before_each (flush, hold) before each start mark, medians, and the FLOP and byte conventions.
-python3 - "$torch_sdpa" <<'PY' || fail "torch_sdpa.py: the timing or record logic is wrong"
+# before_each (flush, hold) before each start mark, medians, and records that carry the harness's
+# problem and divide its FLOPs and bytes (peer_cases.json) by the median.
+python3 - "$torch_sdpa" "$tmp/cases_f16" <<'PY' || fail "torch_sdpa.py: the timing or record logic is wrong"
 import importlib.util, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[1])))  # peer_problem.py, as when run as a script
 spec = importlib.util.spec_from_file_location("torch_sdpa", sys.argv[1])
@@ -461,16 +478,15 @@ assert log[9:12] == ["flush", "mark", "call"], log
 assert t["times"] == [0.004, 0.001, 0.001] and t["median_seconds"] == 0.001 and t["min_seconds"] == 0.001, t
 assert t["calls_per_repetition"] == 1 and t["warmup_calls"] == 2
 
-p = m.Problem(2, 4, 128, 128, 64, 64, "top_left", "f16")
-assert p.visible_pairs() == 2 * 4 * 128 * 129 // 2
-assert p.flops_exact() == 2.0 * p.visible_pairs() * 128
-assert p.flops_published() == 4.0 * 2 * 4 * 128 * 128 * 64 / 2
-assert p.bytes_min() == 2 * 2 * 4 * 128 * 64 * 4
-assert m.Problem(1, 8, 64, 64, 64, 64, "none", "f32").bytes_min() == 4 * 8 * 64 * 64 * 4
+cases = m.load_cases(sys.argv[2])
+p = [c for c in cases if c.role == "timed" and c.dtype == "f16"][-1]  # b=2 h=2 n=64 d=32, no mask
+assert (p.b, p.h, p.n_q, p.d_k, p.causal) == (2, 2, 64, 32, "none"), p.repro
+assert p.flops() == 2.0 * 2 * 2 * 64 * 64 * (32 + 32) and p.bytes_min() == 2 * 2 * 2 * 64 * 32 * 4, p.figures
 r = m.timing_record("flash", "2.9.0", p, {"times": [0.002, 0.001, 0.003], "median_seconds": 0.002, "min_seconds": 0.001,
                                             "calls_per_repetition": 1, "warmup_calls": 3}, True, "cold")
 assert r["peer"] == "torch_sdpa_flash" and r["backend"] == "FLASH_ATTENTION" and r["valid_target"] is True
-assert abs(r["gflops_exact"] - p.flops_exact() / 0.002 / 1e9) < 1e-9 and r["problem"]["dtype"] == "f16" and r["problem"]["d_k"] == 64
+assert abs(r["gflops_exact"] - p.flops() / 0.002 / 1e9) < 1e-9 and r["problem"]["repro"] == p.repro and r["problem"]["dtype"] == "f16"
+assert abs(r["gbytes_per_second"] - p.bytes_min() / 0.002 / 1e9) < 1e-9
 e = m.error_record("cudnn", "2.9.0", p, "RuntimeError: No available kernel", True)
 assert e["error"].startswith("unsupported: ") and e["unsupported"] and "median_seconds" not in e
 assert m.ulp("f16", 1.0) == 2.0 ** -10 and m.ulp("bf16", 3.0) == 2.0 ** -6 and m.ulp("f32", 0.0) == 2.0 ** -149

@@ -25,10 +25,13 @@
 #include "benchmarks/device_plan.hpp"
 #include "benchmarks/machine_peaks.hpp"
 #include "benchmarks/memory_probe.hpp"
+#include "benchmarks/peer_cases.hpp"
 #include "benchmarks/peer_comparison.hpp"
 #include "benchmarks/problem_list.hpp"
 #include "benchmarks/scaling_fit.hpp"
+#include "core/case_files.hpp"
 #include "core/error.hpp"
+#include "core/inputs.hpp"
 
 namespace attn::bench {
 namespace {
@@ -642,7 +645,21 @@ TEST(PeersPlan, PassesTheProblemListOurFamiliesRun) {
   o.json_path = "results/x.json";
   o.peers_command = "python3 peers.py";
   const PeersPlan plan = plan_peers(o, 3, list.families);
-  EXPECT_EQ(plan.arguments(), "--min-n 256 --max-n 1024 --threads 3 --masks none,causal --batch 2 --heads 4 --d 32,64 --dtype f32,f16");
+  EXPECT_EQ(plan.arguments("/tmp/c d"), "--cases '/tmp/c d' --threads 3");
+  // The timed problems are our families' problems (their repro strings, so their inputs), per
+  // dtype, d, mask (bottom_right as the peers' top-left) and n; the checks come first.
+  const std::vector<Problem> timed = plan.timed_problems();
+  ASSERT_EQ(timed.size(), 2u * 2u * 2u * 3u);
+  std::set<std::string> ours;
+  for (const FamilySpec& f : list.families)
+    if (f.peer_mask())
+      for (const std::int64_t n : f.sizes) ours.insert(f.problem(n).repro());
+  for (const Problem& p : timed) EXPECT_TRUE(ours.contains(p.repro())) << p.repro();
+  const std::vector<PeerCase> cases = plan.cases();
+  ASSERT_EQ(cases.size(), timed.size() + 2u * 2u * 12u);
+  EXPECT_EQ(cases.front().role, PeerCase::Role::check);
+  EXPECT_EQ(cases.back().role, PeerCase::Role::timed);
+  EXPECT_EQ(cases.back().problem, timed.back());
   EXPECT_EQ(plan.out_path, "results/x.peers.json");
   ASSERT_EQ(plan.notes.size(), 1u);  // bottom_right is compared with the peers' causal
 
@@ -654,11 +671,14 @@ TEST(PeersPlan, PassesTheProblemListOurFamiliesRun) {
   gpu_plo.min_n = gpu_plo.max_n = 128;
   const ProblemList gpu_list = curated_problem_list(gpu_impls, gpu_plo);
   o.l2 = "hot";
-  EXPECT_EQ(plan_peers(o, 1, gpu_list.families).arguments(),
-            "--min-n 128 --max-n 128 --threads 1 --masks none,causal --batch 2 --heads 4 --d 64 --dtype f32 --l2 hot");
+  const PeersPlan gpu_plan = plan_peers(o, 1, gpu_list.families);
+  EXPECT_EQ(gpu_plan.arguments("D"), "--cases D --threads 1 --l2 hot");
+  EXPECT_EQ(gpu_plan.timed_problems().size(), 2u);  // f32, d 64, none and causal, n = 128
   o.min_n = 16;
   o.max_n = 32;
-  EXPECT_EQ(plan_peers(o, 1, {}).arguments(), "--min-n 16 --max-n 32 --threads 1 --masks none,causal --batch 2 --heads 4 --d 32,64 --dtype f32,f16");
+  const PeersPlan options_plan = plan_peers(o, 1, {});
+  EXPECT_EQ(options_plan.arguments("D"), "--cases D --threads 1");
+  EXPECT_EQ(options_plan.timed_problems().size(), 2u * 2u * 2u * 2u);  // the options' dtypes, d, masks and n
 }
 
 TEST(PeersPlan, SmokeNeedsNamedDtypesAndTheCommandMustNotBeEmpty) {
@@ -674,16 +694,62 @@ TEST(PeersPlan, SmokeNeedsNamedDtypesAndTheCommandMustNotBeEmpty) {
   EXPECT_THROW(plan_peers(o, 1, {}), InputError);
 }
 
+// The peer-cases folder: a cases directory whose files are our inputs to the bit, and a manifest
+// with each case's role, problem and the harness's figures; a folder of something else is refused.
+TEST(PeerCases, WritesOurInputsAndTheProblemsAsData) {
+  const auto dir = fresh_temp_dir("peer_cases");
+  PeersPlan plan;
+  plan.min_n = 16;
+  plan.max_n = 32;
+  plan.heads = 2;
+  plan.head_dims = {32};
+  plan.dtypes = {"f32", "bf16"};
+  plan.script_masks = {"none", "causal"};
+  const std::vector<PeerCase> cases = plan.cases();
+  ASSERT_EQ(cases.size(), 2u * 12u + 2u * 2u * 2u);
+  write_peer_cases(dir / "pc", cases);
+  const CaseDirectory directory = read_case_directory(dir / "pc" / "cases");
+  ASSERT_EQ(directory.cases.size(), cases.size());
+  for (const CaseFileEntry& entry : directory.cases) {
+    EXPECT_EQ(entry.problem, cases[entry.index].problem);
+    EXPECT_NO_THROW(check_case_inputs(directory, entry, generate_inputs(entry.problem))) << entry.problem.repro();
+  }
+  std::ifstream in(dir / "pc" / peer_cases_manifest);
+  const auto manifest = nlohmann::json::parse(in);
+  EXPECT_EQ(manifest["schema"], "attnbench.peer_cases");
+  ASSERT_EQ(manifest["cases"].size(), cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = manifest["cases"][i];
+    const Problem& p = cases[i].problem;
+    EXPECT_EQ(c["role"], cases[i].role == PeerCase::Role::check ? "check" : "timed");
+    EXPECT_EQ(c["problem"]["repro"], p.repro());
+    EXPECT_EQ(c["flops"].get<double>(), p.flops());
+    EXPECT_EQ(c["flops_published"].get<double>(), p.flops_published());
+    EXPECT_EQ(c["bytes_min"].get<double>(), p.bytes_min());
+    EXPECT_EQ(c["q"], fmt::format("cases/q_{:04}.npy", i));
+    EXPECT_TRUE(std::filesystem::is_regular_file(dir / "pc" / c["v"].get<std::string>()));
+  }
+  EXPECT_NO_THROW(write_peer_cases(dir / "pc", cases));  // an earlier peer-cases folder is written over
+  std::ofstream(dir / "other.txt") << "x";
+  EXPECT_THROW(write_peer_cases(dir, cases), InputError);
+  std::filesystem::remove_all(dir);
+}
+
 // A peers command that copies a prepared JSON to the --out path it is given (the last argument),
 // then exits with `code`.
 std::string copying_command(const std::filesystem::path& json, int code) {
   return fmt::format("sh -c 'for a; do out=$a; done; cp {} \"$out\"; exit {}' sh", json.string(), code);
 }
 
+// A record of the problem the plan times for (dtype, d, causal, n), as a script echoes it.
 nlohmann::json peer_record(const std::string& dtype, std::int64_t d, const std::string& causal, std::int64_t n, double seconds) {
+  FamilySpec family;
+  family.dtype = parse_dtype(dtype);
+  family.head_dim = d;
+  family.window = Window::of(causal == "none" ? Causal::none : Causal::top_left);
   return {{"peer", "p"},
           {"peer_version", "1"},
-          {"problem", {{"b", 1}, {"h_q", 8}, {"h_kv", 8}, {"n_q", n}, {"n_k", n}, {"d_k", d}, {"d_v", d}, {"dtype", dtype}, {"causal", causal}}},
+          {"problem", family.problem(n)},
           {"median_seconds", seconds},
           {"valid_target", true}};
 }
@@ -719,7 +785,9 @@ TEST(RunPeers, ComparesEachRecordWithOurFamilyOfTheSameDtypeAndHeadDimension) {
   EXPECT_DOUBLE_EQ((ratio[{"bf16", 64, "none"}]), 6.0 / 3.0);
   EXPECT_DOUBLE_EQ((ratio[{"f16", 128, "causal"}]), 10.0 / 4.0);
   ASSERT_EQ(outcome.section["left_out_records"].size(), 1u);  // the f32 record is not on the list
-  EXPECT_NE(std::string(outcome.section["left_out_records"][0]).find("dtype=\"f32\""), std::string::npos);
+  EXPECT_NE(std::string(outcome.section["left_out_records"][0]).find("dtype=f32"), std::string::npos);
+  EXPECT_NE(std::string(outcome.section["left_out_records"][0]).find("not one of the 8 problems"), std::string::npos);
+  EXPECT_EQ(outcome.section["cases"]["timed"], 8);
   std::filesystem::remove_all(dir);
 }
 

@@ -2,21 +2,22 @@
 """Times the CPU attention of the peers a user would pick instead of attnbench's kernels.
 
 Peers: ONNX Runtime's com.microsoft MultiHeadAttention contrib operator (a one-node model
-built with onnx.helper) and JAX's jax.nn.dot_product_attention (implementation='xla').
-Same problem list and FLOP conventions as `attnbench bench`: b=1, h=8, d=64, f32 by default
-(--batch, --heads, --d as `attnbench bench --peers` passes them; f32 is the only dtype),
-n_q = n_k = n for n = 128, 256, ..., 8192, masks none and causal (top-left).
+built with onnx.helper) and JAX's jax.nn.dot_product_attention (implementation='xla'), on the
+problems and inputs `attnbench bench --peers` writes into a folder and passes as --cases DIR
+(benchmarks/peers/README.md): the problem list our families run, each with the FLOPs and bytes
+the harness computed, and its q, k, v as .npy files (f32 only here).
 
-Before timing, each peer is checked against a float64 oracle on small cases under the
-pass rule of DESIGN.md; a peer that fails is recorded as not a valid target.
+Before timing, each peer is checked against a float64 oracle on the folder's check cases under
+the pass rule of DESIGN.md; a peer that fails is recorded as not a valid target.
 
-Run from the repository root after `bash ci/install-peers.sh`:
+Run from the repository root after `bash ci/install-peers.sh`, through the harness:
 
-    .venv/bin/python benchmarks/peers/cpu_peers.py [--min-n 128] [--max-n 8192]
-        [--threads N] [--repetitions R] [--out results/peers.json]
+    build/release/cli/attnbench bench --peers '.venv/bin/python benchmarks/peers/cpu_peers.py'
+
+which appends --cases DIR --threads N [--l2 MODE] --out PATH.
 
 Exit codes: 0 every peer that ran passed its checks, 1 a peer failed its checks,
-2 bad usage (e.g. a dtype other than f32) or no peer could run.
+2 bad usage (e.g. a case in a dtype other than f32, or no --cases folder) or no peer could run.
 """
 
 from __future__ import annotations
@@ -33,39 +34,25 @@ import sys
 import time
 from pathlib import Path
 
-from peer_problem import Problem, git_revision
+from peer_problem import Case, CasesError, git_revision, load_cases
 
 
 # --------------------------------------------------------------------------------------
-# Inputs (problems, FLOPs and bytes: peer_problem.py)
+# Inputs: the harness's files (peer_problem.py), in the peers' layout
 # --------------------------------------------------------------------------------------
 
-def make_inputs(p: Problem):
-    """Q, K, V in BSH layout ([b, n, h*d]), float32.
-
-    Same distributions as attnbench's regimes (core/inputs.cpp): diffuse gives scaled scores of
-    unit variance, peaked of variance 64, large puts q.k near FLT_MAX / 16 (far beyond exp's
-    range, so a masked key leaks unless it is excluded, not merely offset); V is standard normal. Drawn with numpy's generator, so
-    the same distribution as the C++ side, not the same bits.
-    """
+def bsh_inputs(p: Case):
+    """The case's Q, K, V ([b, h, n, d] in the files) in BSH layout ([b, n, h*d]), float32."""
     import numpy as np
-    if p.regime == "large":  # typical |q.k| of FLT_MAX / 16 before scaling
-        sigma = math.sqrt(float(np.finfo(np.float32).max) / (16.0 * math.sqrt(p.d_k)))
-    else:
-        score_variance = {"diffuse": 1.0, "peaked": 64.0}[p.regime]
-        sigma = math.sqrt(math.sqrt(score_variance / (p.scale * p.scale * p.d_k)))
-    rng = np.random.default_rng(p.seed)
-    q = (sigma * rng.standard_normal((p.b, p.n_q, p.h * p.d_k))).astype(np.float32)
-    k = (sigma * rng.standard_normal((p.b, p.n_k, p.h * p.d_k))).astype(np.float32)
-    v = rng.standard_normal((p.b, p.n_k, p.h * p.d_v)).astype(np.float32)
-    return q, k, v
+    return tuple(np.ascontiguousarray(x.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1), dtype=np.float32)
+                 for x in p.inputs())
 
 
 # --------------------------------------------------------------------------------------
 # Oracle, naive baseline and the pass rule
 # --------------------------------------------------------------------------------------
 
-def textbook_attention(p: Problem, q, k, v, dtype):
+def textbook_attention(p: Case, q, k, v, dtype):
     """softmax(Q Kᵀ · scale, masked by exclusion) V in `dtype`; BSH in, BSH out."""
     import numpy as np
     Q = q.reshape(p.b, p.n_q, p.h, p.d_k).transpose(0, 2, 1, 3).astype(dtype)
@@ -102,11 +89,6 @@ def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0) -> 
                "tolerance": tolerance, "ratio_to_naive": (err / naive_err) if naive_err > 0 else None,
                "nonfinite": nonfinite, "pass": nonfinite == 0 and err <= tolerance}
     return verdict
-
-
-def check_cases(heads: int, head_dims: list[int]) -> list[Problem]:
-    return [Problem(1, heads, n, n, d, d, causal, regime=regime, seed=7)
-            for d in head_dims for n in (64, 129) for causal in ("none", "top_left") for regime in ("diffuse", "peaked", "large")]
 
 
 # --------------------------------------------------------------------------------------
@@ -169,7 +151,7 @@ class OnnxRuntimePeer:
         self.sessions[key] = sess
         return sess
 
-    def prepare(self, p: Problem, q, k, v):
+    def prepare(self, p: Case, q, k, v):
         """Returns a zero-argument callable that runs the peer once and returns the output."""
         np = self.np
         sess = self._session(p.h, p.causal)
@@ -215,7 +197,7 @@ class JaxPeer:
                 "XLA path replaces masked logits by a finite -0.7*FLT_MAX before softmax (exact exclusion "
                 "in practice while a visible logit exists) and materialises the n_q x n_k scores")
 
-    def prepare(self, p: Problem, q, k, v):
+    def prepare(self, p: Case, q, k, v):
         jax = self.jax
         causal = p.causal != "none"
         if causal not in self.fns:
@@ -251,11 +233,11 @@ def output_of(run):
 # Checks and timing
 # --------------------------------------------------------------------------------------
 
-def check_peer(peer, cases: list[Problem]) -> list[dict]:
+def check_peer(peer, cases: list[Case]) -> list[dict]:
     import numpy as np
     results = []
     for p in cases:
-        q, k, v = make_inputs(p)
+        q, k, v = bsh_inputs(p)
         ref64 = textbook_attention(p, q, k, v, np.float64)
         naive32 = textbook_attention(p, q, k, v, np.float32)
         try:
@@ -263,7 +245,7 @@ def check_peer(peer, cases: list[Problem]) -> list[dict]:
             verdict = judge(got, ref64, naive32)
         except Exception as e:  # a peer that cannot run a case fails it
             verdict = {"pass": False, "error": f"{type(e).__name__}: {e}"}
-        results.append({"problem": p.repro(), "mask_method": peer.mask_method(p.causal), **verdict})
+        results.append({"problem": p.repro, "mask_method": peer.mask_method(p.causal), **verdict})
     return results
 
 
@@ -308,7 +290,8 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def context(args, threads: int, xla_flags: str) -> dict:
+def context(args, cases: list[Case], threads: int, xla_flags: str) -> dict:
+    timed = [c for c in cases if c.role == "timed"]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_model": cpu_model(),
@@ -320,16 +303,18 @@ def context(args, threads: int, xla_flags: str) -> dict:
         "python": sys.version.split()[0],
         "packages": {n: package_version(n) for n in ("numpy", "onnxruntime", "onnx", "jax", "jaxlib")},
         "xla_flags": xla_flags,
-        "problem_list": {"batch": args.batch, "heads": args.heads, "head_dims": args.d_list, "dtype": "f32"},
+        "problem_list": {"cases": args.cases, "timed": len(timed), "checks": len(cases) - len(timed),
+                         "dtypes": sorted({c.dtype for c in timed}), "head_dims": sorted({c.d_k for c in timed})},
         "l2": (f"--l2 {args.l2} given: not applicable (CPU timing flushes no cache)" if args.l2 else None),
         "git_revision": git_revision(),
         "repetitions": args.repetitions,
         "min_repetition_seconds": args.min_repetition_seconds,
         "timing": "warm-up (2 calls) outside the timed loop; each repetition times `calls_per_repetition` "
                   "back-to-back calls and records their mean; median and min over repetitions",
-        "flops_exact": "2*b*h*P*(d_k+d_v), P = visible (query, key) pairs counted exactly",
-        "flops_published": "4*b*h*n_q*n_k*d with d=(d_k+d_v)/2, halved for causal",
-        "bytes": "read Q, K, V once and write O once, 4 bytes per f32 element",
+        "flops_exact": "the harness's Problem::flops (peer_cases.json): 2*b*h*P*(d_k+d_v), P the visible pairs",
+        "flops_published": "the harness's Problem::flops_published: 4*b*h*n_q*n_k*d, halved for causal",
+        "bytes": "the harness's Problem::bytes_min: Q, K, V read once and O written once",
+        "inputs": "the harness's q, k, v files (generate_inputs: the bits verify and bench see)",
     }
 
 
@@ -360,40 +345,21 @@ def print_table(records: list[dict]) -> None:
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--min-n", type=int, default=128, help="smallest n (powers of two from here; default 128)")
-    ap.add_argument("--max-n", type=int, default=8192, help="largest n (default 8192)")
+    ap.add_argument("--cases", required=True,
+                    help="the folder `attnbench bench --peers` writes: the problems and their inputs")
     ap.add_argument("--threads", type=int, default=None, help="threads per peer (default: all usable cores)")
     ap.add_argument("--repetitions", type=int, default=5, help="timed repetitions per problem (default 5)")
     ap.add_argument("--min-repetition-seconds", type=float, default=0.05,
                     help="a repetition repeats the call until it lasts at least this long (default 0.05)")
     ap.add_argument("--out", default="results/peers.json", help="JSON output path (default results/peers.json)")
     ap.add_argument("--peers", default="onnxruntime,jax", help="comma-separated subset of onnxruntime,jax")
-    ap.add_argument("--masks", default="none,causal", help="comma-separated subset of none,causal")
     ap.add_argument("--ort-causal", choices=("unidirectional", "bias"), default="unidirectional",
                     help="how ORT's MultiHeadAttention gets the causal mask: its unidirectional attribute "
                          "(default) or an additive -inf attention_bias")
     ap.add_argument("--skip-checks", action="store_true", help="do not check the peers against the oracle")
-    # The problem list as `attnbench bench --peers` passes it.
-    ap.add_argument("--batch", type=int, default=1, help="b (default 1)")
-    ap.add_argument("--heads", type=int, default=8, help="h_q = h_kv (default 8)")
-    ap.add_argument("--d", default="64", help="head dimensions d_k = d_v, comma-separated (default 64)")
-    ap.add_argument("--dtype", default="f32", help="f32 only: the CPU peers time float32")
     ap.add_argument("--l2", choices=("cold", "hot"), default=None,
                     help="accepted for GPU runs of attnbench bench; CPU timing flushes no cache (recorded, ignored)")
     args = ap.parse_args(argv)
-    if args.batch < 1 or args.heads < 1:
-        ap.error("--batch and --heads must be at least 1")
-    try:
-        args.d_list = [int(x) for x in args.d.split(",") if x]
-    except ValueError:
-        ap.error(f"--d takes comma-separated positive integers, got '{args.d}'")
-    if not args.d_list or any(d < 1 for d in args.d_list):
-        ap.error(f"--d takes comma-separated positive integers, got '{args.d}'")
-    other = [t for t in args.dtype.split(",") if t and t != "f32"]
-    if other or not args.dtype.split(",")[0]:
-        ap.error(f"--dtype {','.join(other) or args.dtype}: cpu_peers.py times float32 only (give --dtype f32)")
-    if args.min_n < 1 or args.max_n < args.min_n:
-        ap.error("need 1 <= --min-n <= --max-n")
     if args.repetitions < 1:
         ap.error("--repetitions must be at least 1")
     if args.threads is not None and args.threads < 1:
@@ -401,10 +367,14 @@ def parse_args(argv):
     peers = [s for s in args.peers.split(",") if s]
     if not peers or any(s not in ("onnxruntime", "jax") for s in peers):
         ap.error("--peers takes a comma-separated subset of onnxruntime,jax")
-    masks = [s for s in args.masks.split(",") if s]
-    if not masks or any(s not in ("none", "causal") for s in masks):
-        ap.error("--masks takes a comma-separated subset of none,causal")
-    args.peer_list, args.mask_list = peers, masks
+    args.peer_list = peers
+    try:
+        args.case_list = load_cases(args.cases)
+    except CasesError as e:
+        ap.error(str(e))
+    other = sorted({c.dtype for c in args.case_list if c.dtype != "f32"})
+    if other:
+        ap.error(f"the cases hold {','.join(other)}: cpu_peers.py times float32 only (bench --peers with --dtype f32)")
     return args
 
 
@@ -422,17 +392,14 @@ def main(argv=None) -> int:
     if threads < usable and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
 
-    ns = []
-    n = args.min_n
-    while n <= args.max_n:
-        ns.append(n)
-        n *= 2
-    causals = [{"none": "none", "causal": "top_left"}[m] for m in args.mask_list]
+    checks_list = [c for c in args.case_list if c.role == "check"]
+    timed = [c for c in args.case_list if c.role == "timed"]
+    causals = sorted({c.causal for c in timed})
 
-    ctx = context(args, threads, os.environ["XLA_FLAGS"])
+    ctx = context(args, args.case_list, threads, os.environ["XLA_FLAGS"])
     print(f"cpu_peers: {ctx['cpu_model']}, {threads} thread(s), python {ctx['python']}, "
           + ", ".join(f"{k} {v}" for k, v in ctx["packages"].items() if v))
-    print(f"problems: b={args.batch} h={args.heads} d={args.d} f32, n = {ns[0]} .. {ns[-1]}, masks {', '.join(args.mask_list)}; "
+    print(f"problems: {len(timed)} timed and {len(checks_list)} checks from {args.cases} (the harness's inputs); "
           f"{args.repetitions} repetitions\n")
 
     makers = {"onnxruntime": lambda: OnnxRuntimePeer(threads, args.ort_causal), "jax": lambda: JaxPeer(threads)}
@@ -445,7 +412,7 @@ def main(argv=None) -> int:
             peers_json.append({"peer": name, "skipped": f"{type(e).__name__}: {e}"})
             continue
         any_ran = True
-        checks = [] if args.skip_checks else check_peer(peer, check_cases(args.heads, args.d_list))
+        checks = [] if args.skip_checks else check_peer(peer, checks_list)
         valid = all(c["pass"] for c in checks) if checks else None
         any_failed |= valid is False
         print(f"{name} {peer.version}: correctness checks "
@@ -454,26 +421,23 @@ def main(argv=None) -> int:
         print()
         peers_json.append({"peer": name, "peer_version": peer.version, "checked": checks,
                            "valid_target": valid, "mask_methods": {c: peer.mask_method(c) for c in causals}})
-        for causal, d in ((c, d) for d in args.d_list for c in causals):
-            for n in ns:
-                p = Problem(args.batch, args.heads, n, n, d, d, causal)
-                q, k, v = make_inputs(p)
-                try:
-                    t = time_peer(peer.prepare(p, q, k, v), args.repetitions, args.min_repetition_seconds)
-                except Exception as e:
-                    print(f"  {name} {p.repro()}: error {type(e).__name__}: {e}")
-                    records.append({"peer": name, "peer_version": peer.version, "problem": p.to_json(),
-                                    "error": f"{type(e).__name__}: {e}"})
-                    continue
-                med = t["median_seconds"]
-                rec = {"peer": name, "peer_version": peer.version, "problem": p.to_json(), **t,
-                       "gflops_exact": p.flops_exact() / med / 1e9,
-                       "gflops_published": p.flops_published() / med / 1e9,
-                       "gbytes_per_second": p.bytes_min() / med / 1e9,
-                       "threads": threads, "mask_method": peer.mask_method(causal), "valid_target": valid}
-                records.append(rec)
-                print(f"  {name:<12} {causal:<9} n={n:<5} median {med * 1e3:9.3f} ms  "
-                      f"{rec['gflops_exact']:7.2f} GFLOP/s exact", flush=True)
+        for p in timed:
+            try:
+                t = time_peer(peer.prepare(p, *bsh_inputs(p)), args.repetitions, args.min_repetition_seconds)
+            except Exception as e:
+                print(f"  {name} {p.repro}: error {type(e).__name__}: {e}")
+                records.append({"peer": name, "peer_version": peer.version, "problem": p.record(),
+                                "error": f"{type(e).__name__}: {e}"})
+                continue
+            med = t["median_seconds"]
+            rec = {"peer": name, "peer_version": peer.version, "problem": p.record(), **t,
+                   "gflops_exact": p.flops() / med / 1e9,
+                   "gflops_published": p.flops_published() / med / 1e9,
+                   "gbytes_per_second": p.bytes_min() / med / 1e9,
+                   "threads": threads, "mask_method": peer.mask_method(p.causal), "valid_target": valid}
+            records.append(rec)
+            print(f"  {name:<12} d{p.d_k:<4} {p.causal:<9} n={p.n_q:<5} median {med * 1e3:9.3f} ms  "
+                  f"{rec['gflops_exact']:7.2f} GFLOP/s exact", flush=True)
         peer.close()
         print()
 

@@ -1,66 +1,98 @@
-"""The problem list's problems as the peer scripts see them (cpu_peers.py, torch_sdpa.py): the
-repro string, FLOP and byte conventions of DESIGN.md and core/problem.cpp, the JSON record of a
-problem, and the git revision for the context block. Imported by both scripts, run from this
-folder."""
+"""The harness's cases as the peer scripts read them (cpu_peers.py, torch_sdpa.py): the folder
+`attnbench bench --peers` writes and passes as --cases DIR (benchmarks/peer_cases.hpp): the
+problems as data, each with the FLOPs and bytes the harness computed (Problem::flops,
+flops_published, bytes_min) and its q, k, v as .npy files, BHSD [b, h, n, d], holding the bits our
+verify and bench see. Nothing here draws an input or derives a convention. Also the git revision
+for the context block. Imported by both scripts, run from this folder."""
 from __future__ import annotations
 
-import math
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
+MANIFEST = "peer_cases.json"
+SCHEMA, VERSION = "attnbench.peer_cases", 1
+
+
+class CasesError(Exception):
+    """The --cases folder is missing, malformed, or asks for what the peers do not run."""
 
 
 @dataclass(frozen=True)
-class Problem:
-    b: int
-    h: int  # h_q = h_kv
-    n_q: int
-    n_k: int
-    d_k: int
-    d_v: int
-    causal: str  # "none" or "top_left"
-    dtype: str = "f32"
-    regime: str = "diffuse"
-    seed: int = 0
+class Case:
+    role: str      # "check": a correctness check before timing; "timed"
+    problem: dict  # the problem's JSON as the harness wrote it (core/problem.hpp's to_json)
+    figures: dict  # visible_pairs, flops, flops_published, bytes_min, from the harness
+    files: tuple   # absolute paths of q, k, v
 
     @property
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.d_k)
-
     def repro(self) -> str:
-        return (f"b={self.b} hq={self.h} hkv={self.h} nq={self.n_q} nk={self.n_k} dk={self.d_k} "
-                f"dv={self.d_v} dtype={self.dtype} causal={self.causal} regime={self.regime} seed={self.seed}")
+        return self.problem["repro"]
 
-    def visible_pairs(self) -> int:
-        """Exact count of visible (query, key) pairs over all batches and heads."""
-        if self.causal == "none":
-            per_head = self.n_q * self.n_k
-        else:  # top-left: query i sees keys j <= i
-            m = min(self.n_q, self.n_k)
-            per_head = m * (m + 1) // 2 + (self.n_q - m) * self.n_k
-        return self.b * self.h * per_head
+    def __getattr__(self, name):  # b, h_q, n_q, n_k, d_k, d_v, dtype, causal, regime, scale
+        if name in ("role", "problem", "figures", "files"):  # not set yet (copying, unpickling)
+            raise AttributeError(name)
+        key = {"h": "h_q"}.get(name, name)
+        try:
+            return self.problem[key]
+        except KeyError:
+            raise AttributeError(name) from None
 
-    def flops_exact(self) -> float:
-        return 2.0 * self.visible_pairs() * (self.d_k + self.d_v)
+    def flops(self) -> float:
+        return self.figures["flops"]
 
     def flops_published(self) -> float:
-        full = 2.0 * self.b * self.h * self.n_q * self.n_k * (self.d_k + self.d_v)  # = 4·b·h·n_q·n_k·d
-        return full if self.causal == "none" else full / 2.0
+        return self.figures["flops_published"]
 
     def bytes_min(self) -> float:
-        """Q, K, V read once and O written once, in the dtype."""
-        return ELEMENT_BYTES[self.dtype] * self.b * self.h * (self.n_q * self.d_k + self.n_k * (self.d_k + self.d_v)
-                                                               + self.n_q * self.d_v)
+        return self.figures["bytes_min"]
 
-    def to_json(self) -> dict:
-        return {"repro": self.repro(), "b": self.b, "h_q": self.h, "h_kv": self.h, "n_q": self.n_q,
-                "n_k": self.n_k, "d_k": self.d_k, "d_v": self.d_v, "dtype": self.dtype,
-                "causal": self.causal, "scale": self.scale, "scale_is_default": True,
-                "regime": self.regime, "seed": self.seed, "visible_pairs": self.visible_pairs(),
-                "flops_exact": self.flops_exact(), "flops_published": self.flops_published(),
-                "bytes_min": self.bytes_min()}
+    def inputs(self):
+        """q, k, v as numpy arrays, BHSD, as written: float64, float32 or float16; bf16 cases
+        are float32 holding exactly the bf16 values."""
+        import numpy as np
+        return tuple(np.load(path, allow_pickle=False) for path in self.files)
+
+    def record(self) -> dict:
+        """The problem as a result record carries it: the harness's JSON and figures."""
+        return {**self.problem, **self.figures}
+
+
+def load_cases(folder: str) -> list[Case]:
+    """The cases of a peer-cases folder, checks first, in the harness's order. Raises CasesError
+    naming the fault; only what the peers run is accepted: the forward pass, h_q = h_kv, no
+    mask or top-left causal, the default scale, no padding, boolean mask or bias."""
+    root = Path(folder)
+    path = root / MANIFEST
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CasesError(f"cannot read {path} ({type(e).__name__}: {e}): --cases takes the folder "
+                         "`attnbench bench --peers` writes") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
+        raise CasesError(f"{path}: not schema {SCHEMA} version {VERSION}")
+    cases = []
+    for i, c in enumerate(doc.get("cases", [])):
+        try:
+            p = c["problem"]
+            figures = {k: c[k] for k in ("visible_pairs", "flops", "flops_published", "bytes_min")}
+            files = tuple(str(root / c[t]) for t in ("q", "k", "v"))
+            if c["role"] not in ("check", "timed"):
+                raise CasesError(f"{path}: case {i}: role {c['role']!r}")
+            if p["h_q"] != p["h_kv"] or p.get("causal") not in ("none", "top_left"):
+                raise CasesError(f"{path}: case {i} ({p['repro']}): the peers run h_q = h_kv with no mask or a "
+                                 "top-left causal one")
+            if any(p.get(k) for k in ("padding", "bool_mask", "bias")) or p.get("operation", "forward") != "forward" \
+                    or not p.get("scale_is_default", True):
+                raise CasesError(f"{path}: case {i} ({p['repro']}): the peers run the forward pass at the default "
+                                 "scale, with no padding, boolean mask or bias")
+        except (KeyError, TypeError) as e:
+            raise CasesError(f"{path}: case {i} lacks {e}") from None
+        cases.append(Case(c["role"], p, figures, files))
+    if not any(c.role == "timed" for c in cases):
+        raise CasesError(f"{path}: no timed case")
+    return cases
 
 
 def git_revision() -> str | None:

@@ -3,18 +3,20 @@
 
 Backends (torch.nn.attention.sdpa_kernel): MATH, FLASH_ATTENTION, EFFICIENT_ATTENTION,
 CUDNN_ATTENTION, as peers torch_sdpa_math, torch_sdpa_flash, torch_sdpa_efficient and
-torch_sdpa_cudnn. Same problem list and FLOP conventions as `attnbench bench`: b, h, d, dtypes
-and masks (none, causal = is_causal=True, top-left) as given, n_q = n_k = n over the powers of
-two from --min-n to --max-n. CUDA-event timing of one call per repetition after warm-up, L2
-flushed before each repetition unless --l2 hot, medians over the repetitions.
+torch_sdpa_cudnn. The problems and their inputs are the ones `attnbench bench --peers` writes
+into a folder and passes as --cases DIR (benchmarks/peers/README.md): the problem list our
+families run (masks none and causal = is_causal=True, top-left), each with the FLOPs and bytes
+the harness computed and its q, k, v as .npy files. CUDA-event timing of one call per repetition
+after warm-up, L2 flushed before each repetition unless --l2 hot, medians over the repetitions.
 
-Before timing, each backend is checked against a float64 computation on small cases under the
-pass rule of DESIGN.md; a backend that fails in a dtype is not a valid target in that dtype. A
-backend that refuses a problem (no kernel for that dtype, head dimension or size) is recorded
-as unsupported with its error.
+Before timing, each backend is checked against a float64 computation on the folder's check cases
+under the pass rule of DESIGN.md; a backend that fails in a dtype is not a valid target in that
+dtype. A backend that refuses a problem (no kernel for that dtype, head dimension or size) is
+recorded as unsupported with its error.
 
-    python3 benchmarks/peers/torch_sdpa.py [--min-n 128] [--max-n 8192] [--dtype f16,bf16]
-        [--d 64] [--batch 1] [--heads 8] [--masks none,causal] [--l2 cold|hot] [--out PATH]
+    build/release/cli/attnbench bench --impl cuda_cublas --dtype f16,bf16 --peers 'python3 benchmarks/peers/torch_sdpa.py'
+
+which appends --cases DIR --threads N [--l2 cold|hot] --out PATH.
 
 Exit codes: 0 every backend that ran passed its checks, 1 a backend failed them, 2 bad usage,
 3 unavailable here (no PyTorch, no CUDA device, or no sdpa_kernel): the reason is printed and
@@ -32,7 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from peer_problem import ELEMENT_BYTES, Problem, git_revision
+from peer_problem import Case, CasesError, git_revision, load_cases
 
 EXIT_OK, EXIT_CHECKS_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -97,16 +99,16 @@ def measure(call, timer, repetitions: int, warmup: int, before_each=None) -> dic
             "calls_per_repetition": 1, "warmup_calls": warmup}
 
 
-def timing_record(backend: str, version: str, p: Problem, timing: dict, valid, l2: str) -> dict:
+def timing_record(backend: str, version: str, p: Case, timing: dict, valid, l2: str) -> dict:
     med = timing["median_seconds"]
-    return {"peer": peer_name(backend), "peer_version": version, "problem": p.to_json(), **timing,
-            "gflops_exact": p.flops_exact() / med / 1e9, "gflops_published": p.flops_published() / med / 1e9,
+    return {"peer": peer_name(backend), "peer_version": version, "problem": p.record(), **timing,
+            "gflops_exact": p.flops() / med / 1e9, "gflops_published": p.flops_published() / med / 1e9,
             "gbytes_per_second": p.bytes_min() / med / 1e9, "backend": BACKENDS[backend], "l2": l2,
             "mask_method": mask_method(p.causal), "valid_target": valid}
 
 
-def error_record(backend: str, version: str, p: Problem, error: str, unsupported: bool) -> dict:
-    return {"peer": peer_name(backend), "peer_version": version, "problem": p.to_json(),
+def error_record(backend: str, version: str, p: Case, error: str, unsupported: bool) -> dict:
+    return {"peer": peer_name(backend), "peer_version": version, "problem": p.record(),
             "error": ("unsupported: " if unsupported else "") + error, "unsupported": unsupported,
             "backend": BACKENDS[backend]}
 
@@ -140,21 +142,15 @@ def sdpa_call(torch, backend: str, q, k, v, causal: bool):
     return call
 
 
-def check_inputs(torch, p: Problem, device):
-    """Q, K, V [b, h, n, d] in the dtype (rounded once from float64 draws), the float64 values of
-    the rounded inputs, for the oracle. Regimes as core/inputs.cpp: diffuse gives scaled scores
-    of unit variance, peaked of variance 64."""
-    g = torch.Generator().manual_seed(p.seed)
-    sigma = math.sqrt(math.sqrt({"diffuse": 1.0, "peaked": 64.0}[p.regime] / (p.scale * p.scale * p.d_k)))
-    shape = (p.b, p.h, p.n_q, p.d_k)
+def case_inputs(torch, p: Case, device):
+    """The case's Q, K, V [b, h, n, d] (the files' layout, SDPA's BHSD) in its dtype on the device,
+    and their float64 values (the oracle's). A bf16 file holds exactly bf16 values: .to() is exact."""
     dt = torch_dtype(torch, p.dtype)
-    q = (sigma * torch.randn(shape, generator=g, dtype=torch.float64)).to(dt)
-    k = (sigma * torch.randn((p.b, p.h, p.n_k, p.d_k), generator=g, dtype=torch.float64)).to(dt)
-    v = torch.randn((p.b, p.h, p.n_k, p.d_k), generator=g, dtype=torch.float64).to(dt)
-    return [t.to(device) for t in (q, k, v)], [t.double() for t in (q, k, v)]
+    host = [torch.from_numpy(x) for x in p.inputs()]
+    return [t.to(dt).to(device) for t in host], [t.to(dt).double() for t in host]
 
 
-def textbook(torch, p: Problem, q, k, v):
+def textbook(torch, p: Case, q, k, v):
     """softmax(Q Kᵀ · scale, masked by exclusion) V in the tensors' own dtype."""
     s = (q @ k.transpose(-2, -1)) * p.scale
     if p.causal == "top_left":
@@ -163,36 +159,37 @@ def textbook(torch, p: Problem, q, k, v):
     return torch.softmax(s, dim=-1) @ v
 
 
-def check_backend(torch, backend: str, dtypes, head_dims, device) -> dict:
-    """Per dtype: the verdicts of small cases against float64 (DESIGN.md's rule: max abs error at
-    most 2 x the naive same-dtype algorithm's, plus 2 ulps of the dtype at max |ref|; NaN or Inf
+# The check cases' regimes this script judges: in `large` (scores near the dtype's overflow) its
+# baseline, the textbook algorithm in the dtype, overflows, so its tolerance means nothing there.
+CHECK_REGIMES = ("diffuse", "peaked")
+
+
+def check_backend(torch, backend: str, dtypes, cases: list[Case], device) -> dict:
+    """Per dtype: the verdicts of the check cases against float64 (DESIGN.md's rule: max abs error
+    at most 2 x the naive same-dtype algorithm's, plus 2 ulps of the dtype at max |ref|; NaN or Inf
     fails). A case the backend refuses is unsupported, neither pass nor fail."""
     by_dtype = {}
     for dtype in dtypes:
         verdicts = []
-        for d in head_dims:
-            for n in (64, 129):
-                for causal in ("none", "top_left"):
-                    for regime in ("diffuse", "peaked"):
-                        p = Problem(1, 2, n, n, d, d, causal, dtype, regime, seed=7)
-                        (q, k, v), (q64, k64, v64) = check_inputs(torch, p, device)
-                        ref = textbook(torch, p, q64, k64, v64)
-                        naive = textbook(torch, p, q, k, v).double().cpu()
-                        case = {"problem": p.repro()}
-                        try:
-                            got = sdpa_call(torch, backend, q, k, v, causal != "none")().double().cpu()
-                        except Exception as e:  # noqa: BLE001 - a refusal or a failure, recorded either way
-                            case.update({"pass": None if refused(e) else False, "unsupported": refused(e),
-                                         "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
-                            verdicts.append(case)
-                            continue
-                        nonfinite = int((~torch.isfinite(got)).sum())
-                        err = float((got - ref).abs().max()) if nonfinite == 0 else float("inf")
-                        naive_err = float((naive - ref).abs().max())
-                        tolerance = 2.0 * naive_err + 2.0 * ulp(dtype, float(ref.abs().max()))
-                        case.update({"max_abs_error": err, "naive_max_abs_error": naive_err, "tolerance": tolerance,
-                                     "nonfinite": nonfinite, "pass": nonfinite == 0 and err <= tolerance})
-                        verdicts.append(case)
+        for p in (c for c in cases if c.dtype == dtype and c.regime in CHECK_REGIMES):
+            (q, k, v), (q64, k64, v64) = case_inputs(torch, p, device)
+            ref = textbook(torch, p, q64, k64, v64)
+            naive = textbook(torch, p, q, k, v).double().cpu()
+            case = {"problem": p.repro}
+            try:
+                got = sdpa_call(torch, backend, q, k, v, p.causal != "none")().double().cpu()
+            except Exception as e:  # noqa: BLE001 - a refusal or a failure, recorded either way
+                case.update({"pass": None if refused(e) else False, "unsupported": refused(e),
+                             "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+                verdicts.append(case)
+                continue
+            nonfinite = int((~torch.isfinite(got)).sum())
+            err = float((got - ref).abs().max()) if nonfinite == 0 else float("inf")
+            naive_err = float((naive - ref).abs().max())
+            tolerance = 2.0 * naive_err + 2.0 * ulp(dtype, float(ref.abs().max()))
+            case.update({"max_abs_error": err, "naive_max_abs_error": naive_err, "tolerance": tolerance,
+                         "nonfinite": nonfinite, "pass": nonfinite == 0 and err <= tolerance})
+            verdicts.append(case)
         ran = [c for c in verdicts if c["pass"] is not None]
         by_dtype[dtype] = {"valid_target": all(c["pass"] for c in ran) if ran else None, "cases": verdicts}
     return by_dtype
@@ -238,9 +235,12 @@ def base_context(args) -> dict:
         "l2_mode": args.l2,
         "repetitions": args.repetitions,
         "warmup": args.warmup,
-        "flops_exact": "2*b*h*P*(d_k+d_v), P = visible (query, key) pairs counted exactly",
-        "flops_published": "4*b*h*n_q*n_k*d, halved for causal",
-        "bytes": "read Q, K, V once and write O once, at the dtype's element size",
+        "problem_list": {"cases": args.cases, "timed": sum(c.role == "timed" for c in args.case_list),
+                         "checks": sum(c.role == "check" for c in args.case_list)},
+        "flops_exact": "the harness's Problem::flops (peer_cases.json): 2*b*h*P*(d_k+d_v), P the visible pairs",
+        "flops_published": "the harness's Problem::flops_published: 4*b*h*n_q*n_k*d, halved for causal",
+        "bytes": "the harness's Problem::bytes_min: Q, K, V read once and O written once",
+        "inputs": "the harness's q, k, v files (generate_inputs: the bits verify and bench see)",
     }
 
 
@@ -274,11 +274,8 @@ def load_torch():
     return torch, None
 
 
-def parse_list(text: str, kind, what: str, ap) -> list:
-    try:
-        values = [kind(s) for s in text.split(",") if s]
-    except ValueError:
-        ap.error(f"{what} takes a comma-separated list, got '{text}'")
+def parse_list(text: str, what: str, ap) -> list:
+    values = [s for s in text.split(",") if s]
     if not values:
         ap.error(f"{what} is empty")
     return values
@@ -286,14 +283,8 @@ def parse_list(text: str, kind, what: str, ap) -> list:
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--min-n", type=int, default=128, help="smallest n (powers of two from here; default 128)")
-    ap.add_argument("--max-n", type=int, default=8192, help="largest n (default 8192)")
+    ap.add_argument("--cases", required=True, help="the folder `attnbench bench --peers` writes: the problems and their inputs")
     ap.add_argument("--threads", type=int, default=None, help="accepted for attnbench bench --peers; a GPU peer does not use it")
-    ap.add_argument("--batch", type=int, default=1, help="b (default 1)")
-    ap.add_argument("--heads", type=int, default=8, help="h_q = h_kv (default 8)")
-    ap.add_argument("--d", default="64", help="head dimensions d_k = d_v, comma-separated (default 64)")
-    ap.add_argument("--dtype", default="f16", help="comma-separated subset of f32,f16,bf16,f64 (default f16)")
-    ap.add_argument("--masks", default="none,causal", help="comma-separated subset of none,causal")
     ap.add_argument("--l2", choices=("cold", "hot"), default="cold", help="flush L2 before each timed call (cold, default) or not")
     ap.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(BACKENDS)}")
     ap.add_argument("--repetitions", type=int, default=20, help="timed calls per problem; the median counts (default 20)")
@@ -301,25 +292,19 @@ def parse_args(argv):
     ap.add_argument("--out", default="results/torch_sdpa.json", help="JSON output path (default results/torch_sdpa.json)")
     ap.add_argument("--skip-checks", action="store_true", help="do not check the backends against float64")
     args = ap.parse_args(argv)
-    if args.min_n < 1 or args.max_n < args.min_n:
-        ap.error("need 1 <= --min-n <= --max-n")
     if args.repetitions < 1 or args.warmup < 0:
         ap.error("--repetitions must be at least 1 and --warmup at least 0")
-    if args.batch < 1 or args.heads < 1:
-        ap.error("--batch and --heads must be at least 1")
-    args.d_list = parse_list(args.d, int, "--d", ap)
-    if any(d < 1 for d in args.d_list):
-        ap.error("--d values must be positive")
-    args.dtype_list = parse_list(args.dtype, str, "--dtype", ap)
-    unknown = [d for d in args.dtype_list if d not in ELEMENT_BYTES]
-    if unknown:
-        ap.error(f"--dtype {','.join(unknown)}: torch_sdpa.py supports f32, f16, bf16, f64")
-    args.mask_list = parse_list(args.masks, str, "--masks", ap)
-    if any(m not in ("none", "causal") for m in args.mask_list):
-        ap.error("--masks takes a comma-separated subset of none,causal")
-    args.backend_list = parse_list(args.backends, str, "--backends", ap)
+    args.backend_list = parse_list(args.backends, "--backends", ap)
     if any(b not in BACKENDS for b in args.backend_list):
         ap.error(f"--backends takes a comma-separated subset of {','.join(BACKENDS)}")
+    try:
+        args.case_list = load_cases(args.cases)
+    except CasesError as e:
+        ap.error(str(e))
+    unknown = sorted({c.dtype for c in args.case_list} - set(MANTISSA_BITS))
+    if unknown:
+        ap.error(f"the cases hold {','.join(unknown)}: torch_sdpa.py supports f32, f16, bf16, f64")
+    args.dtype_list = list(dict.fromkeys(c.dtype for c in args.case_list if c.role == "timed"))
     return args
 
 
@@ -339,20 +324,17 @@ def main(argv=None) -> int:
                 "torch_cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                 "timing": "CUDA events around one call per repetition on the current stream, after warm-up; " + hold_method,
                 "layout": "Q, K, V, O [b, h, n, d] contiguous (SDPA's BHSD)"})
-    ns = []
-    n = args.min_n
-    while n <= args.max_n:
-        ns.append(n)
-        n *= 2
-    causals = [{"none": "none", "causal": "top_left"}[m] for m in args.mask_list]
+    checks_list = [c for c in args.case_list if c.role == "check"]
+    timed = [c for c in args.case_list if c.role == "timed"]
+    causals = sorted({c.causal for c in timed})
     print(f"torch_sdpa: {props.name}, torch {version} (CUDA {torch.version.cuda}, cuDNN {ctx['cudnn']}); "
-          f"b={args.batch} h={args.heads} d={args.d} dtype {args.dtype}, n = {ns[0]} .. {ns[-1]}, masks {args.masks}; "
-          f"L2 {args.l2}, {args.repetitions} repetitions\n", flush=True)
+          f"{len(timed)} timed problems and {len(checks_list)} checks from {args.cases} (the harness's inputs), "
+          f"dtype {','.join(args.dtype_list)}; L2 {args.l2}, {args.repetitions} repetitions\n", flush=True)
 
     timer = CudaEventTimer(torch)
     records, peers_json, any_failed = [], [], False
     for backend in args.backend_list:
-        checks = {} if args.skip_checks else check_backend(torch, backend, args.dtype_list, args.d_list, device)
+        checks = {} if args.skip_checks else check_backend(torch, backend, args.dtype_list, checks_list, device)
         valid_by_dtype = {dt: (checks[dt]["valid_target"] if checks else None) for dt in args.dtype_list}
         overall = None if args.skip_checks else (False if False in valid_by_dtype.values() else
                                                  (True if True in valid_by_dtype.values() else None))
@@ -367,30 +349,25 @@ def main(argv=None) -> int:
         peers_json.append({"peer": peer_name(backend), "peer_version": version, "backend": BACKENDS[backend],
                            "checked": checks, "valid_target": overall, "valid_target_by_dtype": valid_by_dtype,
                            "mask_methods": {c: mask_method(c) for c in causals}})
-        for dtype in args.dtype_list:
-            for d in args.d_list:
-                for causal in causals:
-                    for n in ns:
-                        p = Problem(args.batch, args.heads, n, n, d, d, causal, dtype)
-                        try:
-                            g = torch.Generator(device=device).manual_seed(p.seed)
-                            q, k, v = (torch.randn((p.b, p.h, n, d), generator=g, device=device, dtype=torch_dtype(torch, dtype))
-                                       for _ in range(3))
-                            t = measure(sdpa_call(torch, backend, q, k, v, causal != "none"), timer, args.repetitions,
-                                        args.warmup, before_each)
-                        except Exception as e:  # noqa: BLE001 - refusals and failures are records, never fatal
-                            text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                            records.append(error_record(backend, version, p, text, refused(e)))
-                            print(f"  {peer_name(backend)} {dtype} d{d} {causal} n={n}: "
-                                  f"{'unsupported' if refused(e) else 'error'}: {text}", flush=True)
-                            q = k = v = None
-                            torch.cuda.empty_cache()
-                            continue
-                        rec = timing_record(backend, version, p, t, valid_by_dtype[dtype], args.l2)
-                        records.append(rec)
-                        print(f"  {peer_name(backend):<22} {dtype:<4} d{d:<4} {causal:<9} n={n:<6} median "
-                              f"{t['median_seconds'] * 1e3:9.4f} ms  {rec['gflops_exact']:9.1f} GFLOP/s exact", flush=True)
-                        q = k = v = None
+        for p in timed:
+            q = k = v = None
+            try:
+                (q, k, v), _ = case_inputs(torch, p, device)
+                t = measure(sdpa_call(torch, backend, q, k, v, p.causal != "none"), timer, args.repetitions,
+                            args.warmup, before_each)
+            except Exception as e:  # noqa: BLE001 - refusals and failures are records, never fatal
+                text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                records.append(error_record(backend, version, p, text, refused(e)))
+                print(f"  {peer_name(backend)} {p.dtype} d{p.d_k} {p.causal} n={p.n_q}: "
+                      f"{'unsupported' if refused(e) else 'error'}: {text}", flush=True)
+                q = k = v = None
+                torch.cuda.empty_cache()
+                continue
+            rec = timing_record(backend, version, p, t, valid_by_dtype[p.dtype], args.l2)
+            records.append(rec)
+            print(f"  {peer_name(backend):<22} {p.dtype:<4} d{p.d_k:<4} {p.causal:<9} n={p.n_q:<6} median "
+                  f"{t['median_seconds'] * 1e3:9.4f} ms  {rec['gflops_exact']:9.1f} GFLOP/s exact", flush=True)
+            q = k = v = None
         print()
 
     write_json(args.out, {"schema": "attnbench.peers", "schema_version": 1, "context": ctx, "peers": peers_json, "results": records})
