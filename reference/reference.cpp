@@ -154,8 +154,10 @@ std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInp
     // The LSE is float128's m + log(sum), converted to double once.
     return keep_row(p, row, rounded, row.fully_masked ? 0.0 : ulp_at(DType::f64, row.lse) / 2, r, result);
   };
-  if (out_dtype == DType::f64) return try_double_word();
-  // f32/f16/bf16: double first; about one row in twenty of diffuse f32 data has an element (an
+  // An f64 output, or an LSE in f64 (the working precision of an f64 input, whatever o's dtype):
+  // the double pass's LSE is only a few double ulps from the truth, too coarse to judge one in f64.
+  if (out_dtype == DType::f64 || working_dtype(p.numerics()) == DType::f64) return try_double_word();
+  // f32/f16/bf16 outputs of f32 working precision: double first; about one row in twenty of diffuse f32 data has an element (an
   // output much smaller than the terms it sums) within the double bound of a tie, and takes the
   // double-word pass, 2^47 times tighter, before float128.
   const detail::ReferenceRow<double> row = detail::reference_row<double>(p, wide, flat_row, detail::double_arithmetic, false);

@@ -25,6 +25,7 @@
 #include "impls/cpu_naive/cpu_naive.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/registry.hpp"
+#include "reference/reference.hpp"
 #include "verification/verify.hpp"
 
 namespace attn {
@@ -227,6 +228,27 @@ TEST(MixedDtypes, PluginsAndCapabilityFilesDeclarePerRoleDtypes) {
   EXPECT_EQ(refused(R"({"dtypes": ["f16"], "role_dtypes": {"o": "f32"}})"),
             "caps.json: 'role_dtypes': o must be a list of dtype names, not \"f32\"");
   EXPECT_NE(refused(R"({"dtypes": ["f16"], "role_dtypes": {"o": ["f24"]}})").find("caps.json: 'role_dtypes': o: "), std::string::npos);
+}
+
+// The LSE is judged in the working precision whatever o's dtype: an f64 input's LSE must come from
+// the reference's f64-grade passes, the same bits as the one-dtype problem's (the double pass
+// alone, fine for rounding an f16 output, left it a few f64 ulps off, and cpu_blocked failed).
+TEST(MixedDtypes, TheReferencesLseDependsOnTheInputsNotOnTheOutputsDtype) {
+  const Problem mixed = parse_problem("b=2 hq=12 hkv=3 nq=12 nk=501 dk=60 dv=1 dtype=f64 dtypes=o:f16 causal=bottom_right regime=diffuse seed=36");
+  Problem one = mixed;
+  one.role_dtypes.clear();
+  ReferenceOptions options;
+  options.threads = 1;
+  const ReferenceResult a = compute_reference(mixed, generate_inputs(mixed), options);
+  const ReferenceResult b = compute_reference(one, generate_inputs(one), options);
+  ASSERT_EQ(a.lse.size(), b.lse.size());
+  for (std::size_t r = 0; r < a.lse.size(); ++r) ASSERT_EQ(a.lse[r], b.lse[r]) << "row " << r;
+  Registry registry;
+  register_builtin_implementations(registry);
+  VerifyOptions verify_options;
+  verify_options.reference.threads = 1;
+  verify_options.diagnosis.enabled = false;
+  EXPECT_EQ(verify({registry.find("cpu_blocked")}, {mixed}, verify_options).passed(), 1);
 }
 
 // Your own tensors (check --inputs) with settings "dtypes": f16 inputs and the f32 output they were written to.
