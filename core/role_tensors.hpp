@@ -18,12 +18,15 @@ namespace attn {
 
 class RoleTensors {
  public:
-  // A forward pass's: q, k, v in; o out, and lse and weights when not null (not wanted).
+  // A forward pass's: q, k, v (and the bias, as the mask stores it: [b or 1, h_q or 1, n_q, n_k])
+  // in; o out, and lse and weights when not null (not wanted). The boolean mask's flags have no
+  // dtype of ours and stay with the Mask (CaseInputs::mask).
   static RoleTensors forward(const CaseInputs& inputs, Tensor& o, Tensor* lse = nullptr, Tensor* weights = nullptr) {
     RoleTensors t;
     t.set_input(Role::q, inputs.q);
     t.set_input(Role::k, inputs.k);
     t.set_input(Role::v, inputs.v);
+    if (inputs.mask.has_bias()) t.set_input(Role::bias, inputs.mask.bias_tensor());
     t.set_output(Role::o, &o);
     t.set_output(Role::lse, lse);
     t.set_output(Role::weights, weights);

@@ -45,16 +45,11 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
   for (const TensorSpec& s : specs) {
     const std::optional<Role> role = to_role(s.role);
     if (!role) throw std::logic_error(fmt::format("no tensor for the role {}", role_name(s.role)));
-    // The mask and the bias are stored broadcast (core/mask.hpp), not as the set's tensors.
+    // The boolean mask's flags are bytes the Mask keeps (core/mask.hpp), not one of the set's
+    // tensors; the bias is one, stored broadcast: its stored shape is not the logical one.
     if (*role == Role::mask) {
       items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
                            stored(p.bool_mask.broadcast), s.strides, 1});
-      continue;
-    }
-    if (*role == Role::bias) {
-      const Tensor& bias = a.inputs.mask.bias_tensor();
-      items.push_back(Item{s.name, bytes_of(bias), nullptr, s.shape, stored(p.bias.broadcast), s.strides,
-                           std::size_t(bytes_per_element(bias.dtype()))});
       continue;
     }
     const Tensor* t = a.tensors.input(*role);
@@ -64,7 +59,7 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
       back = static_cast<std::byte*>(out->data());
     }
     if (t == nullptr) throw std::logic_error(fmt::format("a {} planned without a tensor for it", role_name(s.role)));
-    items.push_back(Item{s.name, bytes_of(*t), back, t->shape(), t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype()))});
+    items.push_back(Item{s.name, bytes_of(*t), back, s.shape, t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype()))});
   }
   return items;
 }
