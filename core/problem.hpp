@@ -1,14 +1,14 @@
 #pragma once
 // The one problem description passed everywhere: an operation and four plain parts, the shape
-// (extents), the variant (window, masks, bias, scale), the numerics (a dtype per role, accumulation) and the
-// data (regime, seed, layout). It validates itself, prints as a one-line repro string that
+// (extents), the variant (window, masks, bias, scale), the numerics (a dtype per role, the
+// accumulation) and the data (regime, seed, layout). It validates itself, prints as a one-line repro string that
 // parse_problem reads back to an equal problem, and serialises to JSON; those four and the short
 // label are generated from one table of fields (core/problem_fields.cpp), which a new field joins.
 // Derived figures (visible pairs, FLOPs, bytes) are methods so every report counts them the same way.
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <array>
 #include <optional>
 #include <utility>
 #include <string>
