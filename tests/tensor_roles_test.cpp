@@ -93,6 +93,16 @@ TEST(RoleTensors, AForwardSetHoldsItsInputsAndOutputsByRole) {
   EXPECT_EQ(k->shape, (TensorView::Extents{1, 1, 5, 4}));
   EXPECT_EQ(t.view(Role::lse)->dtype, DType::f32);
   EXPECT_FALSE(t.view(Role::d_o).has_value());
+  EXPECT_FALSE(t.has(Role::bias));
+
+  // A bias is one of the set's inputs, as the mask stores it (broadcast over batches here).
+  const Problem biased = parse_problem("b=2 hq=2 hkv=1 nq=3 nk=5 dk=4 dv=6 dtype=f16 causal=none bias=1@h regime=diffuse seed=1");
+  const CaseInputs with_bias = generate_inputs(biased);
+  Tensor biased_out = make_output(biased);
+  const RoleTensors b = RoleTensors::forward(with_bias, biased_out);
+  EXPECT_EQ(b.input(Role::bias), &with_bias.mask.bias_tensor());
+  EXPECT_EQ(b.input_roles(), (std::vector<Role>{Role::q, Role::k, Role::v, Role::bias}));
+  EXPECT_EQ(b.view(Role::bias)->shape, (TensorView::Extents{1, 2, 3, 5}));
 }
 
 // An implementation whose output is right and whose LSE is off by far more than its tolerance.
