@@ -30,7 +30,7 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 17> known_keys{"schema",       "version",       "summary",          "dtypes", "role_dtypes",
+constexpr std::array<std::string_view, 18> known_keys{"schema", "version", "summary", "operations", "dtypes", "role_dtypes",
                                                       "layouts",      "masks",         "gqa",              "different_dk_dv",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
                                                       "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
@@ -82,6 +82,16 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   get("summary", caps.summary, is_string, "a string");
 
   std::vector<std::string> names;
+  if (get("operations", names, is_strings, "a list of operation names")) {
+    caps.operations.clear();
+    for (const auto& name : names) try {
+        const Operation o = parse_operation(name);
+        if (std::find(caps.operations.begin(), caps.operations.end(), o) == caps.operations.end()) caps.operations.push_back(o);
+      } catch (const InputError& e) {
+        throw fault(fmt::format("'operations': {}", e.what()));
+      }
+    if (caps.operations.empty()) throw fault("'operations' is empty: declare at least forward");
+  }
   if (!get("dtypes", names, is_strings, "a list of dtype names")) throw fault("'dtypes' is missing: declare at least one of f64, f32, f16, bf16");
   for (const auto& name : names) {
     DType d;
@@ -181,6 +191,9 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   for (Layout l : caps.layouts) layouts.emplace_back(to_string(l));
   for (const auto& [name, flag] : mask_names)
     if (caps.masks.*flag) masks.emplace_back(name);
+  std::vector<std::string_view> operations;
+  for (Operation o : caps.operations) operations.push_back(to_string(o));
+  j["operations"] = operations;
   j["dtypes"] = dtypes;
   if (!caps.role_dtypes.empty()) {
     nlohmann::json& roles = j["role_dtypes"] = nlohmann::json::object();

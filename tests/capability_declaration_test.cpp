@@ -112,9 +112,11 @@ TEST(CapabilityDeclaration, WritesBackUnchanged) {
   caps.returns_lse = true;
   caps.masked_nonfinite_safe = true;
   caps.matmul_precision = MatmulPrecision::tf32;
+  caps.operations = {Operation::forward, Operation::backward};
   const nlohmann::json j = capabilities_to_json(caps);
   const Capabilities back = capabilities_from_json(j, "test");
   expect_same(back, caps);
+  EXPECT_EQ(back.operations, caps.operations);
   EXPECT_EQ(back.summary, "narrow");
   EXPECT_EQ(back.masked_nonfinite_safe, true);
   EXPECT_EQ(back.matmul_precision, MatmulPrecision::tf32);
@@ -130,6 +132,7 @@ TEST(CapabilityDeclaration, AKeyLeftOutDeclaresWhatTheBuiltInsDo) {
   EXPECT_TRUE(caps.masks.bias && caps.masks.causal_bottom_right && caps.gqa && caps.different_dk_dv);
   EXPECT_EQ(caps.fully_masked, FullyMaskedPolicy::zeros);
   EXPECT_FALSE(caps.returns_lse);
+  EXPECT_EQ(caps.operations, std::vector<Operation>{Operation::forward});
   // An empty mask list declares none.
   EXPECT_FALSE(capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"], "masks": []})"), "test").masks.any());
 }
@@ -155,6 +158,8 @@ TEST(CapabilityDeclaration, MalformedPartsAreNamed) {
       {R"({"dtypes": ["f32"], "schema": "attnbench.cases"})", "f.json: schema 'attnbench.cases' is not 'attnbench.capabilities'"},
       {R"({"dtypes": ["f32"], "version": 2})", "f.json: version 2 is not 1"},
       {R"({"dtypes": ["f32"], "returns_lse ": true})", "f.json: unknown key 'returns_lse '"},
+      {R"({"dtypes": ["f32"], "operations": []})", "f.json: 'operations' is empty: declare at least forward"},
+      {R"({"dtypes": ["f32"], "operations": ["forwards"]})", "f.json: 'operations': op: unknown operation 'forwards'"},
   };
   for (const auto& [text, message] : table) {
     try {
