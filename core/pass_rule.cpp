@@ -29,7 +29,7 @@ Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const Error
   const double yardstick = scale * (by_scores ? score_rounding.out : baseline.max_abs);
   // Said after the rule's terms in a failure when the yardsticks are scaled.
   const std::string scaled = scale != 1.0 ? fmt::format(", all x {:g} for the matmul precision", scale) : "";
-  v.tolerance = o.tolerance = rule.k * yardstick + floor;
+  o.tolerance = rule.k * yardstick + floor;
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   if (m.unwritten > 0) fail(o, fmt::format("{} output elements never written", m.unwritten));
@@ -41,10 +41,10 @@ Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const Error
     fail(o, fmt::format("{} of {} fully masked rows break the declared policy ({}){}", m.fully_masked_violations, m.fully_masked_rows,
                         to_string(m.policy), held.empty() ? "" : ": " + held));
   }
-  if (!(m.max_abs <= v.tolerance))
+  if (!(m.max_abs <= o.tolerance))
     fail(o, by_scores ? fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x score rounding {:.3g} (naive {:.3g}) + {} ulps{})",
-                                    m.max_abs, v.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)
-                      : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, v.tolerance,
+                                    m.max_abs, o.tolerance, rule.k, score_rounding.out, baseline.max_abs, rule.floor_ulps, scaled)
+                      : fmt::format("max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", m.max_abs, o.tolerance,
                                     rule.k, baseline.max_abs, rule.floor_ulps, scaled));
   if (m.has_lse) {
     RoleVerdict& lse = v.roles.emplace_back(RoleVerdict{Role::lse, true, m.lse_max_abs, m.lse_reference_max_abs, 0, {}});

@@ -33,7 +33,6 @@ struct RoleVerdict {
 
 struct Verdict {
   bool pass = true;
-  double tolerance = 0;   // the max abs error allowed
   double ratio = 0;       // max abs error / naive max abs error (0 when both are 0, inf when only naive is)
   std::vector<std::string> reasons;  // why it failed, one line each: the roles' in role order
   // o, then lse when one was returned; pass is their conjunction. A failure outside every role
@@ -43,6 +42,11 @@ struct Verdict {
     for (const RoleVerdict& v : roles)
       if (v.role == r) return &v;
     return nullptr;
+  }
+  // The max abs error allowed in o (0 when nothing was judged).
+  double tolerance() const {
+    const RoleVerdict* o = role(Role::o);
+    return o != nullptr ? o->tolerance : 0.0;
   }
 };
 

@@ -137,7 +137,7 @@ VerifyRecord verify_record(const Record& r) {
     return v;
   }
   v.metrics = metrics_record(c.problem, r.metrics);
-  v.tolerance = r.verdict.tolerance;
+  v.tolerance = r.verdict.tolerance();
   v.ratio_to_baseline = r.verdict.ratio;
   v.budget_used = budget_used(r.verdict);
   v.reasons = r.verdict.reasons;

@@ -446,7 +446,7 @@ TEST(Judge, PassesAtTheToleranceAndFailsJustAboveIt) {
     const Verdict at = judge(rule, numerics_of(c.dtype), with_error(tolerance, c.reference_max_abs), baseline);
     EXPECT_TRUE(at.pass) << to_string(c.dtype) << ": " << joined(at.reasons);
     EXPECT_TRUE(at.reasons.empty());
-    EXPECT_DOUBLE_EQ(at.tolerance, tolerance);
+    EXPECT_DOUBLE_EQ(at.tolerance(), tolerance);
     if (c.baseline > 0) {
       EXPECT_DOUBLE_EQ(at.ratio, tolerance / c.baseline);
     }
@@ -478,12 +478,12 @@ TEST(Judge, ScoreRoundingFloorsTheYardstick) {
   EXPECT_FALSE(judge(rule, numerics_of(DType::f32), with_error(1e-6, 1.0), lucky_naive).pass);
   const Verdict floored = judge(rule, numerics_of(DType::f32), with_error(1e-6, 1.0), lucky_naive, {.out = 5e-7});
   EXPECT_TRUE(floored.pass);
-  EXPECT_DOUBLE_EQ(floored.tolerance, 1e-6);
+  EXPECT_DOUBLE_EQ(floored.tolerance(), 1e-6);
   const Verdict over = judge(rule, numerics_of(DType::f32), with_error(1.01e-6, 1.0), lucky_naive, {.out = 5e-7});
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("score rounding"), std::string::npos) << over.reasons[0];
   // A smaller score-rounding term changes nothing.
-  EXPECT_DOUBLE_EQ(judge(rule, numerics_of(DType::f32), with_error(0, 1.0), with_error(1e-6, 1.0), {.out = 1e-9}).tolerance, 2e-6);
+  EXPECT_DOUBLE_EQ(judge(rule, numerics_of(DType::f32), with_error(0, 1.0), with_error(1e-6, 1.0), {.out = 1e-9}).tolerance(), 2e-6);
 }
 
 // The LSE too: an f64 row with one key has LSE = its score, which the naive algorithm may get
@@ -527,16 +527,16 @@ TEST(Judge, PrecisionScaleFollowsTheMatmulUnitRoundoff) {
 
   const PassRule rule{2.0, 2.0};
   const ErrorMetrics baseline = with_error(1e-7, 1.0);
-  const double unscaled = judge(rule, numerics_of(DType::f32), with_error(0, 1.0), baseline).tolerance;
+  const double unscaled = judge(rule, numerics_of(DType::f32), with_error(0, 1.0), baseline).tolerance();
   const Verdict scaled = judge(rule, numerics_of(DType::f32), with_error(1e-3, 1.0), baseline, {}, 8192.0);
-  EXPECT_DOUBLE_EQ(scaled.tolerance, 8192.0 * unscaled);
+  EXPECT_DOUBLE_EQ(scaled.tolerance(), 8192.0 * unscaled);
   EXPECT_TRUE(scaled.pass) << joined(scaled.reasons);
   EXPECT_FALSE(judge(rule, numerics_of(DType::f32), with_error(1e-3, 1.0), baseline).pass);
-  const Verdict over = judge(rule, numerics_of(DType::f32), with_error(scaled.tolerance * 1.001, 1.0), baseline, {}, 8192.0);
+  const Verdict over = judge(rule, numerics_of(DType::f32), with_error(scaled.tolerance() * 1.001, 1.0), baseline, {}, 8192.0);
   ASSERT_FALSE(over.pass);
   EXPECT_NE(over.reasons[0].find("x 8192 for the matmul precision"), std::string::npos) << over.reasons[0];
   // The score-rounding yardstick scales too.
-  EXPECT_DOUBLE_EQ(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), with_error(0, 1.0), baseline, {.out = 1e-6}, 8192.0).tolerance,
+  EXPECT_DOUBLE_EQ(judge(PassRule{2.0, 0.0}, numerics_of(DType::f32), with_error(0, 1.0), baseline, {.out = 1e-6}, 8192.0).tolerance(),
                    2.0 * 8192.0 * 1e-6);
 
   // The LSE: yardstick and floor.

@@ -143,7 +143,7 @@ TEST(RoleVerdicts, OnlyTheLseWrongFailsTheLseAloneAndTheCase) {
   EXPECT_FALSE(l->pass);
   EXPECT_NEAR(l->max_abs, 1e-2, 1e-4);
   EXPECT_GT(l->tolerance, 0);
-  EXPECT_EQ(o->tolerance, j.verdict.tolerance);
+  EXPECT_EQ(o->tolerance, j.verdict.tolerance());
   ASSERT_EQ(l->reasons.size(), 1u);
   EXPECT_EQ(l->reasons, j.verdict.reasons);  // the case's reasons are the roles'
   EXPECT_NE(l->reasons.front().find("LSE max abs error"), std::string::npos) << l->reasons.front();

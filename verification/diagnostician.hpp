@@ -248,7 +248,7 @@ class Diagnostician {
     const ScoreRounding rounding{std::max(judging_.score_rounding.out, pr.score_rounding.out),
                                  std::max(judging_.score_rounding.lse, pr.score_rounding.lse)};
     const Verdict v = judge(judging_.rule, p_.numerics(), m, yardstick, rounding, judging_.precision_scale);
-    return {v.pass && nonfinite_as_predicted, m.max_abs, v.tolerance};
+    return {v.pass && nonfinite_as_predicted, m.max_abs, v.tolerance()};
   }
   // The failing output against a prediction; a nondeterministic implementation's second run too.
   Trial judge_prediction(const Prediction& pr) const {

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   my_attention(p, q, k, v, out, wrong);
 
   const attn::Judgement j = attn::judge_case(p, inputs, out, nullptr);
-  std::printf("case: %s\nmax abs error %.3g, tolerance %.3g: %s\n", p.label().c_str(), j.metrics.max_abs, j.verdict.tolerance,
+  std::printf("case: %s\nmax abs error %.3g, tolerance %.3g: %s\n", p.label().c_str(), j.metrics.max_abs, j.verdict.tolerance(),
               j.verdict.pass ? "PASS" : "FAIL");
   for (const auto& reason : j.verdict.reasons) std::printf("  - %s\n", reason.c_str());
   return j.verdict.pass ? 0 : 1;
