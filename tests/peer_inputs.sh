@@ -24,14 +24,8 @@ for candidate in "${2:-python3}" /usr/bin/python3; do
 done
 [ -n "$python" ] || { echo "peer_inputs: skipped: no python with NumPy (${2:-python3}, /usr/bin/python3)"; exit 77; }
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 2
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$src/tests/cli_checks.sh"  # fail, enter_scratch_dir
+enter_scratch_dir
 
 cat >"$tmp/oracle_peer.py" <<'PY'
 import argparse, json, os, sys
