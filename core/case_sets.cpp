@@ -15,7 +15,7 @@ struct Shape {
   std::int64_t batch, h_q, h_kv, n_q, n_k, d_k, d_v;
 };
 
-enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal, sliding_br, local_tl };
+enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal, sliding_br, local_tl, alibi, alibi_causal_br };
 
 void apply_mask(Problem& p, MaskKind kind) {
   auto pad_per_batch = [&] {
@@ -35,6 +35,11 @@ void apply_mask(Problem& p, MaskKind kind) {
       break;
     case MaskKind::bool_half: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}; break;
     case MaskKind::bias: p.bias = {true, 1.0, Broadcast::per_head}; break;
+    case MaskKind::alibi: p.bias = BiasSpec::alibi(); break;
+    case MaskKind::alibi_causal_br:  // a decoder's ALiBi (BLOOM, MPT): causal, keys past the prompt
+      p.bias = BiasSpec::alibi();
+      p.window = Window::of(Causal::bottom_right);
+      break;
     case MaskKind::causal_br_pad_bias:
       p.window = Window::of(Causal::bottom_right);
       pad_per_batch();
@@ -173,6 +178,10 @@ std::vector<Problem> default_cases() {
     numerics.role_dtypes = mixed[i].own;
     cases.push_back(make_problem(mixed[i].scenario, numerics, 2000 + i));
   }
+  // A bias that is a function of the positions, ALiBi's (appended as well): with GQA under a
+  // causal mask (slopes per query head, 8 heads), and alone past a tile (4 heads).
+  const std::vector<Problem> alibi = expand({{gqa, M::alibi_causal_br, R::diffuse}, {mha_past_tile, M::alibi, R::peaked}}, 3000);
+  cases.insert(cases.end(), alibi.begin(), alibi.end());
   return cases;
 }
 

@@ -1,6 +1,7 @@
 #include "core/mask.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "core/parallel.hpp"
@@ -37,15 +38,27 @@ Mask::Mask(const Problem& p, bool generate)
     bias_batch_ = varies_over_batch(p.bias.broadcast);
     bias_head_ = varies_over_head(p.bias.broadcast);
     bias_ = Tensor(p.dtype_of(Role::bias), {bias_batch_ ? p.batch : 1, bias_head_ ? p.h_q : 1, p.n_q, p.n_k});
-    const std::int64_t n = bias_.numel();
-    const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
-    parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t c = begin; c < end; ++c) {
-        Rng rng(p.seed, stream_bias, static_cast<std::uint64_t>(c));
-        for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
-          bias_.set(e, rng.normal() * p.bias.stddev);
+    if (p.bias.kind == BiasSpec::Kind::alibi) {
+      // -slope_h |i + delta - j|, the distance from the diagonal, exact in double (an integer times
+      // a power of two, or near one), rounded once to the bias's dtype.
+      const std::int64_t delta = alibi_delta(p);
+      for (std::int64_t h = 0; h < p.h_q; ++h) {
+        const double slope = alibi_slope(h, p.h_q);
+        for (std::int64_t i = 0; i < p.n_q; ++i)
+          for (std::int64_t j = 0; j < p.n_k; ++j)
+            bias_.set(bias_.offset(0, bias_head_ ? h : 0, i, j), -slope * double(std::llabs(i + delta - j)));
       }
-    });
+    } else {
+      const std::int64_t n = bias_.numel();
+      const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+      parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t c = begin; c < end; ++c) {
+          Rng rng(p.seed, stream_bias, static_cast<std::uint64_t>(c));
+          for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
+            bias_.set(e, rng.normal() * p.bias.stddev);
+        }
+      });
+    }
   }
 }
 

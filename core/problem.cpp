@@ -152,6 +152,16 @@ bool ProblemNumerics::operator==(const ProblemNumerics& o) const {
          std::all_of(data_roles.begin(), data_roles.end(), [&](Role r) { return dtype_of(r) == o.dtype_of(r); });
 }
 
+double alibi_slope(std::int64_t head, std::int64_t heads) {
+  std::int64_t power = 1;
+  while (power * 2 <= heads) power *= 2;
+  // std::exp2 of an exact quotient: the slopes of a power of two are exact powers of two.
+  if (head < power) return std::exp2(-8.0 * double(head + 1) / double(power));
+  return std::exp2(-8.0 * double(2 * (head - power) + 1) / double(2 * power));
+}
+
+std::int64_t alibi_delta(const Problem& p) { return p.window.is_none() ? p.n_k - p.n_q : p.window.delta(p.n_q, p.n_k); }
+
 double Problem::effective_scale() const {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d_k));
 }

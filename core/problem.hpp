@@ -103,16 +103,27 @@ struct BoolMaskSpec {
   }
 };
 
-// An additive float bias drawn from the problem's seed: normal with standard deviation stddev,
-// rounded to the problem's dtype.
+// An additive float bias, rounded to the bias role's dtype: either drawn from the problem's seed
+// (normal with standard deviation stddev, over `broadcast`), or a function of the positions,
+// ALiBi's linear bias (Press et al., 2022): query head h adds -alibi_slope(h, h_q) * |i + delta - j|
+// to the score of key j, the same for every batch (broadcast per_head; stddev unused), with the
+// diagonal's delta of the window (alibi_delta).
 struct BiasSpec {
+  enum class Kind { normal, alibi };
   bool enabled = false;
   double stddev = 1.0;
   Broadcast broadcast = Broadcast::shared;
+  Kind kind = Kind::normal;
   bool operator==(const BiasSpec& o) const {
-    return enabled == o.enabled && (!enabled || (stddev == o.stddev && broadcast == o.broadcast));
+    if (enabled != o.enabled || kind != o.kind) return false;
+    return !enabled || kind == Kind::alibi || (stddev == o.stddev && broadcast == o.broadcast);
   }
+  static BiasSpec alibi() { return {true, 1.0, Broadcast::per_head, Kind::alibi}; }
 };
+// ALiBi's slope of query head h of `heads`: 2^(-8(h+1)/heads) when heads is a power of two; else
+// the slopes of the largest power of two below it, then every other slope of twice that power
+// (the paper's reference code, as FlashAttention's alibi_slopes are usually built).
+double alibi_slope(std::int64_t head, std::int64_t heads);
 
 // What is computed. Only the forward pass is implemented: every implementation declares the
 // operations it computes (Capabilities::operations, forward by default), covers() refuses the
@@ -236,6 +247,9 @@ struct Problem : ProblemShape, ProblemVariant, ProblemNumerics, ProblemData {
 };
 
 Problem parse_problem(std::string_view repro);
+// ALiBi's diagonal: the window's (DESIGN: one alignment shared by causal, window and ALiBi), and
+// bottom-right, FlashAttention's, when the problem has no window and so no alignment of its own.
+std::int64_t alibi_delta(const Problem& p);
 // "o:f32,q:f16", the dtypes= token's value, naming `key` in its errors (unknown or non-data role,
 // a role twice, a bad dtype).
 std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view text);

@@ -296,23 +296,39 @@ const Field fields[] = {
          throw InputError(fmt::format("bool: keep probability must lie in [0, 1] (got {})", p.bool_mask.keep));
      },
      LabelSlot::mask, [](const Problem& p) { return std::string(p.bool_mask.enabled ? "bool" : ""); }},
+    // bias=STD@BROADCAST (drawn) or bias=alibi (ALiBi's linear bias, per head).
     {"bias", {}, false,
      [](const Problem& p) -> std::string {
        if (!p.bias.enabled) return {};
+       if (p.bias.kind == BiasSpec::Kind::alibi) return "bias=alibi";
        return fmt::format("bias={}@{}", format_double(p.bias.stddev), to_string(p.bias.broadcast));
      },
      [](Problem& p, std::string_view k, std::string_view v) {
+       if (v == "alibi") {
+         p.bias = BiasSpec::alibi();
+         return;
+       }
+       if (v.find('@') == std::string_view::npos)
+         throw InputError(fmt::format("{}: expected STD@BROADCAST (e.g. 0.5@bh) or alibi, got '{}'", k, v));
        auto [stddev, broadcast] = parse_generated_mask(k, v);
        p.bias = {true, stddev, broadcast};
      },
      [](const Problem& p, nlohmann::json& j) {
-       if (p.bias.enabled) j["bias"] = {{"stddev", p.bias.stddev}, {"broadcast", to_string(p.bias.broadcast)}};
+       if (!p.bias.enabled) return;
+       if (p.bias.kind == BiasSpec::Kind::alibi)
+         j["bias"] = {{"kind", "alibi"}, {"broadcast", to_string(p.bias.broadcast)}};
+       else
+         j["bias"] = {{"stddev", p.bias.stddev}, {"broadcast", to_string(p.bias.broadcast)}};
      },
      [](const Problem& p) {
-       if (p.bias.enabled && !(std::isfinite(p.bias.stddev) && p.bias.stddev >= 0.0))
+       if (!p.bias.enabled) return;
+       if (p.bias.kind == BiasSpec::Kind::alibi && p.bias.broadcast != Broadcast::per_head)
+         throw InputError(fmt::format("bias: ALiBi varies over heads alone (broadcast h), not {}", to_string(p.bias.broadcast)));
+       if (p.bias.kind == BiasSpec::Kind::normal && !(std::isfinite(p.bias.stddev) && p.bias.stddev >= 0.0))
          throw InputError(fmt::format("bias: standard deviation must be finite and non-negative (got {})", p.bias.stddev));
      },
-     LabelSlot::mask, [](const Problem& p) { return std::string(p.bias.enabled ? "bias" : ""); }},
+     LabelSlot::mask,
+     [](const Problem& p) { return std::string(!p.bias.enabled ? "" : p.bias.kind == BiasSpec::Kind::alibi ? "alibi" : "bias"); }},
     {"scale", {}, false, [](const Problem& p) { return p.scale ? "scale=" + format_double(*p.scale) : std::string(); },
      [](Problem& p, std::string_view k, std::string_view v) { p.scale = parse_double(k, v); },
      [](const Problem& p, nlohmann::json& j) {

@@ -2,7 +2,10 @@
 // the operation and the accumulation round-trip through the repro string and JSON and are left
 // out where they keep their defaults (so every older string and verify JSON prints unchanged); an
 // accumulation nothing honours is refused; and a backward problem, which nothing implements yet,
-// is skipped with a reason naming it by every built-in implementation and never judged.
+// is skipped with a reason naming it by every built-in implementation and never judged. A bias
+// may be a function of the positions (ALiBi): it round-trips, and its values are the paper's.
+#include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -10,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/inputs.hpp"
+#include "core/mask.hpp"
 #include "impls/capability_space.hpp"
 #include "impls/registry.hpp"
 #include "judge/judge.hpp"
@@ -168,6 +172,52 @@ TEST(ProblemOperation, CapabilitiesNameTheOperationsTheyDeclare) {
   Capabilities forward_only;
   forward_only.dtypes = {DType::f32};
   EXPECT_FALSE(project_onto(forward_only, backward));
+}
+
+TEST(ProblemBias, AlibiRoundTripsAndIsThePapersLinearBias) {
+  const Problem p = parse_problem("b=2 hq=12 hkv=4 nq=5 nk=9 dk=8 dv=8 dtype=f32 causal=bottom_right bias=alibi regime=diffuse seed=3");
+  EXPECT_EQ(p.bias, BiasSpec::alibi());
+  EXPECT_EQ(p.bias.broadcast, Broadcast::per_head);
+  EXPECT_EQ(parse_problem(p.repro()), p);
+  EXPECT_NE(p.repro().find(" bias=alibi "), std::string::npos) << p.repro();
+  EXPECT_EQ(p.label(), "f32 b2 h12/4 n5x9 d8 causal_br+alibi diffuse");
+  const nlohmann::json j = p;
+  EXPECT_EQ(j["bias"], (nlohmann::json{{"kind", "alibi"}, {"broadcast", "h"}}));
+  // A drawn bias of the same broadcast is another problem.
+  EXPECT_NE(p, parse_problem("b=2 hq=12 hkv=4 nq=5 nk=9 dk=8 dv=8 dtype=f32 causal=bottom_right bias=1@h regime=diffuse seed=3"));
+
+  // Slopes: 2^(-8(h+1)/8) for the first eight of 12 heads, then every other slope of 16 heads.
+  for (int h = 0; h < 8; ++h) EXPECT_EQ(alibi_slope(h, 12), std::exp2(-(h + 1.0))) << h;
+  for (int h = 8; h < 12; ++h) EXPECT_DOUBLE_EQ(alibi_slope(h, 12), std::exp2(-0.5 - (h - 8))) << h;
+  EXPECT_EQ(alibi_slope(0, 1), 1.0 / 256);
+
+  // The values: -slope_h |i + n_k - n_q - j|, in the bias's dtype, for every batch alike.
+  const Mask mask(p);
+  for (std::int64_t h : {0, 5, 11})
+    for (std::int64_t i = 0; i < p.n_q; ++i)
+      for (std::int64_t j = 0; j < p.n_k; ++j) {
+        const double want = static_cast<float>(-alibi_slope(h, p.h_q) * double(std::llabs(i + p.n_k - p.n_q - j)));
+        ASSERT_EQ(mask.bias(0, h, i, j), want) << h << " " << i << " " << j;
+        ASSERT_EQ(mask.bias(1, h, i, j), want);
+      }
+  EXPECT_EQ(mask.bias_tensor().shape(), (Tensor::Shape{1, 12, 5, 9}));
+  // The diagonal is the window's: top-left under a top-left causal mask, bottom-right without one.
+  Problem top_left = p;
+  top_left.window = Window::of(Causal::top_left);
+  EXPECT_EQ(Mask(top_left).bias(0, 0, 2, 0), -0.5 * 2);
+  Problem unmasked = p;
+  unmasked.window = Window{};
+  EXPECT_EQ(Mask(unmasked).bias(0, 0, 2, 0), -0.5 * 6);
+
+  Problem wrong = p;
+  wrong.bias.broadcast = Broadcast::per_batch_head;
+  EXPECT_THROW(wrong.validate(), InputError);
+  try {
+    parse_problem("b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f32 causal=none bias=alibis regime=diffuse seed=1");
+    ADD_FAILURE() << "bias=alibis was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bias: expected STD@BROADCAST (e.g. 0.5@bh) or alibi, got 'alibis'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
