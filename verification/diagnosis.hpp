@@ -27,7 +27,7 @@ struct DiagnosisOptions {
   // Failing cases diagnosed per implementation in one verify run (0: every one). A kernel that
   // fails a hundred cases has one or two mistakes, which the first failures name; the rest would
   // cost seconds each and say it again.
-  int max_cases = 16;
+  int max_cases = 8;
 };
 
 // How verify judged the case: the same rule and yardstick judge every hypothesis.
