@@ -11,6 +11,7 @@
 #include "properties/run_properties.hpp"
 #include "tests/mutants/mutants.hpp"
 #include "verification/run.hpp"
+#include "verification/verify.hpp"
 
 namespace attn {
 namespace {
@@ -80,6 +81,22 @@ struct Verdicts final : PropertiesObserver {
     events.push_back("verdict " + std::to_string(v.property) + " " + impl.name() + " " + (v.kind == PropertyVerdict::Kind::held ? "held" : "other"));
   }
 };
+
+// validate's replay: one case several times under one number computes its inputs and reference
+// once; the same problem under another number is a case of its own.
+TEST(RunApi, AReplayedCaseComputesItsReferenceOnce) {
+  const auto control = mutants::make_correct_control();
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 nq=9 nk=7 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=5");
+  VerifyOptions options;
+  options.diagnosis.enabled = false;
+  options.case_numbers = {0, 0, 0};
+  const VerifyRun replay = verify({control.get()}, {p, p, p}, options);
+  ASSERT_EQ(replay.records.size(), 3u);
+  EXPECT_EQ(replay.cases.size(), 1u);
+  EXPECT_EQ(replay.passed(), 3);
+  options.case_numbers = {0, 1, 2};
+  EXPECT_EQ(verify({control.get()}, {p, p, p}, options).cases.size(), 3u);
+}
 
 TEST(RunApi, PropertiesOnOneCaseReplayAndSkipAStoppedImplementation) {
   const auto control = mutants::make_correct_control();

@@ -271,6 +271,11 @@ VerifyRun verify_checked(const std::vector<const Implementation*>& implementatio
     caps.push_back(impl->describe());
     run.declared_features[impl->name()] = declared_features(caps.back());
   }
+  // The contexts of the case before: a case repeated under the same number (validate's replay of
+  // one case, several times in a row) reuses its inputs and yardstick instead of computing the
+  // same reference again.
+  std::vector<std::unique_ptr<Prepared>> previous;
+  std::size_t previous_number = std::size_t(-1);
   for (std::size_t index = 0; index < cases.size(); ++index) {
     const Problem& p = cases[index];
     p.validate();
@@ -301,7 +306,15 @@ VerifyRun verify_checked(const std::vector<const Implementation*>& implementatio
         record.status = Status::skip;
         record.skip_reason = plan.skip_reason;
       } else {
-        auto found = std::find_if(prepared.begin(), prepared.end(), [&](auto& c) { return c->context->problem == *plan.problem; });
+        auto same = [&](auto& c) { return c->context->problem == *plan.problem; };
+        auto found = std::find_if(prepared.begin(), prepared.end(), same);
+        if (found == prepared.end() && number == previous_number) {
+          if (auto again = std::find_if(previous.begin(), previous.end(), same); again != previous.end()) {
+            prepared.push_back(std::move(*again));
+            previous.erase(again);
+            found = prepared.end() - 1;
+          }
+        }
         if (found == prepared.end()) {
           auto ready = std::make_unique<Prepared>();
           run.cases.push_back(prepare_case(*plan.problem, number, options, *ready));
@@ -319,6 +332,8 @@ VerifyRun verify_checked(const std::vector<const Implementation*>& implementatio
       run.records.push_back(std::move(record));
       if (on_record) on_record(run, run.records.back());
     }
+    previous = std::move(prepared);
+    previous_number = number;
   }
   return run;
 }
