@@ -108,8 +108,10 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
     for (std::size_t c = 0; c < columns; ++c) {
       const double av = std::fabs(v[c]);
       plain[c] += w[j] * av;
-      weighted[c] += with_err * av;
-      perturbation[c] += err[j] * av;
+      // A zero value adds no error whatever its weight's, which may be unbounded (inf * 0 is NaN,
+      // which made a bound NaN and called a sound oracle unsound).
+      weighted[c] += av == 0 ? 0.0 : with_err * av;
+      perturbation[c] += av == 0 ? 0.0 : err[j] * av;
       vmax[c] = std::max(vmax[c], av);
     }
   }

@@ -88,6 +88,20 @@ void expect_single_key_gives_its_value(const Problem& p, std::int64_t key) {
   }
 }
 
+// A key whose score error is unbounded (its weight's error inf) and a value column that is 0 for
+// every key: the column's bound is 0, not inf * 0 = NaN, which once called the oracle unsound on a
+// draw of property 14 (keys shifted by one vector, sparse_int data, a zero value column).
+TEST(ReferenceBound, AZeroValueAddsNoErrorEvenWhereItsWeightIsUnbounded) {
+  const std::vector<double> ln_w{std::log(0.5), std::log(0.5)}, eta{1e3, 0.0};
+  const std::vector<std::int64_t> keys{0, 1};
+  const double values[2][2] = {{0.0, 1.0}, {0.0, 2.0}};
+  std::vector<double> bound(2);
+  detail::weighted_sum_bound(ln_w, eta, keys, 2, 0x1p-24, 0.0, [&](std::int64_t j) { return values[j]; }, bound);
+  EXPECT_EQ(bound[0], 0.0);
+  EXPECT_FALSE(std::isnan(bound[1]));
+  EXPECT_GT(bound[1], 1.0);  // unbounded, and said so
+}
+
 TEST(ReferenceClosedForm, OneKeyGivesExactlyItsValue) {
   for (DType d : all_dtypes)
     for (Regime regime : all_regimes()) {
