@@ -201,8 +201,11 @@ bool accepted(const Implementation& impl, const Capabilities& caps, const Proble
 bool accepts_dtype(const Capabilities& caps, Role role, DType dtype) { return contains(accepted_dtypes(caps, role), dtype); }
 
 bool declares_mixed_dtypes(const Capabilities& caps) {
-  return std::any_of(caps.role_dtypes.begin(), caps.role_dtypes.end(),
-                     [&](const auto& entry) { return std::any_of(entry.second.begin(), entry.second.end(), [&](DType d) { return !contains(caps.dtypes, d); }); });
+  // A role's own dtype d mixes with a problem dtype other than d.
+  for (const auto& [role, own] : caps.role_dtypes)
+    for (DType d : own)
+      if (std::any_of(caps.dtypes.begin(), caps.dtypes.end(), [&](DType problem) { return problem != d; })) return true;
+  return false;
 }
 
 Support covers(const Capabilities& caps, const Problem& p) {

@@ -16,7 +16,8 @@ namespace attn {
 
 // Whether a role accepts a dtype: listed for it (role_dtypes) or for every data role (dtypes).
 bool accepts_dtype(const Capabilities& caps, Role role, DType dtype);
-// Some role accepts a dtype beyond `dtypes`, so mixed-precision problems are declared.
+// Some role declares a dtype of its own that differs from a one-dtype problem's, so mixed-precision
+// problems are declared.
 bool declares_mixed_dtypes(const Capabilities& caps);
 
 // Whether the declared capabilities cover the problem; the reason names the first thing missing

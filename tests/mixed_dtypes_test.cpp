@@ -113,6 +113,14 @@ TEST(MixedDtypes, ADeclarationCoversARoleOnlyInTheDtypesDeclaredForIt) {
   c.role_dtypes[Role::o] = {DType::f32};
   EXPECT_TRUE(covers(c, mixed).ok);
   EXPECT_TRUE(declares_mixed_dtypes(c));
+  EXPECT_FALSE(declares_mixed_dtypes(one_dtype_kernel()));
+  Capabilities every;
+  declare_every_dtype(every);
+  EXPECT_TRUE(declares_mixed_dtypes(every));
+  Capabilities f16_listed_per_role;  // q, k, v and o each list f16: still one-dtype problems only
+  f16_listed_per_role.dtypes = {DType::f16};
+  for (Role r : {Role::q, Role::k, Role::v, Role::o}) f16_listed_per_role.role_dtypes[r] = {DType::f16};
+  EXPECT_FALSE(declares_mixed_dtypes(f16_listed_per_role));
   // Declaring f16 and bf16 problems is not declaring f16 queries with bf16 keys.
   EXPECT_EQ(covers(c, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k not declared (k accepts: f16, bf16)");
   // Every built-in CPU implementation reads each tensor in its own dtype; the mutants and the GPU ones declare one dtype.
