@@ -96,6 +96,20 @@ TEST(RunApi, AReplayedCaseComputesItsReferenceOnce) {
   EXPECT_EQ(replay.passed(), 3);
   options.case_numbers = {0, 1, 2};
   EXPECT_EQ(verify({control.get()}, {p, p, p}, options).cases.size(), 3u);
+
+  // A wrong implementation's replay is diagnosed at its first failure; the repeats say so.
+  const auto wrong = mutants::make_mutant(MistakeId::scale_one);
+  options.diagnosis.enabled = true;
+  options.case_numbers = {0, 0, 0};
+  const VerifyRun failing = verify({wrong.get()}, {p, p, p}, options);
+  ASSERT_EQ(failing.records.size(), 3u);
+  EXPECT_EQ(failing.failed(), 3);
+  EXPECT_TRUE(failing.records[0].diagnosis.ran);
+  EXPECT_TRUE(failing.records[0].diagnosis_skipped.empty());
+  for (int k : {1, 2}) {
+    EXPECT_FALSE(failing.records[k].diagnosis.ran);
+    EXPECT_EQ(failing.records[k].diagnosis_skipped, "not diagnosed: a run of the same case failed before and was diagnosed");
+  }
 }
 
 TEST(RunApi, PropertiesOnOneCaseReplayAndSkipAStoppedImplementation) {

@@ -6,6 +6,8 @@
 #include <exception>
 #include <limits>
 #include <optional>
+#include <set>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -114,6 +116,9 @@ struct Prepared {
   const CaseContext* context = nullptr;
   std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
   Yardstick yardstick;
+  // The implementations that had a failure on it diagnosed: a replayed case (the same problem
+  // again) is diagnosed at its first failure only, as the diagnosis would say the same again.
+  std::set<std::string> diagnosed_by;
   const CaseInputs& inputs() const { return *inputs_storage; }
 };
 
@@ -146,7 +151,7 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   return ctx;
 }
 
-void run_record(Record& record, const Implementation& impl, const Capabilities& caps, const Prepared& prepared, const VerifyOptions& options,
+void run_record(Record& record, const Implementation& impl, const Capabilities& caps, Prepared& prepared, const VerifyOptions& options,
                 int& diagnosed) {
   const CaseContext& context = *prepared.context;
   const CaseInputs& in = prepared.inputs();
@@ -160,16 +165,20 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.metrics = judged.metrics;
     record.verdict = std::move(judged.verdict);
     const double scale = precision_scale(working_dtype(p.numerics()), caps.matmul_precision);
-    const bool diagnose_this = options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases;
+    const bool diagnosed_before = prepared.diagnosed_by.contains(impl.name());
+    const bool diagnose_this = !diagnosed_before && (options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases);
     // The hypotheses rebuild masks from the problem's seed (diagnosis.cpp), which given inputs do not come from.
     if (!record.verdict.pass && options.diagnosis.enabled && !context.inputs_from.empty())
       record.diagnosis_skipped = fmt::format("not diagnosed: the diagnosis regenerates masks from the repro string, and this case is {}",
                                              context.inputs_from);
+    else if (!record.verdict.pass && options.diagnosis.enabled && diagnosed_before)
+      record.diagnosis_skipped = "not diagnosed: a run of the same case failed before and was diagnosed";
     else if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
       record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
                                              options.diagnosis.max_cases, impl.name());
     if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this && context.inputs_from.empty()) {
       ++diagnosed;
+      prepared.diagnosed_by.insert(impl.name());
       // The LSE agrees when nothing failed it but an unsound yardstick, which fails every role.
       const RoleVerdict* lse = record.verdict.role(Role::lse);
       const bool lse_agrees = caps.returns_lse && lse != nullptr && std::all_of(lse->reasons.begin(), lse->reasons.end(), [&](const std::string& r) {

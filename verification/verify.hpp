@@ -74,7 +74,7 @@ struct Record {
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
   // For a failure with an output: the known mistakes the output matches (diagnosis.ran false otherwise).
   Diagnosis diagnosis;
-  std::string diagnosis_skipped;  // why a failure was not diagnosed (DiagnosisOptions::max_cases)
+  std::string diagnosis_skipped;  // why a failure was not diagnosed (DiagnosisOptions::max_cases, a replay diagnosed before)
 };
 
 struct VerifyRun {
