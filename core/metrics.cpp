@@ -83,7 +83,8 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
     if (!expected.fully_masked[r])
       for (std::int64_t c = 0; c < d_v; ++c)
         m.reference_max_abs = std::max(m.reference_max_abs, std::fabs(expected.out[r * d_v + c]));
-  m.rel_floor = std::max(min_normal(p.dtype_of(Role::o)), m.reference_max_abs / 1024.0);
+  const DType out_dtype = p.dtype_of(Role::o);  // read once, not per element
+  m.rel_floor = std::max(min_normal(out_dtype), m.reference_max_abs / 1024.0);
   double err_sq = 0, ref_sq = 0;
   for (std::size_t r = 0; r < expected.rows.size(); ++r) {
     if (expected.fully_masked[r]) continue;
@@ -97,7 +98,7 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
       if (err > m.max_abs || m.max_abs_index < 0) m.max_abs = err, m.max_abs_index = e;
       if (rel > m.max_rel || m.max_rel_index < 0) m.max_rel = rel, m.max_rel_index = e;
       if (std::fabs(want) >= m.rel_floor || !std::isfinite(got)) {
-        const std::uint64_t ulps = ulp_distance(p.dtype_of(Role::o), got, want);
+        const std::uint64_t ulps = ulp_distance(out_dtype, got, want);
         if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
       }
       err_sq += err * err;

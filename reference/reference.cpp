@@ -107,6 +107,7 @@ template <class Row>
 RowSummary keep_row(const Problem& p, const Row& row, const std::vector<double>& rounded, double lse_conversion, std::size_t r,
                     ReferenceResult& result) {
   const auto d_v = static_cast<std::size_t>(p.d_v);
+  const DType out_dtype = p.dtype_of(Role::o);  // read once per row, not per element
   RowSummary summary;
   result.fully_masked[r] = row.fully_masked;
   result.lse[r] = static_cast<double>(row.lse);
@@ -116,14 +117,14 @@ RowSummary keep_row(const Problem& p, const Row& row, const std::vector<double>&
     result.out[r * d_v + c] = rounded[c];
     // Both sides round to the dtype: one ulp at the larger of the two values covers it (the
     // extra ulp covers a reference that rounded down below a binade boundary).
-    const double larger = std::fabs(rounded[c]) + row.naive_bound[c] + ulp_at(p.dtype_of(Role::o), rounded[c]);
-    result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(p.dtype_of(Role::o), larger);
+    const double larger = std::fabs(rounded[c]) + row.naive_bound[c] + ulp_at(out_dtype, rounded[c]);
+    result.naive_bound[r * d_v + c] = row.naive_bound[c] + row.bound[c] + ulp_at(out_dtype, larger);
     summary.self_abs = std::max(summary.self_abs, row.bound[c]);
     summary.score_rounding.out = std::max(summary.score_rounding.out, row.score_rounding[c]);
     // In ulps at the scale of the summed terms: near an output that cancels to zero, ulps of
     // the output itself would measure the cancellation, not the reference.
     const double scale = std::max(std::fabs(rounded[c]), row.magnitude[c]);
-    if (row.bound[c] > 0) summary.self_ulps = std::max(summary.self_ulps, row.bound[c] / ulp_at(p.dtype_of(Role::o), scale));
+    if (row.bound[c] > 0) summary.self_ulps = std::max(summary.self_ulps, row.bound[c] / ulp_at(out_dtype, scale));
   }
   return summary;
 }
@@ -204,7 +205,8 @@ ReferenceResult compute_reference_at(const Problem& p, const CaseInputs& in, std
       }
       const auto row = detail::reference_row<Real>(p, wide, result.rows[r], detail::multiprecision_arithmetic(u), options.weights);
       std::vector<double> rounded(d_v);
-      for (std::size_t c = 0; c < d_v; ++c) rounded[c] = detail::round_once(p.dtype_of(Role::o), row.out[c]);
+      const DType out_dtype = p.dtype_of(Role::o);
+      for (std::size_t c = 0; c < d_v; ++c) rounded[c] = detail::round_once(out_dtype, row.out[c]);
       // The LSE converts to double once: half an ulp of it.
       summaries[r] = keep_row(p, row, rounded, row.fully_masked ? 0.0 : ulp_at(DType::f64, static_cast<double>(row.lse)) / 2, r, result);
       if (options.weights)
