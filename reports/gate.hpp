@@ -13,8 +13,8 @@
 // (cli/gate_command.cpp) reads the files and prints. Bad input throws attn::InputError naming
 // the source and the fault.
 #include <map>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -29,9 +29,12 @@ inline constexpr const char* baseline_schema = schema_gate_baseline.data();
 inline constexpr int config_schema_version = 1;
 
 // A list of ECMAScript regular expressions searched in a name; empty matches everything.
+// The compiled expressions live in gate_config.cpp: <regex> in this header cost every file that
+// includes it several seconds of compile time.
+struct CompiledPatterns;
 struct Filter {
   std::vector<std::string> patterns;
-  std::vector<std::regex> compiled;
+  std::shared_ptr<const CompiledPatterns> compiled;  // null: no patterns
   bool matches(const std::string& name) const;
 };
 

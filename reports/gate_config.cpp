@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -12,6 +13,11 @@
 #include "core/error.hpp"
 
 namespace attn::gate {
+
+struct CompiledPatterns {
+  std::vector<std::regex> expressions;
+};
+
 namespace {
 
 using nlohmann::json;
@@ -83,13 +89,16 @@ class ObjectReader {
 Filter make_filter(std::vector<std::string> patterns, const std::string& where, const std::string& source) {
   Filter f;
   f.patterns = std::move(patterns);
+  if (f.patterns.empty()) return f;
+  auto compiled = std::make_shared<CompiledPatterns>();
   for (const auto& p : f.patterns) {
     try {
-      f.compiled.emplace_back(p, std::regex::ECMAScript);
+      compiled->expressions.emplace_back(p, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
       throw InputError(fmt::format("{}: config key '{}': bad regular expression '{}': {}", source, where, p, e.what()));
     }
   }
+  f.compiled = std::move(compiled);
   return f;
 }
 
@@ -97,8 +106,9 @@ Filter make_filter(std::vector<std::string> patterns, const std::string& where, 
 }  // namespace
 
 bool Filter::matches(const std::string& name) const {
-  if (compiled.empty()) return true;
-  return std::any_of(compiled.begin(), compiled.end(), [&](const std::regex& r) { return std::regex_search(name, r); });
+  if (!compiled) return true;
+  const auto& expressions = compiled->expressions;
+  return std::any_of(expressions.begin(), expressions.end(), [&](const std::regex& r) { return std::regex_search(name, r); });
 }
 
 Config parse_config(const json& document, const std::string& source) {
