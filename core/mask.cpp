@@ -8,12 +8,6 @@
 #include "core/rng.hpp"
 
 namespace attn {
-namespace {
-
-constexpr std::int64_t chunk_elements = 4096;
-
-
-}  // namespace
 
 Mask::Mask(const Problem& p) : Mask(p, true) {}
 
@@ -25,11 +19,11 @@ Mask::Mask(const Problem& p, bool generate)
     bool_head_ = varies_over_head(p.bool_mask.broadcast);
     const std::int64_t n = (bool_batch_ ? p.batch : 1) * (bool_head_ ? p.h_q : 1) * p.n_q * p.n_k;
     bool_flags_.resize(static_cast<std::size_t>(n));
-    const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+    const std::int64_t chunks = (n + rng_chunk_elements - 1) / rng_chunk_elements;
     parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t c = begin; c < end; ++c) {
         Rng rng(p.seed, stream_bool_mask, static_cast<std::uint64_t>(c));
-        for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
+        for (std::int64_t e = c * rng_chunk_elements; e < std::min(n, (c + 1) * rng_chunk_elements); ++e)
           bool_flags_[static_cast<std::size_t>(e)] = rng.uniform() < p.bool_mask.keep ? 1 : 0;
       }
     });
@@ -50,11 +44,11 @@ Mask::Mask(const Problem& p, bool generate)
       }
     } else {
       const std::int64_t n = bias_.numel();
-      const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+      const std::int64_t chunks = (n + rng_chunk_elements - 1) / rng_chunk_elements;
       parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t c = begin; c < end; ++c) {
           Rng rng(p.seed, stream_bias, static_cast<std::uint64_t>(c));
-          for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e)
+          for (std::int64_t e = c * rng_chunk_elements; e < std::min(n, (c + 1) * rng_chunk_elements); ++e)
             bias_.set(e, rng.normal() * p.bias.stddev);
         }
       });

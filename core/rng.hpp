@@ -53,6 +53,10 @@ class Rng {
   std::uint64_t state_[4];
 };
 
+// The elements of one chunk, each chunk with its own Rng(seed, stream, chunk): changing it changes
+// every drawn tensor.
+inline constexpr std::int64_t rng_chunk_elements = 4096;
+
 // Streams: one per generated quantity, so adding one never shifts another's bits.
 enum RngStream : std::uint64_t {
   stream_q = 1, stream_k, stream_v, stream_bool_mask, stream_bias, stream_structure, stream_row_sample,

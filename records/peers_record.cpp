@@ -5,15 +5,12 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "records/result_schema.hpp"
 
 namespace attn {
 namespace {
 
 using nlohmann::json;
-
-std::string text(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};
-}
 
 // valid_target: true, false, or null (checks skipped; a missing key reads as null).
 std::optional<bool> validity(const json& j) {
@@ -23,14 +20,14 @@ std::optional<bool> validity(const json& j) {
 
 PeerResult read_result(const json& r) {
   PeerResult p;
-  p.peer = text(r, "peer");
-  p.peer_version = text(r, "peer_version");
+  p.peer = text_or_empty(r, "peer");
+  p.peer_version = text_or_empty(r, "peer_version");
   p.valid_target = validity(r);
   if (r.is_object() && r.contains("problem") && r["problem"].is_object()) p.problem = r["problem"];
   const json& q = p.problem;
-  p.dtype = text(q, "dtype");
-  p.causal = text(q, "causal");
-  p.repro = text(q, "repro");
+  p.dtype = text_or_empty(q, "dtype");
+  p.causal = text_or_empty(q, "causal");
+  p.repro = text_or_empty(q, "repro");
   if (q.contains("d_k") && q["d_k"].is_number_integer()) p.d_k = q["d_k"].get<std::int64_t>();
   if (p.peer.empty() || !q.contains("causal") || !q["causal"].is_string() || !q.contains("n_q") || !q["n_q"].is_number_integer())
     p.unplaced = fmt::format("a record without peer, problem.causal or problem.n_q: {:.120}", r.dump());
@@ -57,7 +54,7 @@ PeersDocument read_peers_document(const json& doc, const std::string& source) {
   if (doc.contains("context") && doc["context"].is_object()) d.context = doc["context"];
   if (doc.contains("peers"))
     for (const json& p : doc["peers"]) {
-      PeerStatus s{text(p, "peer"), std::nullopt, validity(p)};
+      PeerStatus s{text_or_empty(p, "peer"), std::nullopt, validity(p)};
       if (p.is_object() && p.contains("skipped")) s.skipped = p["skipped"].is_string() ? p["skipped"].get<std::string>() : p["skipped"].dump();
       d.peers.push_back(std::move(s));
     }

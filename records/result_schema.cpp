@@ -36,4 +36,8 @@ std::string recognise_schema(const nlohmann::json& doc, const std::string& sourc
   return schema;
 }
 
+std::string text_or_empty(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};
+}
+
 }  // namespace attn

@@ -27,4 +27,7 @@ inline constexpr int result_schema_version = 1;
 // "schema_version" is not an integer or is newer than this build reads.
 std::string recognise_schema(const nlohmann::json& document, const std::string& source);
 
+// j[key] when j is an object holding a string there, else "": for the readers' optional text fields.
+std::string text_or_empty(const nlohmann::json& j, const char* key);
+
 }  // namespace attn

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "records/result_schema.hpp"
 #include "core/tensor_role.hpp"
 
 namespace attn {
@@ -22,10 +23,6 @@ json figure_json(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   return x;
-}
-
-std::string text(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};
 }
 
 json metrics_json(const VerifyMetrics& m) {
@@ -208,7 +205,7 @@ json to_json(const VerifyRecord& r) {
   return j;
 }
 
-std::string VerifyRecord::dtype() const { return text(problem, "dtype"); }
+std::string VerifyRecord::dtype() const { return text_or_empty(problem, "dtype"); }
 
 double VerifyRecord::n_k() const {
   return problem.is_object() && problem.contains("n_k") && problem["n_k"].is_number() ? problem["n_k"].get<double>()
@@ -217,9 +214,9 @@ double VerifyRecord::n_k() const {
 
 std::string VerifyRecord::mask() const {
   std::vector<std::string> parts;
-  const std::string causal = text(problem, "causal");
+  const std::string causal = text_or_empty(problem, "causal");
   if (!causal.empty() && causal != "none") parts.push_back("causal " + causal);
-  if (problem.is_object() && problem.contains("padding")) parts.push_back("pad " + text(problem["padding"], "kind"));
+  if (problem.is_object() && problem.contains("padding")) parts.push_back("pad " + text_or_empty(problem["padding"], "kind"));
   if (problem.is_object() && problem.contains("bool_mask")) parts.push_back("bool");
   if (problem.is_object() && problem.contains("bias")) parts.push_back("bias");
   if (parts.empty()) return "none";
@@ -231,7 +228,7 @@ std::string VerifyRecord::mask() const {
 VerifyRecord read_verify_record(const json& r, std::size_t index, const std::string& source) {
   const std::string which = fmt::format("{}: records[{}]", source, index);
   if (!r.is_object()) throw InputError(which + " is not an object");
-  const std::string named = fmt::format("{} ({}, case {})", which, text(r, "implementation"), r.contains("case_index") ? r["case_index"].dump() : "?");
+  const std::string named = fmt::format("{} ({}, case {})", which, text_or_empty(r, "implementation"), r.contains("case_index") ? r["case_index"].dump() : "?");
   auto fail = [&](const std::string& what) { throw InputError(fmt::format("{}: {}", named, what)); };
   auto required = [&](const char* key) {
     if (!r.contains(key)) fail(fmt::format("no {}", key));
@@ -277,7 +274,7 @@ VerifyRecord read_verify_record(const json& r, std::size_t index, const std::str
     }
   }
   read.string(r, "inputs_from", "", v.inputs_from);
-  v.skip_reason = text(r, "skip_reason");
+  v.skip_reason = text_or_empty(r, "skip_reason");
   read.strings(r, "reasons", v.reasons);
   if (v.measured()) {
     if (!r.contains("metrics") || !r["metrics"].is_object()) fail("missing \"metrics\"");
