@@ -23,6 +23,8 @@ namespace {
 constexpr int warmup_enqueues = 3;
 constexpr std::size_t flush_bytes_without_l2_size = std::size_t{256} << 20;
 
+}  // namespace
+
 // Holds a stream until opened: a host function enqueued before the start event waits for the
 // flag, so everything the host enqueues after it (the start event, the timed work, the stop
 // event) is queued before the GPU reaches the start event; the host's launch latency is then
@@ -46,8 +48,8 @@ struct StreamGate {
   }
 };
 
-}  // namespace
-
+// (StreamGate is outside the anonymous namespace: Resources holds one, and in a unity build a
+// member of a type with internal linkage is an error under -Werror=subobject-linkage.)
 struct GpuTimer::Resources {
   explicit Resources(L2Mode m) : mode(m) {
     if (mode == L2Mode::cold) {
