@@ -38,8 +38,6 @@ double figure(const json& v, const std::string& source, const std::string& where
   bad(source, fmt::format("{}: not a number: {}", where, v.dump()));
 }
 
-json figure_json(double value) { return std::isfinite(value) ? json(value) : json("inf"); }
-
 std::size_t source_index(const json& record, std::size_t sources, const std::string& source, const std::string& where) {
   const json& index = member(record, "source", source, where);
   if (!index.is_number_unsigned() || index.get<std::size_t>() >= sources) bad(source, where + ": \"source\" is not an index into \"sources\"");

@@ -1,5 +1,7 @@
 #include "records/result_schema.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -38,6 +40,12 @@ std::string recognise_schema(const nlohmann::json& doc, const std::string& sourc
 
 std::string text_or_empty(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string{};
+}
+
+nlohmann::json figure_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
 }
 
 }  // namespace attn

@@ -27,6 +27,10 @@ inline constexpr int result_schema_version = 1;
 // "schema_version" is not an integer or is newer than this build reads.
 std::string recognise_schema(const nlohmann::json& document, const std::string& source);
 
+// JSON has no NaN or Inf: a figure the file holds as a number is written "nan", "inf" or "-inf"
+// when it is not finite (verify's records, the gate baseline's errors, which read "nan" as inf).
+nlohmann::json figure_json(double x);
+
 // j[key] when j is an object holding a string there, else "": for the readers' optional text fields.
 std::string text_or_empty(const nlohmann::json& j, const char* key);
 

@@ -17,13 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-// JSON has no NaN or Inf: a figure the file holds as a number is written "nan", "inf" or "-inf"
-// when it is not finite.
-json figure_json(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
 
 json metrics_json(const VerifyMetrics& m) {
   json j{{"compared", m.compared},
