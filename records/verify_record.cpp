@@ -8,15 +8,14 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "records/result_schema.hpp"
 #include "core/tensor_role.hpp"
+#include "records/result_schema.hpp"
 
 namespace attn {
 
 namespace {
 
 using nlohmann::json;
-
 
 json metrics_json(const VerifyMetrics& m) {
   json j{{"compared", m.compared},
