@@ -4,26 +4,16 @@
 #include <cmath>
 #include <vector>
 
-#include "core/parallel.hpp"
 #include "core/precision.hpp"
 #include "core/rng.hpp"
 
 namespace attn {
 namespace {
 
-
-// Fills t[e] = round(draw(e, rng)) chunk by chunk; chunk c always uses Rng(seed, stream, c),
-// so the result does not depend on the number of threads.
+// Fills t[e] = round(draw(e, rng)) (draw_in_chunks: the same bits on any thread count).
 template <class Draw>
 void fill(Tensor& t, std::uint64_t seed, std::uint64_t stream, Draw draw) {
-  const std::int64_t n = t.numel();
-  const std::int64_t chunks = (n + rng_chunk_elements - 1) / rng_chunk_elements;
-  parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) {
-      Rng rng(seed, stream, static_cast<std::uint64_t>(c));
-      for (std::int64_t e = c * rng_chunk_elements; e < std::min(n, (c + 1) * rng_chunk_elements); ++e) t.set(e, draw(e, rng));
-    }
-  });
+  draw_in_chunks(t.numel(), seed, stream, [&](std::int64_t e, Rng& rng) { t.set(e, draw(e, rng)); });
 }
 
 // Standard deviation of Q and K entries that gives scaled scores the wanted variance:

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "core/parallel.hpp"
 #include "core/rng.hpp"
 
 namespace attn {
@@ -19,14 +18,8 @@ Mask::Mask(const Problem& p, bool generate)
     bool_head_ = varies_over_head(p.bool_mask.broadcast);
     const std::int64_t n = (bool_batch_ ? p.batch : 1) * (bool_head_ ? p.h_q : 1) * p.n_q * p.n_k;
     bool_flags_.resize(static_cast<std::size_t>(n));
-    const std::int64_t chunks = (n + rng_chunk_elements - 1) / rng_chunk_elements;
-    parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t c = begin; c < end; ++c) {
-        Rng rng(p.seed, stream_bool_mask, static_cast<std::uint64_t>(c));
-        for (std::int64_t e = c * rng_chunk_elements; e < std::min(n, (c + 1) * rng_chunk_elements); ++e)
-          bool_flags_[static_cast<std::size_t>(e)] = rng.uniform() < p.bool_mask.keep ? 1 : 0;
-      }
-    });
+    draw_in_chunks(n, p.seed, stream_bool_mask,
+                   [&](std::int64_t e, Rng& rng) { bool_flags_[static_cast<std::size_t>(e)] = rng.uniform() < p.bool_mask.keep ? 1 : 0; });
   }
   if (p.bias.enabled) {
     bias_batch_ = varies_over_batch(p.bias.broadcast);
@@ -43,15 +36,7 @@ Mask::Mask(const Problem& p, bool generate)
             bias_.set(bias_.offset(0, bias_head_ ? h : 0, i, j), -slope * double(std::llabs(i + delta - j)));
       }
     } else {
-      const std::int64_t n = bias_.numel();
-      const std::int64_t chunks = (n + rng_chunk_elements - 1) / rng_chunk_elements;
-      parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t c = begin; c < end; ++c) {
-          Rng rng(p.seed, stream_bias, static_cast<std::uint64_t>(c));
-          for (std::int64_t e = c * rng_chunk_elements; e < std::min(n, (c + 1) * rng_chunk_elements); ++e)
-            bias_.set(e, rng.normal() * p.bias.stddev);
-        }
-      });
+      draw_in_chunks(bias_.numel(), p.seed, stream_bias, [&](std::int64_t e, Rng& rng) { bias_.set(e, rng.normal() * p.bias.stddev); });
     }
   }
 }

@@ -3,7 +3,10 @@
 // thread count. Only integer operations, exact double scalings and IEEE-exact +, -, * are used
 // (no libm), and every tensor is generated in fixed-size chunks, each with its own generator
 // derived from (seed, stream, chunk).
+#include <algorithm>
 #include <cstdint>
+
+#include "core/parallel.hpp"
 
 namespace attn {
 
@@ -53,9 +56,20 @@ class Rng {
   std::uint64_t state_[4];
 };
 
-// The elements of one chunk, each chunk with its own Rng(seed, stream, chunk): changing it changes
-// every drawn tensor.
-inline constexpr std::int64_t rng_chunk_elements = 4096;
+// Calls draw_at(e, rng) for every e in [0, n), chunk by chunk and chunks side by side: chunk c
+// always draws from Rng(seed, stream, c), so the values do not depend on the number of threads.
+// The chunk size is part of every drawn tensor's bits: changing it changes them all.
+template <class DrawAt>  // DrawAt: void(std::int64_t e, Rng& rng)
+void draw_in_chunks(std::int64_t n, std::uint64_t seed, std::uint64_t stream, DrawAt draw_at) {
+  constexpr std::int64_t chunk_elements = 4096;
+  const std::int64_t chunks = (n + chunk_elements - 1) / chunk_elements;
+  parallel_for_ranges(chunks, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      Rng rng(seed, stream, static_cast<std::uint64_t>(c));
+      for (std::int64_t e = c * chunk_elements; e < std::min(n, (c + 1) * chunk_elements); ++e) draw_at(e, rng);
+    }
+  });
+}
 
 // Streams: one per generated quantity, so adding one never shifts another's bits.
 enum RngStream : std::uint64_t {
