@@ -33,7 +33,6 @@ inline constexpr int config_schema_version = 1;
 // includes it several seconds of compile time.
 struct CompiledPatterns;
 struct Filter {
-  std::vector<std::string> patterns;
   std::shared_ptr<const CompiledPatterns> compiled;  // null: no patterns
   bool matches(const std::string& name) const;
 };

@@ -86,12 +86,11 @@ class ObjectReader {
   std::set<std::string> known_;
 };
 
-Filter make_filter(std::vector<std::string> patterns, const std::string& where, const std::string& source) {
+Filter make_filter(const std::vector<std::string>& patterns, const std::string& where, const std::string& source) {
   Filter f;
-  f.patterns = std::move(patterns);
-  if (f.patterns.empty()) return f;
+  if (patterns.empty()) return f;
   auto compiled = std::make_shared<CompiledPatterns>();
-  for (const auto& p : f.patterns) {
+  for (const auto& p : patterns) {
     try {
       compiled->expressions.emplace_back(p, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
@@ -101,7 +100,6 @@ Filter make_filter(std::vector<std::string> patterns, const std::string& where, 
   f.compiled = std::move(compiled);
   return f;
 }
-
 
 }  // namespace
 
