@@ -14,6 +14,7 @@
 #include "core/result_file.hpp"
 #include "cli/run_output.hpp"
 #include "impls/file_outputs/file_outputs.hpp"
+#include "verification/given_outputs.hpp"
 #include "records/context.hpp"
 #include "records/progress.hpp"
 #include "reports/verify_report.hpp"
@@ -89,42 +90,6 @@ int CheckCommand::run() const {
   return 0;
 }
 
-namespace {
-
-// The user's outputs as an Implementation, so that verify judges them (and reports them) exactly
-// as it does a kernel's. verify asks for each case's inputs (given_inputs) before running the
-// implementation on it, which is how run() knows whose outputs to hand out.
-class GivenOutputs final : public Implementation {
- public:
-  explicit GivenOutputs(const std::vector<GivenCase>& cases) : cases_(cases) {}
-  std::string name() const override { return "inputs"; }
-  Capabilities describe() const override {
-    Capabilities caps;
-    caps.summary = "outputs of your own tensors (check --inputs)";
-    declare_every_dtype(caps);
-    caps.returns_lse = std::any_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
-    caps.fully_masked = FullyMaskedPolicy::zeros;
-    return caps;
-  }
-  Support supports(const Problem&) const override { return Support::yes(); }
-  std::size_t workspace_bytes(const Problem&) const override { return 0; }
-  void run(const RunArgs& args) const override {
-    const GivenCase& c = cases_.at(current_);
-    args.tensors.required_output(Role::o) = c.out;
-    if (Tensor* lse = args.tensors.output(Role::lse)) {
-      if (!c.lse) throw std::logic_error("GivenOutputs: an LSE asked for where none was given");  // run_given refuses that mix
-      *lse = *c.lse;
-    }
-  }
-  void select(std::size_t index) const { current_ = index; }
-
- private:
-  const std::vector<GivenCase>& cases_;
-  mutable std::size_t current_ = 0;
-};
-
-}  // namespace
-
 int CheckCommand::run_given() const {
   if (!outputs_dirs_.empty() && outputs_dirs_.size() != inputs_dirs_.size())
     throw InputError(fmt::format("check --inputs: {} --outputs for {} --inputs (give one per --inputs, in the same order, or none)",
@@ -143,24 +108,18 @@ int CheckCommand::run_given() const {
                                    given[with].source, given[without].source));
     }
 
-  std::vector<Problem> cases;
   VerifyOptions options;
   options.rule = {k_, floor_ulps_};
   options.reference.threads = threads_;
-  const GivenOutputs outputs(given);
-  options.given_inputs = [&](const Problem&, std::size_t number) {
-    outputs.select(number);
-    const GivenCase& c = given.at(number);
-    return GivenInputs{c.inputs, c.source};
-  };
-  for (const auto& c : given) cases.push_back(c.problem);
+  const GivenOutputs outputs(given, "inputs", "outputs of your own tensors (check --inputs)");
+  const VerifyRequest request = given_outputs_request(outputs, options);
+  const std::vector<Problem>& cases = request.cases;
   // The reference and the yardstick of a capture too large for this machine are refused up front.
   for (const Problem& p : cases) check_case_memory(p, {});
   const auto context = run_context(threads_ > 0 ? threads_ : default_thread_count());
 
   fmt::print("attnbench check: {} case(s) of your own tensors ({}); pass rule: max abs error <= {} x naive + {} ulps\n\n", cases.size(),
              fmt::join(inputs_dirs_, ", "), k_, floor_ulps_);
-  VerifyRequest request{{&outputs}, cases, options};
   VerifyConsole console({.progress_label = std::nullopt, .name_implementation = true, .extra = [](const Record& record) { return fmt::format("{:<22}inputs: {}\n", "", record.context->inputs_from); }});
   VerifyResultsFile results(json_path_, [&](const VerifyRun& run) { return verify_to_json(run, request.options, context, "check"); });
   const VerifyRun run = run_verify(request, {&console, &results});

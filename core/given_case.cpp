@@ -156,7 +156,85 @@ std::vector<std::int64_t> valid_lengths(const npy::Array& a, const std::string& 
   return lengths;
 }
 
+std::string shape_text(const Tensor::Shape& s) { return npy::shape_string(std::vector<std::int64_t>(s.begin(), s.end())); }
+
 }  // namespace
+
+std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
+  const auto& q = a.q.shape();
+  const auto& k = a.k.shape();
+  const auto& v = a.v.shape();
+  auto dim = [](const char* name, const Tensor::Shape& s, std::size_t axis, std::int64_t want, const char* what, const char* from) {
+    if (s[axis] != want)
+      throw InputError(fmt::format("{}: shape {}: {} = {} but {} gives {} = {}", name, shape_text(s), what, s[axis], from, what, want));
+  };
+  dim("k", k, 0, q[0], "b", "q");
+  dim("k", k, 3, q[3], "d_k", "q");
+  dim("v", v, 0, k[0], "b", "k");
+  dim("v", v, 1, k[1], "h_kv", "k");
+  dim("v", v, 2, k[2], "n_k", "k");
+  Problem p;
+  p.batch = q[0], p.h_q = q[1], p.n_q = q[2], p.d_k = q[3];
+  p.h_kv = k[1], p.n_k = k[2], p.d_v = v[3];
+  p.dtype = a.q.dtype();
+  auto own_dtype = [&](Role role, DType dtype) {
+    if (dtype != p.dtype) p.role_dtypes[role] = dtype;
+  };
+  own_dtype(Role::k, a.k.dtype());
+  own_dtype(Role::v, a.v.dtype());
+  if (a.bias) own_dtype(Role::bias, a.bias->dtype());
+  if (a.o_dtype) own_dtype(Role::o, *a.o_dtype);
+  p.window = a.window;
+  p.scale = a.scale;
+  if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
+    throw InputError(fmt::format("k: h_kv = {} does not divide q's h_q = {} (query head h reads kv head h / (h_q / h_kv))", p.h_kv, p.h_q));
+  auto broadcastable = [&](const char* name, const std::vector<std::int64_t>& s) {
+    if (s.size() != 4 || !(s[0] == 1 || s[0] == p.batch) || !(s[1] == 1 || s[1] == p.h_q) || s[2] != p.n_q || s[3] != p.n_k)
+      throw InputError(fmt::format("{}: shape {} does not broadcast to [b, h_q, n_q, n_k] = ({}, {}, {}, {}): expected [1|{}, 1|{}, {}, {}]", name,
+                                   npy::shape_string(s), p.batch, p.h_q, p.n_q, p.n_k, p.batch, p.h_q, p.n_q, p.n_k));
+  };
+  if (!a.valid_lens_shape.empty()) {
+    const auto& s = a.valid_lens_shape;
+    if (s == std::vector<std::int64_t>{p.batch})
+      p.padding.kind = KeyPadding::Kind::per_batch;
+    else if (s == std::vector<std::int64_t>{p.batch, p.n_q})
+      p.padding.kind = KeyPadding::Kind::per_query;
+    else
+      throw InputError(fmt::format("valid_lens: shape {}; expected [b] = ({},) or [b, n_q] = ({}, {})", npy::shape_string(s), p.batch, p.batch, p.n_q));
+    for (std::size_t e = 0; e < a.valid_lens.size(); ++e)
+      if (a.valid_lens[e] < 0 || a.valid_lens[e] > p.n_k)
+        throw InputError(fmt::format("valid_lens: element {} = {} is outside [0, n_k = {}]", e, a.valid_lens[e], p.n_k));
+    p.padding.valid_len = std::move(a.valid_lens);
+  }
+  bool flags_batch = false, flags_head = false;
+  if (!a.mask_shape.empty()) {
+    broadcastable("mask", a.mask_shape);
+    flags_batch = a.mask_shape[0] != 1;
+    flags_head = a.mask_shape[1] != 1;
+    std::int64_t visible = 0;
+    for (auto& f : a.mask) visible += f = f != 0 ? 1 : 0;
+    p.bool_mask.enabled = true;
+    // Not a probability anything is drawn with: the fraction kept, so the label and JSON say how sparse it is.
+    p.bool_mask.keep = a.mask.empty() ? 1.0 : double(visible) / double(a.mask.size());
+    p.bool_mask.broadcast = broadcast_of(flags_batch, flags_head);
+  }
+  Tensor bias;
+  if (a.bias) {
+    const auto& s = a.bias->shape();
+    broadcastable("bias", std::vector<std::int64_t>(s.begin(), s.end()));
+    double sum = 0, sum2 = 0;
+    for (std::int64_t e = 0; e < a.bias->numel(); ++e) sum += a.bias->get(e), sum2 += a.bias->get(e) * a.bias->get(e);
+    const double n = double(a.bias->numel()), var = sum2 / n - (sum / n) * (sum / n);
+    p.bias.enabled = true;
+    // Again descriptive only: the bias's standard deviation (0 when it is not finite).
+    p.bias.stddev = std::isfinite(var) && var > 0 ? std::sqrt(var) : 0.0;
+    p.bias.broadcast = broadcast_of(s[0] != 1, s[1] != 1);
+    bias = std::move(*a.bias);
+  }
+  p.validate();
+  Mask mask = Mask::given(p, std::move(a.mask), flags_batch, flags_head, std::move(bias));
+  return {p, CaseInputs{std::move(a.q), std::move(a.k), std::move(a.v), std::move(mask)}};
+}
 
 GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   std::error_code ec;

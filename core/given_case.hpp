@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/inputs.hpp"
 #include "core/problem.hpp"
@@ -33,6 +35,25 @@ struct GivenCase {
   std::optional<Tensor> lse;  // [b, h_q, n_q, 1] when lse.npy is there
   std::string source;        // "the tensors in DIR"
 };
+
+// A user's tensors already in memory (the Python package's reference() and judge()), each in
+// its own dtype: the problem's dtype is q's, and k, v, the bias or o in another dtype are roles of
+// their own (ProblemNumerics::role_dtypes). Extents must agree as for the files above.
+struct GivenArrays {
+  Tensor q, k, v;                              // [b, h_q, n_q, d_k], [b, h_kv, n_k, d_k], [b, h_kv, n_k, d_v]
+  std::optional<Tensor> bias;                  // [1|b, 1|h_q, n_q, n_k]
+  std::vector<std::uint8_t> mask;              // nonzero = visible, C order over mask_shape
+  std::vector<std::int64_t> mask_shape;        // [1|b, 1|h_q, n_q, n_k]; empty: no boolean mask
+  std::vector<std::int64_t> valid_lens;        // keys j < len are visible
+  std::vector<std::int64_t> valid_lens_shape;  // [b] or [b, n_q]; empty: no padding
+  std::optional<double> scale;                 // unset: 1/sqrt(d_k)
+  Window window;                               // causal, sliding or none (core/problem.hpp)
+  std::optional<DType> o_dtype;                // unset: q's
+};
+
+// The problem and inputs of GivenArrays (moved in: a borrowed tensor stays borrowed). Throws
+// InputError naming the argument ("k", "mask", "valid_lens") and the fault.
+std::pair<Problem, CaseInputs> given_case_of(GivenArrays arrays);
 
 // Reads DIR's inputs and settings, and the outputs from outputs_dir (empty: DIR). Throws
 // InputError naming the file and the fault: missing, malformed, wrong dtype or shape, dimensions

@@ -62,6 +62,20 @@ Mask Mask::given(const Problem& p, std::vector<std::uint8_t> flags, bool flags_p
   return m;
 }
 
+Mask Mask::with_visibility_of(const Problem& p) const {
+  if (p.batch != batch_ || p.h_q != h_q_ || p.n_q != n_q_ || p.n_k != n_k_)
+    throw std::invalid_argument("Mask::with_visibility_of: the problem does not have this mask's extents");
+  if (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi) return Mask(p);
+  Mask m(p, false);
+  m.bool_flags_ = bool_flags_;
+  m.bool_batch_ = bool_batch_;
+  m.bool_head_ = bool_head_;
+  m.bias_ = bias_;
+  m.bias_batch_ = bias_batch_;
+  m.bias_head_ = bias_head_;
+  return m;
+}
+
 std::pair<std::int64_t, std::int64_t> Mask::key_range(std::int64_t b, std::int64_t i) const {
   auto [lo, hi] = window_.key_range(i, n_q_, n_k_);
   if (padding_.kind == KeyPadding::Kind::per_batch) hi = std::min(hi, padding_.valid_len[static_cast<std::size_t>(b)]);

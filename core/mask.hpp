@@ -25,6 +25,12 @@ class Mask {
   // The problem's bool_mask/bias specs are not consulted (nothing is drawn from its seed).
   static Mask given(const Problem& problem, std::vector<std::uint8_t> flags, bool flags_per_batch, bool flags_per_head, Tensor bias);
 
+  // This mask's boolean flags and bias (drawn or given) under another problem's window and
+  // padding, of the same extents: what a hypothesis about the window or the padding predicts
+  // with, whether the inputs came from a seed or from a user (nothing is drawn again). ALiBi's
+  // bias is a function of the window's alignment, so a problem with bias=alibi gets it rebuilt.
+  Mask with_visibility_of(const Problem& problem) const;
+
   // Query i of batch b sees keys in [lo, hi) at most: the window and padding intersected (the
   // bool mask may mask more). lo == hi when it sees none.
   std::pair<std::int64_t, std::int64_t> key_range(std::int64_t b, std::int64_t i) const;

@@ -35,8 +35,72 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
   storage_.assign((bytes() + 7) / 8, 0);
 }
 
+Tensor Tensor::borrow(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> keep) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.numel_ = 1;
+  for (auto extent : shape) {
+    if (extent < 0) throw InputError("tensor extent must not be negative");
+    t.numel_ *= extent;
+  }
+  if (t.numel_ > 0 && (data == nullptr || reinterpret_cast<std::uintptr_t>(data) % bytes_per_element(dtype) != 0))
+    throw InputError("a borrowed tensor's data must be non-null and aligned to its element size");
+  t.borrowed_ = t.numel_ > 0 ? data : nullptr;
+  t.keep_ = t.borrowed_ ? std::move(keep) : nullptr;
+  return t;
+}
+
+Tensor::Tensor(const Tensor& other) : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_) {
+  if (other.borrowed_) {
+    storage_.resize((bytes() + 7) / 8);
+    std::memcpy(storage_.data(), other.borrowed_, bytes());
+  } else {
+    storage_ = other.storage_;
+  }
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) *this = Tensor(other);
+  return *this;
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), storage_(std::move(other.storage_)), borrowed_(other.borrowed_),
+      keep_(std::move(other.keep_)) {
+  other.borrowed_ = nullptr;
+  other.storage_.clear();
+  other.numel_ = 0;
+  other.shape_ = {0, 0, 0, 0};
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this == &other) return *this;
+  dtype_ = other.dtype_;
+  shape_ = other.shape_;
+  numel_ = other.numel_;
+  storage_ = std::move(other.storage_);
+  borrowed_ = other.borrowed_;
+  keep_ = std::move(other.keep_);
+  other.borrowed_ = nullptr;
+  other.storage_.clear();
+  other.numel_ = 0;
+  other.shape_ = {0, 0, 0, 0};
+  return *this;
+}
+
+void* Tensor::own() {
+  if (borrowed_) {
+    storage_.resize((bytes() + 7) / 8);
+    std::memcpy(storage_.data(), borrowed_, bytes());
+    borrowed_ = nullptr;
+    keep_.reset();
+  }
+  return storage_.data();
+}
+
 std::uint64_t Tensor::bits(std::int64_t index) const {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(storage_.data());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(data());
   switch (dtype_) {
     case DType::f64: { std::uint64_t b; std::memcpy(&b, bytes + index * 8, 8); return b; }
     case DType::f32: { std::uint32_t b; std::memcpy(&b, bytes + index * 4, 4); return b; }
@@ -47,7 +111,7 @@ std::uint64_t Tensor::bits(std::int64_t index) const {
 }
 
 void Tensor::set_bits(std::int64_t index, std::uint64_t bits) {
-  auto* bytes = reinterpret_cast<unsigned char*>(storage_.data());
+  auto* bytes = reinterpret_cast<unsigned char*>(own());
   switch (dtype_) {
     case DType::f64: std::memcpy(bytes + index * 8, &bits, 8); break;
     case DType::f32: { auto b = static_cast<std::uint32_t>(bits); std::memcpy(bytes + index * 4, &b, 4); break; }
@@ -82,8 +146,7 @@ void Tensor::poison() {
 }
 
 bool Tensor::operator==(const Tensor& other) const {
-  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
-         std::memcmp(storage_.data(), other.storage_.data(), bytes()) == 0;
+  return dtype_ == other.dtype_ && shape_ == other.shape_ && (bytes() == 0 || std::memcmp(data(), other.data(), bytes()) == 0);
 }
 
 }  // namespace attn

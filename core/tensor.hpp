@@ -1,10 +1,16 @@
 #pragma once
 // A dense row-major BHSD tensor of one dtype. f16/bf16 elements are stored as their bits;
 // get() widens exactly to double and set() rounds once (to nearest, ties to even).
+//
+// A tensor either owns its elements or borrows a caller's (Tensor::borrow: a user's array judged
+// where it lies, with no copy). A borrowed tensor is read where it lies; anything that writes to
+// it (a non-const data(), as(), set(), poison()) first copies it into storage of its own, and a
+// copy of it owns its elements: the caller's memory is never written.
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +25,15 @@ class Tensor {
 
   Tensor() = default;
   Tensor(DType dtype, Shape shape);
+  // Dense row-major elements at `data` (aligned to the element size), kept alive by `keep` for as
+  // long as this tensor borrows them.
+  static Tensor borrow(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> keep);
+  Tensor(const Tensor& other);
+  Tensor& operator=(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor() = default;
+  bool borrowed() const { return borrowed_ != nullptr; }
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -37,11 +52,11 @@ class Tensor {
   void poison();
   bool is_poisoned(std::int64_t index) const { return bits(index) == poison_bits(dtype_); }
 
-  void* data() { return storage_.data(); }
-  const void* data() const { return storage_.data(); }
+  void* data() { return own(); }
+  const void* data() const { return borrowed_ ? borrowed_ : storage_.data(); }
   // Typed views for implementations; T must match the storage (double, float, std::uint16_t).
-  template <class T> T* as() { return reinterpret_cast<T*>(storage_.data()); }
-  template <class T> const T* as() const { return reinterpret_cast<const T*>(storage_.data()); }
+  template <class T> T* as() { return reinterpret_cast<T*>(own()); }
+  template <class T> const T* as() const { return reinterpret_cast<const T*>(data()); }
 
   bool operator==(const Tensor& other) const;  // same dtype, shape and bits
 
@@ -50,10 +65,14 @@ class Tensor {
   ConstTensorView view() const;
 
  private:
+  void* own();  // copies borrowed elements into storage_ first; then storage_.data()
+
   DType dtype_ = DType::f32;
   Shape shape_{0, 0, 0, 0};
   std::int64_t numel_ = 0;
   std::vector<std::uint64_t> storage_;  // 8-byte words keep every element type aligned
+  const void* borrowed_ = nullptr;      // set: the elements are there, not in storage_
+  std::shared_ptr<const void> keep_;    // what keeps borrowed_ alive
 };
 
 // Whether t's elements are Acc (float or double) as they lie, so as<Acc>() can be read directly.

@@ -252,7 +252,7 @@ void Diagnostician::mask_hypotheses() {
     if (l.name == M::padding_one_key_leaks || l.name == M::padding_batch0_for_all) {
       Problem causal_only = p_;
       causal_only.padding = {};
-      const Mask mask(causal_only);
+      const Mask mask = in_.mask.with_visibility_of(causal_only);
       for (std::int64_t b = 0; b < p_.batch; ++b)
         for (std::int64_t i = 0; i < p_.n_q; ++i) {
           auto& v = effective[static_cast<std::size_t>(b * p_.n_q + i)];

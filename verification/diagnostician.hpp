@@ -275,7 +275,8 @@ class Diagnostician {
     return std::any_of(diagnosis_.matches.begin(), diagnosis_.matches.end(), [&](const DiagnosisMatch& m) { return m.hypothesis == name_of(id); });
   }
 
-  CaseInputs with_mask_of(const Problem& hp) const { return CaseInputs{in_.q, in_.k, in_.v, Mask(hp)}; }
+  // The case's own boolean mask and bias (drawn or given) under hp's window and padding.
+  CaseInputs with_mask_of(const Problem& hp) const { return CaseInputs{in_.q, in_.k, in_.v, in_.mask.with_visibility_of(hp)}; }
 
   // ---- the hypotheses ----
   void scale_hypotheses();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -115,6 +116,7 @@ Resolution plan_for(const Implementation& impl, const Capabilities& caps, const 
 struct Prepared {
   const CaseContext* context = nullptr;
   std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
+  std::optional<Tensor> given_out, given_lse;  // GivenInputs::out and lse
   Yardstick yardstick;
   // The implementations that had a failure on it diagnosed: a replayed case (the same problem
   // again) is diagnosed at its first failure only, as the diagnosis would say the same again.
@@ -129,6 +131,8 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   if (options.given_inputs) {
     GivenInputs given = options.given_inputs(p, number);
     prepared.inputs_storage.emplace(std::move(given.inputs));
+    prepared.given_out = std::move(given.out);
+    prepared.given_lse = std::move(given.lse);
     ctx->inputs_from = std::move(given.from);
   } else {
     prepared.inputs_storage.emplace(generate_inputs(p));
@@ -158,7 +162,15 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
   const Problem& p = context.problem;
   const auto start = std::chrono::steady_clock::now();
   try {
-    Output o = run_once(impl, p, in, caps.returns_lse);
+    // Given outputs are borrowed where they lie (a 1 GiB capture is not copied or shadowed by a poisoned one).
+    const bool given = prepared.given_out.has_value();
+    if (given && caps.returns_lse && !prepared.given_lse)
+      throw std::logic_error("verify: an LSE is declared for a case whose given outputs have none");
+    Output o = given ? Output{Tensor::borrow(prepared.given_out->dtype(), prepared.given_out->shape(), std::as_const(*prepared.given_out).data(), nullptr),
+                              caps.returns_lse ? Tensor::borrow(prepared.given_lse->dtype(), prepared.given_lse->shape(),
+                                                                std::as_const(*prepared.given_lse).data(), nullptr)
+                                               : Tensor{}}
+                     : run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
     Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
                                     JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
@@ -167,16 +179,12 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     const double scale = precision_scale(working_dtype(p.numerics()), caps.matmul_precision);
     const bool diagnosed_before = prepared.diagnosed_by.contains(impl.name());
     const bool diagnose_this = !diagnosed_before && (options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases);
-    // The hypotheses rebuild masks from the problem's seed (diagnosis.cpp), which given inputs do not come from.
-    if (!record.verdict.pass && options.diagnosis.enabled && !context.inputs_from.empty())
-      record.diagnosis_skipped = fmt::format("not diagnosed: the diagnosis regenerates masks from the repro string, and this case is {}",
-                                             context.inputs_from);
-    else if (!record.verdict.pass && options.diagnosis.enabled && diagnosed_before)
+    if (!record.verdict.pass && options.diagnosis.enabled && diagnosed_before)
       record.diagnosis_skipped = "not diagnosed: a run of the same case failed before and was diagnosed";
     else if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
       record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
                                              options.diagnosis.max_cases, impl.name());
-    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this && context.inputs_from.empty()) {
+    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
       ++diagnosed;
       prepared.diagnosed_by.insert(impl.name());
       // The LSE agrees when nothing failed it but an unsound yardstick, which fails every role.
@@ -185,9 +193,9 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                                 return r == context.baseline_problem;
                               });
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
-      std::optional<Output> rerun;
+      std::optional<Output> rerun;  // given outputs have no second run
       try {
-        rerun = run_once(impl, p, in, caps.returns_lse);
+        if (!given) rerun = run_once(impl, p, in, caps.returns_lse);
       } catch (const std::exception&) {  // the first run's failure is what is diagnosed
       }
       record.diagnosis = diagnose(p, in, o.out,

@@ -5,6 +5,7 @@
 // the reference derives for it, so a broken yardstick cannot hide a broken kernel.
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,15 @@ namespace attn {
 enum class Status { pass, fail, skip };
 std::string_view to_string(Status status);
 
-// A case's inputs from elsewhere than its repro string (a user's own tensors, `check --inputs`).
+// A case's inputs from elsewhere than its repro string (a user's own tensors, `check --inputs`,
+// the Python package's judge()), and, when they were captured with it, the output to judge.
 struct GivenInputs {
   CaseInputs inputs;
   std::string from;  // where they are, for reports: "the tensors in DIR"
+  // Set: this is the output of every implementation run on the case (each a name for whoever
+  // produced it), judged where it lies: nothing is run, allocated or copied for it.
+  std::optional<Tensor> out;
+  std::optional<Tensor> lse;  // with out, when the LSE was given too
 };
 
 struct VerifyOptions {
@@ -35,8 +41,8 @@ struct VerifyOptions {
   // implementation declares (impls/capability_space.hpp); false: it is skipped.
   bool project = true;
   // Set: each case's inputs come from here (called with the problem and its case number) instead
-  // of generate_inputs; nothing is projected, and failures are not diagnosed (the diagnosis
-  // rebuilds masks from the seed).
+  // of generate_inputs; nothing is projected. Failures are diagnosed on the given inputs (the
+  // hypotheses keep their boolean mask and bias: Mask::with_visibility_of).
   std::function<GivenInputs(const Problem&, std::size_t case_number)> given_inputs;
 };
 

@@ -8,6 +8,8 @@
 //            padq:   f16, causal top_left, valid_lens [b, n_q] with zeros (fully masked rows), lse.npy
 //            bf16:   bf16 ('<f4' bf16 values, settings dtype bf16), default scale, no mask
 //   MODE exact: the outputs rounded to the dtype; off: one element of out.npy (a visible row) + 1e-3;
+//        wrong-scale: the outputs computed with 1/sqrt(d_k) where settings say another scale;
+//        causal-ignored: the outputs computed without the causal part of the mask (the diagnosis names each);
 //        unknown-key, bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, lens-range:
 //        the inputs broken as named.
 #include <cmath>
@@ -79,7 +81,8 @@ int main(int argc, char** argv) {
   if (s.lens_per_query)
     for (std::int64_t e = 0; e < s.b * s.nq; ++e) lens.push_back(e % 4 == 1 ? 0 : 1 + e % s.nk);
 
-  const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(double(s.dk));
+  const double scale = s.scale > 0 && mode != "wrong-scale" ? s.scale : 1.0 / std::sqrt(double(s.dk));
+  const int causal_kind = mode == "causal-ignored" ? 0 : s.causal;
   Tensor out(s.dtype, {s.b, s.hq, s.nq, s.dv});
   Tensor lse(DType::f32, {s.b, s.hq, s.nq, 1});
   std::int64_t visible_row = -1;
@@ -91,8 +94,8 @@ int main(int argc, char** argv) {
         double m = -std::numeric_limits<double>::infinity();
         for (std::int64_t j = 0; j < s.nk; ++j) {
           bool see = true;
-          if (s.causal == 1) see = see && j <= i;
-          if (s.causal == 2) see = see && j <= i + (s.nk - s.nq);
+          if (causal_kind == 1) see = see && j <= i;
+          if (causal_kind == 2) see = see && j <= i + (s.nk - s.nq);
           if (s.lens_per_batch) see = see && j < lens[std::size_t(b)];
           if (s.lens_per_query) see = see && j < lens[std::size_t(b * s.nq + i)];
           if (s.mask) see = see && mask[std::size_t((h * s.nq + i) * s.nk + j)];

@@ -53,6 +53,17 @@ expect_file_has off.out "rerun: attnbench check --inputs off (the case is the te
 checks=$((checks + 1))
 ! grep -q "attnbench verify --impl" off.out || fail "off.out offers a rerun that would generate other tensors"
 
+# --- a known mistake is diagnosed from the given tensors (their own mask and bias, no seed) ----
+"$writer" wrong-scale masked wrong-scale || fail "the writer failed on wrong-scale"
+run wrong-scale check --inputs wrong-scale --json wrong-scale.json
+expect_rc 1
+expect_file_has wrong-scale.out "the output matches scale = 1/sqrt(d_k)"
+expect_file_has wrong-scale.json "\"hypothesis\": \"scale_constant\""
+"$writer" causal-ignored masked causal-ignored || fail "the writer failed on causal-ignored"
+run causal-ignored check --inputs causal-ignored --json ""
+expect_rc 1
+expect_file_has causal-ignored.out "the output matches no causal mask"
+
 # --- bad input: exit 2, the file and the fault named --------------------------------------------
 bad() {  # bad MODE SCENARIO TEXT
   "$writer" "bad_$1" "$2" "$1" || fail "the writer failed on $1"

@@ -6,18 +6,24 @@
 # fails (a torch.py that raises ImportError shadows any installed PyTorch): it must fall back to
 # NumPy and say so and why, refuse an explicit --backend torch, and round-trip with the
 # declaration it writes (--write-declaration, fully masked rows NaN: judged by that policy).
+# CASES (optional) is the case set, a name (`default`: every dtype, mixed precision, ALiBi, ...) or a
+# file of repro strings; by default tests/file_route/cases.txt.
 # Exits 77 (CTest: skipped, with the reason) where PYTHON lacks NumPy, or PyTorch for the torch
 # backend.
-# Usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT torch|numpy|fallback
+# Usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT torch|numpy|fallback [CASES]
 set -u
 bin=${1:?usage: sdpa_roundtrip.sh ATTNBENCH PYTHON SCRIPT BACKEND}
 python=${2:?}
 script=${3:?}
 backend=${4:?}
+set_arg=${5:-}
 case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
 case $script in /*) ;; *) script=$PWD/$script ;; esac
 case $python in /*) ;; */*) python=$PWD/$python ;; esac  # a relative path, not a name on PATH
 here=$(cd "$(dirname "$0")" && pwd)
+cases_set=${set_arg:-$here/cases.txt}
+# A file named relative to where the test started (the script works in a temporary directory).
+if [ -f "$cases_set" ]; then case $cases_set in /*) ;; *) cases_set=$PWD/$cases_set ;; esac; fi
 need=numpy
 [ "$backend" = torch ] && need=torch
 if ! "$python" -c "import numpy, $need" 2>/dev/null; then
@@ -28,7 +34,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 2
 
-"$bin" cases --out cases --cases "$here/cases.txt" >cases.log || { cat cases.log; echo "FAIL: attnbench cases"; exit 1; }
+"$bin" cases --out cases --cases "$cases_set" >cases.log || { cat cases.log; echo "FAIL: attnbench cases"; exit 1; }
 # NumPy reads what attnbench wrote, with the shapes and dtypes the manifest states.
 "$python" - cases <<'PY' || { echo "FAIL: NumPy does not read the cases directory as the manifest describes it"; exit 1; }
 import json, os, sys
@@ -57,7 +63,7 @@ if [ "$backend" = fallback ]; then
     { cat refused.log; echo "FAIL: --backend torch without PyTorch does not say why it stopped"; exit 1; }
   # The script's own declaration, NaN for fully masked rows: cases and check both follow it.
   "$python" "$script" --write-declaration sdpa.json --fully-masked nan >declare.log 2>&1 || { cat declare.log; echo "FAIL: --write-declaration"; exit 1; }
-  "$bin" cases --out cases --cases "$here/cases.txt" --declare sdpa.json >cases.log || { cat cases.log; echo "FAIL: attnbench cases --declare"; exit 1; }
+  "$bin" cases --out cases --cases "$cases_set" --declare sdpa.json >cases.log || { cat cases.log; echo "FAIL: attnbench cases --declare"; exit 1; }
   "$python" "$script" cases outputs >script.log 2>&1 || { cat script.log; echo "FAIL: $script without PyTorch"; exit 1; }
   cat script.log
   grep -qF "PyTorch is not available (ImportError: planted by sdpa_roundtrip.sh: no PyTorch here): falling back to the NumPy backend" script.log ||

@@ -1,0 +1,433 @@
+"""The runs: reference, judge, verify, properties and bench on Python arrays and callables.
+
+Each hands its arguments to the native module, which runs the C++ library the CLI runs, and
+wraps the JSON document it returns (the result files' own schema) in a small object.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _arrays, _native
+from ._conventions import Convention, convention_of, declaration_json
+
+PASS_RULE_K = 2.0
+PASS_RULE_FLOOR_ULPS = 2.0
+
+
+# ---- inputs of one's own ----
+
+def _given(q, k, v, mask, bias, valid_lens, out=None):
+    host = {}
+    bf16 = False
+    for name, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("out", out)):
+        a, bits = _arrays.to_host(x, name)
+        host[name] = a
+        bf16 = bf16 or bits
+    m = None if mask is None else np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(mask, "mask")), dtype=bool)
+    lens = None if valid_lens is None else np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(valid_lens, "valid_lens")), dtype=np.int64)
+    return _native._Given(host["q"], host["k"], host["v"], m, host["bias"], lens, bf16), host
+
+
+def _settings(scale, causal, window, align, o_dtype):
+    s = _native._Settings()
+    s.scale = None if scale is None else float(scale)
+    s.causal = "none" if causal in (None, False) else ("top_left" if causal is True else str(causal))
+    if window is not None:
+        left, right = window
+        s.window = (None if left is None or left < 0 else int(left), None if right is None or right < 0 else int(right))
+        s.align = align
+    s.o_dtype = o_dtype
+    return s
+
+
+@dataclass
+class Reference:
+    """The reference's output (rounded once to o's dtype), its LSE (float64, natural log, -inf for
+    a row that sees no key) and the bound it states on its own error before rounding."""
+    o: Any
+    lse: Any
+    error_bound_max_abs: float
+    error_bound_max_ulps: float
+    lse_error_bound_max_abs: float
+    repro: str
+
+    def __iter__(self):
+        return iter((self.o, self.lse))
+
+
+def reference(q, k, v, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None, valid_lens=None,
+              o_dtype=None, threads=0, arrays=None) -> Reference:
+    """Attention on your own arrays at 113 bits, rounded once to o's dtype (default q's).
+
+    q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v] (numpy, torch or jax;
+    read where they lie). ``causal`` None, True (top-left), "top_left" or "bottom_right";
+    ``window`` (left, right) with None or -1 unbounded, aligned by ``align``; ``mask`` boolean
+    [1|b, 1|h_q, n_q, n_k] (True: visible); ``bias`` additive, same shape; ``valid_lens`` [b] or
+    [b, n_q]. Every mask intersects. Returns O and the LSE in the inputs' framework (``arrays``).
+    """
+    given, _ = _given(q, k, v, mask, bias, valid_lens)
+    r = _native._reference(given, _settings(scale, causal, window, align, o_dtype), threads)
+    framework = arrays or _arrays.framework_of(q)
+    problem = _native.Problem.parse(r["repro"])
+    o = _arrays.from_native(r["o"], problem.dtype_of("o"), framework)
+    lse = _arrays.from_native(r["lse"], "f64", framework)
+    return Reference(o, lse, r["bound_max_abs"], r["bound_max_ulps"], r["bound_lse_max_abs"], r["repro"])
+
+
+# ---- verdicts ----
+
+def _figure(x) -> float:
+    """A figure of the result files: a number, or "nan", "inf", "-inf"."""
+    return float(x)
+
+
+def _diagnosis_text(record: dict) -> str:
+    d = record.get("diagnosis")
+    if d:
+        return d.get("summary", "")
+    return record.get("diagnosis_skipped", "")
+
+
+@dataclass
+class RoleVerdict:
+    role: str
+    passed: bool
+    max_abs: float
+    tolerance: float
+    reasons: list
+
+    @property
+    def budget_used(self) -> float:
+        return self.max_abs / self.tolerance if self.tolerance > 0 else float("inf")
+
+
+class _RecordView:
+    """What one verify record says, for one case."""
+
+    def __init__(self, record: dict):
+        self.record = record
+
+    @property
+    def passed(self) -> bool:
+        return self.record["status"] == "pass"
+
+    @property
+    def status(self) -> str:
+        return self.record["status"]
+
+    @property
+    def repro(self) -> str:
+        return self.record["repro"]
+
+    @property
+    def reasons(self) -> list:
+        return self.record.get("reasons", [])
+
+    @property
+    def diagnosis(self) -> str:
+        """The known mistakes the output matches ("the output matches scale = 1/sqrt(d_k): ..."),
+        or what the diagnosis found instead; "" for a pass."""
+        return _diagnosis_text(self.record)
+
+    @property
+    def hypotheses(self) -> list:
+        d = self.record.get("diagnosis") or {}
+        return [m["hypothesis"] for m in d.get("matches", [])]
+
+    @property
+    def roles(self) -> dict:
+        """Per judged tensor ("o", and "lse" when one was returned): pass, error, tolerance, budget."""
+        return {role: RoleVerdict(role, r["passed"], _figure(r["max_abs"]), _figure(r["tolerance"]), r.get("reasons", []))
+                for role, r in self.record.get("roles", {}).items()}
+
+    @property
+    def budget_used(self) -> Optional[float]:
+        b = self.record.get("budget_used")
+        return None if b is None else _figure(b)
+
+    @property
+    def metrics(self) -> dict:
+        return self.record.get("metrics", {})
+
+    @property
+    def worst(self) -> str:
+        """Where the largest absolute error is: "b=0 h=1 i=3 c=5"."""
+        return self.metrics.get("max_abs_at", "-")
+
+
+class Failure(_RecordView):
+    """A failed case: its repro string, the reasons, the diagnosis and the rerun line."""
+
+    def __init__(self, record: dict, rerun: str):
+        super().__init__(record)
+        self.rerun = rerun
+
+    def __repr__(self):
+        return f"Failure({self.repro!r}: {'; '.join(self.reasons)[:200]}; diagnosis: {self.diagnosis})"
+
+
+class VerifyResult:
+    """verify()'s result: every record, in the verify schema that `attnbench report` and `gate` read."""
+
+    def __init__(self, document: dict, rerun: Callable[[dict], str]):
+        self.document = document
+        self._rerun = rerun
+
+    @property
+    def records(self) -> list:
+        return self.document["records"]
+
+    @property
+    def counts(self) -> dict:
+        c = {"pass": 0, "fail": 0, "skip": 0}
+        for r in self.records:
+            c[r["status"]] += 1
+        return c
+
+    @property
+    def passed(self) -> bool:
+        """Every case that ran passed, and at least one ran (nothing ran is not a pass)."""
+        c = self.counts
+        return c["fail"] == 0 and c["pass"] > 0
+
+    @property
+    def failures(self) -> list:
+        return [Failure(r, self._rerun(r)) for r in self.records if r["status"] == "fail"]
+
+    @property
+    def skips(self) -> list:
+        return [(r["repro"], r.get("skip_reason", "")) for r in self.records if r["status"] == "skip"]
+
+    def write_json(self, path: str) -> None:
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.document, f, indent=1)
+        os.replace(tmp, path)
+
+    def summary(self) -> str:
+        c = self.counts
+        lines = [f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped over {len(self.records)} records"]
+        for f in self.failures:
+            lines.append(f"FAIL {f.repro}")
+            for reason in f.reasons[:3]:
+                lines.append(f"  {reason}")
+            if f.diagnosis:
+                lines.append(f"  diagnosis: {f.diagnosis}")
+            lines.append(f"  rerun: {f.rerun}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        c = self.counts
+        return f"VerifyResult({c['pass']} passed, {c['fail']} failed, {c['skip']} skipped)"
+
+
+class Judgement(_RecordView):
+    """judge()'s verdict on one output: pass or fail per tensor (o, and lse when given), the
+    errors, the budget used (1.0 = at the pass line), the worst element, the diagnosis, and how to
+    rerun it from the command line (save_inputs, then `attnbench check --inputs DIR`)."""
+
+    def __init__(self, document: dict, arrays: dict, settings: dict):
+        super().__init__(document["records"][0])
+        self.document = document
+        self._arrays = arrays
+        self._settings = settings
+
+    def __bool__(self):
+        return self.passed
+
+    @property
+    def rerun(self) -> str:
+        return "judgement.save_inputs(DIR), then: attnbench check --inputs DIR (the same tensors, judged by the CLI)"
+
+    def write_json(self, path: str) -> None:
+        VerifyResult(self.document, lambda r: self.rerun).write_json(path)
+
+    def save_inputs(self, directory: str) -> None:
+        """The tensors and settings as a `check --inputs` directory (cli/README.md's format)."""
+        os.makedirs(directory, exist_ok=True)
+        for name, a in self._arrays.items():
+            if a is None:
+                continue
+            a = _arrays.to_numpy_result(a, name)
+            if name == "valid_lens":
+                a = np.asarray(a, np.int64)
+            np.save(os.path.join(directory, f"{name}.npy"), a)
+        with open(os.path.join(directory, "settings.json"), "w") as f:
+            json.dump(self._settings, f)
+
+    def __repr__(self):
+        head = "PASS" if self.passed else "FAIL"
+        parts = [f"{head} {self.record['label'] if 'label' in self.record else self.repro}"]
+        for role in self.roles.values():
+            parts.append(f"{role.role}: max abs {role.max_abs:.3g} (tolerance {role.tolerance:.3g}, budget {role.budget_used:.2f})")
+        if not self.passed:
+            parts.append(f"worst at {self.worst}")
+            parts += self.reasons[:3]
+            if self.diagnosis:
+                parts.append(f"diagnosis: {self.diagnosis}")
+            parts.append(f"rerun: {self.rerun}")
+        return "\n".join(parts)
+
+
+def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
+          valid_lens=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, name="judge",
+          source="the arrays given to attnbench.judge") -> Judgement:
+    """Your output against the reference under the pass rule, with the diagnosis of a failure.
+
+    Settings as reference()'s; o's dtype is out's. ``lse`` [b, h_q, n_q] (natural log) is judged
+    when given. Nothing is copied: q, k, v and out are read where they lie (a CUDA tensor comes to
+    the host first)."""
+    given, host = _given(q, k, v, mask, bias, valid_lens, out)
+    out_host = host["out"]
+    lse_host = None
+    if lse is not None:
+        lse_host, _ = _arrays.to_host(lse, "lse")
+    settings = _settings(scale, causal, window, align, None)
+    text = _native._judge(given, settings, out_host, lse_host, k_factor, floor_ulps, threads, name, source)
+    file_settings: dict = {}
+    if scale is not None:
+        file_settings["scale"] = float(scale)
+    if causal not in (None, False):
+        file_settings["causal"] = "top_left" if causal is True else causal
+    kept = {"q": q, "k": k, "v": v, "mask": mask, "bias": bias, "valid_lens": valid_lens, "out": out, "lse": lse}
+    return Judgement(json.loads(text), kept, file_settings)
+
+
+# ---- a callable on case sets ----
+
+def _problems(cases) -> list:
+    if isinstance(cases, str):
+        return _native.cases(cases)
+    out = []
+    for c in cases:
+        out.append(c if isinstance(c, _native.Problem) else _native.Problem.parse(str(c)))
+    return out
+
+
+def _invoker(fn, convention: Convention, arrays, device, isolate, timeout, memory_limit):
+    invoke = convention.invoker(fn, arrays, device)
+    if isolate:
+        from ._isolate import isolated
+        invoke = isolated(invoke, timeout=timeout, memory_limit=memory_limit)
+    return invoke
+
+
+def _name_of(fn, name):
+    return name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, device="cpu", isolate=False, timeout=60.0,
+           memory_limit=None, name=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, project=True,
+           progress=None) -> VerifyResult:
+    """Calls ``fn`` on every case of a case set and judges each output as `attnbench verify` does.
+
+    ``cases``: a set's name ("default", "quick"), a case file's path, or Problems / repro strings.
+    ``convention``: "torch_sdpa", "flash_attn", "native", a Convention, or a dict of described()'s
+    keywords; a case outside what it declares runs as its projection onto it, or is skipped with
+    the reason. ``arrays``: the framework fn receives ("numpy", "torch", "jax"); ``device``: where
+    torch tensors go ("cuda" on a GPU). ``isolate=True``: each call runs in a worker process
+    bounded by ``timeout`` seconds and ``memory_limit`` bytes, so a crash or a hang fails that
+    case and the run goes on. ``progress``: a callable given each record (a dict) as it is made.
+    """
+    conv = convention_of(convention)
+    problems = _problems(cases)
+    label = _name_of(fn, name)
+    invoke = _invoker(fn, conv, arrays, device, isolate, timeout, memory_limit)
+    callback = None if progress is None else (lambda text: progress(json.loads(text)))
+    text = _native._verify(invoke, label, declaration_json(conv), json.dumps(conv.limits()), problems, k_factor, floor_ulps, threads,
+                           project, callback)
+    return VerifyResult(json.loads(text), lambda r: f"attnbench.verify(fn, cases=[{r['repro']!r}], convention=...)")
+
+
+@dataclass
+class PropertyFailure:
+    property: int
+    name: str
+    message: str
+    repro: str
+    seed: int
+
+    @property
+    def rerun(self) -> str:
+        return f"attnbench.properties(fn, properties=[{self.property}], replay={self.repro!r})  # or seed={self.seed}"
+
+
+class PropertiesResult:
+    """properties()'s verdicts, in the properties schema (`attnbench report` reads it)."""
+
+    def __init__(self, document: dict):
+        self.document = document
+
+    @property
+    def records(self) -> list:
+        return self.document["records"]
+
+    @property
+    def failures(self) -> list:
+        return [PropertyFailure(r["property"], r.get("name", ""), r.get("message", ""), r.get("repro", ""), r.get("seed", 0))
+                for r in self.records if r.get("verdict") == "failed"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and any(r.get("verdict") == "held" for r in self.records)
+
+    def write_json(self, path: str) -> None:
+        VerifyResult(self.document, lambda r: "").write_json(path)
+
+    def __repr__(self):
+        kinds: dict = {}
+        for r in self.records:
+            kinds[r.get("verdict")] = kinds.get(r.get("verdict"), 0) + 1
+        return f"PropertiesResult({kinds})"
+
+
+def properties(fn, convention="torch_sdpa", arrays="numpy", *, properties=None, cases=40, seed=0, shrink=True, replay=None,
+               device="cpu", isolate=False, timeout=60.0, memory_limit=None, name=None) -> PropertiesResult:
+    """The property suite (RapidCheck) on ``fn``: every invariant of attention it can be asked
+    about under its convention, ``cases`` draws each, counterexamples shrunk and printed as repro
+    strings. ``replay``: check exactly that problem (a failure's repro) instead of drawing."""
+    conv = convention_of(convention)
+    invoke = _invoker(fn, conv, arrays, device, isolate, timeout, memory_limit)
+    single = None if replay is None else (replay if isinstance(replay, _native.Problem) else _native.Problem.parse(replay))
+    text = _native._properties(invoke, _name_of(fn, name), declaration_json(conv), json.dumps(conv.limits()), list(properties or []),
+                               cases, seed, shrink, single)
+    return PropertiesResult(json.loads(text))
+
+
+def property_names() -> dict:
+    return dict(_native._property_names())
+
+
+# ---- timing ----
+
+class BenchResult:
+    def __init__(self, document: dict):
+        self.document = document
+
+    @property
+    def benchmarks(self) -> list:
+        return self.document["benchmarks"]
+
+    def write_json(self, path: str) -> None:
+        VerifyResult(self.document, lambda r: "").write_json(path)
+
+    def __repr__(self):
+        return "BenchResult(" + ", ".join(f"{b['name']}: {b['real_time']:.4g} {b['time_unit']}" for b in self.benchmarks) + ")"
+
+
+def bench(fn, problems, convention="torch_sdpa", arrays="numpy", *, device="cpu", warmup=2, repetitions=5, name=None,
+          check=True) -> BenchResult:
+    """Times ``fn`` on each problem: ``warmup`` untimed calls, then ``repetitions`` timed ones
+    (CUDA events around the call for CUDA tensors, the monotonic clock otherwise). Each problem is
+    verified first when ``check`` (a wrong kernel's time is not a result)."""
+    from ._bench import run_bench
+    return BenchResult(run_bench(fn, _problems(problems), convention_of(convention), arrays, device, warmup, repetitions,
+                                 _name_of(fn, name), check))

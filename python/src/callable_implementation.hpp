@@ -1,0 +1,53 @@
+#pragma once
+// A Python callable as an Implementation: verify, the property suite and the diagnosis run it
+// exactly as they run a built-in kernel or a plugin. The Python side (attnbench/_conventions.py)
+// adapts a user's function to one call, `invoke(problem, inputs) -> (o, lse or None)`, where
+// inputs is a dict of NumPy arrays that the call owns (copies: a kernel that writes into its
+// inputs cannot change what it is judged against) and the mask in its parts; run() copies what
+// invoke returns into the poisoned outputs, refusing a wrong shape or dtype by name.
+#include <optional>
+#include <string>
+
+#include <nanobind/nanobind.h>
+
+#include "impls/implementation.hpp"
+
+namespace attn::python {
+
+namespace nb = nanobind;
+
+class CallableImplementation final : public Implementation {
+ public:
+  // What a convention can say beyond a capabilities declaration: the callable takes no scale
+  // (it always uses 1/sqrt(d_k)), or computes causal attention only. Cases outside are skipped
+  // with the reason (no projection adds or removes a scale or a causal mask).
+  struct Limits {
+    bool default_scale_only = false;
+    bool causal_only = false;
+    bool alibi_only = false;            // the only bias it takes is ALiBi's (slopes, FlashAttention's)
+    std::optional<Align> alignment;     // the one diagonal alignment its windows have (matters where n_q != n_k)
+    // Reads {"default_scale_only": bool, "causal_only": bool, "alibi_only": bool, "alignment": "top_left"|"bottom_right"|null}.
+    static Limits from_json(const std::string& text);
+  };
+  // `declaration`: what the callable supports, as a capabilities declaration (JSON text;
+  // impls/capability_declaration.hpp).
+  CallableImplementation(std::string name, const std::string& declaration, Limits limits, nb::object invoke);
+  ~CallableImplementation() override;
+  std::string name() const override { return name_; }
+  Capabilities describe() const override { return caps_; }
+  Support supports(const Problem& problem) const override;
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }
+  // Takes the GIL for the call: the caller releases it around verify and the property suite.
+  void run(const RunArgs& args) const override;
+
+ private:
+  std::string name_;
+  Capabilities caps_;
+  Limits limits_;
+  nb::object* invoke_;  // released with the GIL held (the destructor takes it)
+};
+
+// The arrays of a case's inputs and mask, as invoke receives them (also make_inputs()).
+nb::dict inputs_dict(const Problem& problem, const CaseInputs& inputs);
+
+}  // namespace attn::python

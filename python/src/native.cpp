@@ -1,0 +1,338 @@
+// attnbench._native: the C++ core bound for Python (nanobind). Nothing is computed here: each
+// function hands its arguments to the library the CLI calls (core, reference, verification,
+// properties, reports) and returns what it returns, as arrays or as the JSON documents the
+// result files hold. attnbench/__init__.py wraps it in the package's documented API.
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <nlohmann/json.hpp>
+
+#include "core/case_sets.hpp"
+#include "core/error.hpp"
+#include "core/given_case.hpp"
+#include "core/inputs.hpp"
+#include "core/parallel.hpp"
+#include "core/problem.hpp"
+#include "properties/run_properties.hpp"
+#include "python/src/arrays.hpp"
+#include "python/src/callable_implementation.hpp"
+#include "records/context.hpp"
+#include "reference/reference.hpp"
+#include "reports/properties_report.hpp"
+#include "reports/verify_report.hpp"
+#include "verification/given_outputs.hpp"
+#include "verification/run.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace attn::python {
+namespace {
+
+// The settings of a user's own tensors, as the Python keywords give them.
+struct Settings {
+  std::optional<double> scale;
+  std::string causal = "none";                          // none, top_left, bottom_right
+  std::optional<std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>> window;  // (left, right), None: unbounded
+  std::string align = "top_left";                       // the window's diagonal
+  std::optional<std::string> o_dtype;
+};
+
+Window window_of(const Settings& s) {
+  if (s.window) {
+    if (s.causal != "none") throw InputError("window and causal: give one (causal is the window (None, 0))");
+    Window w;
+    w.left = s.window->first.value_or(Window::unbounded);
+    w.right = s.window->second.value_or(Window::unbounded);
+    if (s.align == "top_left") w.align = Align::top_left;
+    else if (s.align == "bottom_right") w.align = Align::bottom_right;
+    else throw InputError(fmt::format("align must be \"top_left\" or \"bottom_right\" (got \"{}\")", s.align));
+    return w;
+  }
+  if (s.causal == "none") return Window{};
+  if (s.causal == "top_left") return Window::of(Causal::top_left);
+  if (s.causal == "bottom_right") return Window::of(Causal::bottom_right);
+  throw InputError(fmt::format("causal must be \"none\", \"top_left\" or \"bottom_right\" (got \"{}\")", s.causal));
+}
+
+// The arrays the Python side passes: q, k, v, and the optional mask parts (None where absent).
+struct GivenIn {
+  InArray q, k, v;
+  std::optional<InArray> mask, bias, valid_lens;
+  bool bf16_bits = false;  // uint16 arrays hold bf16 bits (NumPy + ml_dtypes)
+};
+
+GivenArrays given_arrays(const GivenIn& in, const Settings& s) {
+  GivenArrays a;
+  a.q = borrow_tensor(in.q, in.bf16_bits, "q", "[b, h_q, n_q, d_k]");
+  a.k = borrow_tensor(in.k, in.bf16_bits, "k", "[b, h_kv, n_k, d_k]");
+  a.v = borrow_tensor(in.v, in.bf16_bits, "v", "[b, h_kv, n_k, d_v]");
+  if (in.bias) a.bias = borrow_tensor(*in.bias, in.bf16_bits, "bias", "[1|b, 1|h_q, n_q, n_k]");
+  if (in.mask) {
+    const InArray& m = *in.mask;
+    if (m.dtype() != nb::dtype<bool>()) throw InputError("mask: a boolean array is expected (True = the key is visible)");
+    a.mask_shape = shape_of(m);
+    if (a.mask_shape.size() != 4) throw InputError(fmt::format("mask: {} dimensions; expected 4: [1|b, 1|h_q, n_q, n_k]", a.mask_shape.size()));
+    const auto* flags = static_cast<const std::uint8_t*>(m.data());
+    a.mask.assign(flags, flags + m.size());
+  }
+  if (in.valid_lens) {
+    const InArray& l = *in.valid_lens;
+    a.valid_lens_shape = shape_of(l);
+    if (l.dtype() == nb::dtype<std::int64_t>()) {
+      const auto* v = static_cast<const std::int64_t*>(l.data());
+      a.valid_lens.assign(v, v + l.size());
+    } else if (l.dtype() == nb::dtype<std::int32_t>()) {
+      const auto* v = static_cast<const std::int32_t*>(l.data());
+      a.valid_lens.assign(v, v + l.size());
+    } else {
+      throw InputError("valid_lens: an int64 or int32 array is expected");
+    }
+  }
+  a.scale = s.scale;
+  if (a.scale && !(std::isfinite(*a.scale) && *a.scale > 0)) throw InputError(fmt::format("scale must be a finite positive number (got {})", *a.scale));
+  a.window = window_of(s);
+  if (s.o_dtype) a.o_dtype = parse_dtype(*s.o_dtype);
+  return a;
+}
+
+nb::dict reference_of(const GivenIn& in, const Settings& s, int threads) {
+  auto [problem, inputs] = given_case_of(given_arrays(in, s));
+  ReferenceOptions options;
+  options.threads = threads;
+  ReferenceResult r;
+  {
+    nb::gil_scoped_release release;
+    r = compute_reference(problem, inputs, options);
+  }
+  Tensor o = make_output(problem);
+  for (std::size_t e = 0; e < r.out.size(); ++e) o.set(std::int64_t(e), r.out[e]);
+  Tensor lse(DType::f64, {problem.batch, problem.h_q, problem.n_q, 1});
+  for (std::size_t e = 0; e < r.lse.size(); ++e) lse.set(std::int64_t(e), r.lse[e]);
+  nb::dict d;
+  d["o"] = to_numpy(std::move(o));
+  d["lse"] = to_numpy(std::move(lse), {problem.batch, problem.h_q, problem.n_q});
+  d["bound_max_abs"] = r.self_bound_max_abs;
+  d["bound_max_ulps"] = r.self_bound_max_ulps;
+  d["bound_lse_max_abs"] = r.self_bound_lse_max_abs;
+  d["rows_float128"] = r.rows_fallback;
+  d["repro"] = problem.repro();
+  return d;
+}
+
+std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, const std::optional<InArray>& lse, double k, double floor_ulps,
+                     int threads, const std::string& name, const std::string& source) {
+  GivenArrays arrays = given_arrays(in, s);
+  std::vector<GivenCase> given;
+  {
+    if (!arrays.o_dtype) arrays.o_dtype = dtype_of(out, in.bf16_bits, "out");
+    auto [problem, inputs] = given_case_of(std::move(arrays));
+    Tensor o = borrow_tensor(out, in.bf16_bits, "out", "[b, h_q, n_q, d_v]");
+    const Tensor::Shape want{problem.batch, problem.h_q, problem.n_q, problem.d_v};
+    if (o.shape() != want)
+      throw InputError(fmt::format("out: shape ({}) where [b, h_q, n_q, d_v] is ({})", fmt::join(o.shape(), ", "), fmt::join(want, ", ")));
+    std::optional<Tensor> l;
+    if (lse) {
+      const DType lse_dtype = dtype_of(*lse, false, "lse");
+      if (shape_of(*lse) != std::vector<std::int64_t>{problem.batch, problem.h_q, problem.n_q})
+        throw InputError(fmt::format("lse: shape ({}) where [b, h_q, n_q] is ({}, {}, {})", fmt::join(shape_of(*lse), ", "), problem.batch,
+                                     problem.h_q, problem.n_q));
+      // The LSE is judged in its working precision's tensor (make_lse): f64 or f32 values, read exactly.
+      Tensor want_lse = make_lse(problem);
+      if (lse_dtype == want_lse.dtype()) {
+        l = Tensor::borrow(lse_dtype, want_lse.shape(), lse->data(), nullptr);
+      } else {
+        const Tensor given_lse = Tensor::borrow(lse_dtype, want_lse.shape(), lse->data(), nullptr);
+        for (std::int64_t e = 0; e < want_lse.numel(); ++e) want_lse.set(e, given_lse.get(e));
+        l = std::move(want_lse);
+      }
+    }
+    given.push_back(GivenCase{problem, std::move(inputs), std::move(o), std::move(l), source});
+  }
+  VerifyOptions options;
+  options.rule = {k, floor_ulps};
+  options.reference.threads = threads;
+  options.diagnosis.threads = threads;
+  const GivenOutputs outputs(given, name, "outputs given to attnbench.judge");
+  const VerifyRequest request = given_outputs_request(outputs, options);
+  check_case_memory(request.cases.front(), options.reference);
+  nlohmann::json document;
+  {
+    nb::gil_scoped_release release;
+    const VerifyRun run = run_verify(request);
+    document = verify_to_json(run, request.options, run_context(threads > 0 ? threads : default_thread_count()), "judge");
+  }
+  return document.dump();
+}
+
+// Calls `on_record(record JSON text)` with the GIL as each record is made.
+class RecordCallback final : public VerifyObserver {
+ public:
+  explicit RecordCallback(nb::object callback) : callback_(std::move(callback)) {}
+  void record_made(const VerifyRun&, const Record& record) override {
+    nb::gil_scoped_acquire gil;
+    if (!callback_.is_none()) callback_(to_json(verify_record(record)).dump());
+  }
+
+ private:
+  nb::object callback_;
+};
+
+std::string verify_callable(nb::object invoke, const std::string& name, const std::string& declaration, const std::string& limits,
+                            const std::vector<Problem>& cases, double k, double floor_ulps, int threads, bool project,
+                            nb::object on_record) {
+  CallableImplementation impl(name, declaration, CallableImplementation::Limits::from_json(limits), std::move(invoke));
+  VerifyRequest request{{&impl}, cases, {}};
+  request.options.rule = {k, floor_ulps};
+  request.options.reference.threads = threads;
+  request.options.diagnosis.threads = threads;
+  request.options.project = project;
+  RecordCallback callback(std::move(on_record));
+  nlohmann::json document;
+  {
+    nb::gil_scoped_release release;
+    const VerifyRun run = run_verify(request, {&callback});
+    document = verify_to_json(run, request.options, run_context(threads > 0 ? threads : default_thread_count()), "verify");
+  }
+  return document.dump();
+}
+
+std::string properties_of_callable(nb::object invoke, const std::string& name, const std::string& declaration, const std::string& limits,
+                                   const std::vector<int>& numbers, int cases, std::uint64_t seed, bool shrink,
+                                   const std::optional<Problem>& single_case) {
+  CallableImplementation impl(name, declaration, CallableImplementation::Limits::from_json(limits), std::move(invoke));
+  PropertiesRequest request;
+  request.implementations = {&impl};
+  request.properties = properties_numbered(numbers, "properties");
+  request.options.cases = cases;
+  request.options.seed = seed;
+  request.options.shrink = shrink;
+  request.single_case = single_case;
+  PropertiesJson json(request.options, run_context(default_thread_count()));
+  if (single_case) json.single_case = single_case->repro();
+  struct Collect final : PropertiesObserver {
+    PropertiesJson& json;
+    explicit Collect(PropertiesJson& j) : json(j) {}
+    void verdict_made(const PropertyVerdict& v, const Property& p, const Implementation& i) override { json.add(v, p, i); }
+  } collect(json);
+  {
+    nb::gil_scoped_release release;
+    run_properties(request, {&collect});
+  }
+  json.complete = true;
+  return json.to_json().dump();
+}
+
+}  // namespace
+}  // namespace attn::python
+
+NB_MODULE(_native, m) {
+  using namespace attn;
+  using namespace attn::python;
+  m.doc() = "attnbench's C++ core (nanobind); use the attnbench package, which wraps it";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<Problem>(m, "Problem", "One attention problem: shapes, masks, dtypes, data; prints as its repro string")
+      .def(nb::init<>())
+      .def_static("parse", [](const std::string& repro) {
+        Problem p = parse_problem(repro);
+        p.validate();
+        return p;
+      }, "repro"_a, "The problem a repro string describes (every required field given; ValueError naming what is wrong)")
+      .def_static("from_json", [](const std::string& text) {
+        Problem p = nlohmann::json::parse(text).get<Problem>();
+        p.validate();
+        return p;
+      }, "text"_a, "The problem a JSON document (to_json's) describes")
+      .def("to_json", [](const Problem& p) { return nlohmann::json(p).dump(); }, "Every field as JSON text (the result files' `problem`)")
+      .def("repro", &Problem::repro, "The one-line repro string that `--case` and Problem.parse read back")
+      .def("label", &Problem::label, "A short label for tables")
+      .def("__str__", &Problem::repro)
+      .def("__repr__", [](const Problem& p) { return "Problem.parse('" + p.repro() + "')"; })
+      .def("__eq__", [](const Problem& a, const Problem& b) { return a == b; })
+      .def("__hash__", [](const Problem& p) { return std::hash<std::string>{}(p.repro()); })
+      .def_ro("batch", &Problem::batch)
+      .def_ro("h_q", &Problem::h_q)
+      .def_ro("h_kv", &Problem::h_kv)
+      .def_ro("n_q", &Problem::n_q)
+      .def_ro("n_k", &Problem::n_k)
+      .def_ro("d_k", &Problem::d_k)
+      .def_ro("d_v", &Problem::d_v)
+      .def_ro("seed", &Problem::seed)
+      .def_prop_ro("dtype", [](const Problem& p) { return std::string(to_string(p.dtype)); })
+      .def("dtype_of", [](const Problem& p, const std::string& role) {
+        const auto r = parse_role(role);
+        if (!r) throw InputError(fmt::format("no role '{}' (q k v bias o)", role));
+        return std::string(to_string(p.dtype_of(*r)));
+      }, "role"_a,
+           "The dtype of a role (q k v bias o), its own where the problem mixes dtypes")
+      .def_prop_ro("scale", [](const Problem& p) { return p.scale; }, "The explicit scale, or None for 1/sqrt(d_k)")
+      .def_prop_ro("effective_scale", &Problem::effective_scale)
+      .def_prop_ro("regime", [](const Problem& p) { return std::string(to_string(p.regime)); })
+      .def_prop_ro("layout", [](const Problem& p) { return std::string(to_string(p.layout)); })
+      .def_prop_ro("operation", [](const Problem& p) { return std::string(to_string(p.operation)); })
+      .def_prop_ro("window", [](const Problem& p) -> nb::object {
+        if (p.window.is_none()) return nb::none();
+        auto side = [](std::int64_t n) -> nb::object { return n == Window::unbounded ? nb::none() : nb::cast(n); };
+        return nb::make_tuple(side(p.window.left), side(p.window.right), std::string(to_string(p.window.align)));
+      }, "None, or (left, right, align): query i sees key j iff i + d - left <= j <= i + d + right (None: unbounded)")
+      .def_prop_ro("causal", [](const Problem& p) -> nb::object {
+        const auto c = p.window.as_causal();
+        return c ? nb::cast(std::string(to_string(*c))) : nb::none();
+      }, "\"none\", \"top_left\" or \"bottom_right\"; None for another window")
+      .def_prop_ro("rows", &Problem::rows)
+      .def("visible_pairs", &Problem::visible_pairs, "Visible (query, key) pairs, counted exactly")
+      .def("flops", &Problem::flops, "2 b h_q P (d_k + d_v), P the visible pairs")
+      .def("flops_published", &Problem::flops_published, "4 b h n_q n_k d, halved for causal (the published convention)")
+      .def("bytes_min", &Problem::bytes_min, "Q, K, V (and the mask) read once, O written once");
+
+  m.def("cases", [](const std::string& name) { return load_cases(name); }, "name"_a,
+        "A case set by name (\"default\", \"quick\") or a case file's path: one repro string per line");
+
+  m.def("make_inputs", [](const Problem& p) {
+    p.validate();
+    check_case_memory(p, {});
+    const CaseInputs in = generate_inputs(p);
+    return inputs_dict(p, in);
+  }, "problem"_a, "The problem's seeded inputs (the bits every implementation and the reference read) and its mask in parts");
+
+  nb::class_<Settings>(m, "_Settings")
+      .def(nb::init<>())
+      .def_rw("scale", &Settings::scale)
+      .def_rw("causal", &Settings::causal)
+      .def_rw("window", &Settings::window)
+      .def_rw("align", &Settings::align)
+      .def_rw("o_dtype", &Settings::o_dtype);
+  nb::class_<GivenIn>(m, "_Given")
+      .def(nb::init<InArray, InArray, InArray, std::optional<InArray>, std::optional<InArray>, std::optional<InArray>, bool>(), "q"_a, "k"_a, "v"_a,
+           "mask"_a.none(), "bias"_a.none(), "valid_lens"_a.none(), "bf16_bits"_a);
+
+  m.def("_reference", &reference_of, "given"_a, "settings"_a, "threads"_a);
+  m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
+  m.def("_verify", &verify_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "cases"_a, "k"_a,
+        "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
+  m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,
+        "cases"_a, "seed"_a, "shrink"_a, "single_case"_a.none());
+  m.def("_property_names", [] {
+    std::vector<std::pair<int, std::string>> names;
+    for (const Property& p : property_suite()) names.emplace_back(p.number, p.name);
+    return names;
+  });
+}

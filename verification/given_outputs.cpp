@@ -1,0 +1,46 @@
+#include "verification/given_outputs.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace attn {
+namespace {
+
+// A view of t that borrows its elements (t outlives the run).
+Tensor borrowed(const Tensor& t) { return Tensor::borrow(t.dtype(), t.shape(), t.data(), nullptr); }
+
+}  // namespace
+
+GivenOutputs::GivenOutputs(const std::vector<GivenCase>& cases, std::string name, std::string summary)
+    : cases_(cases), name_(std::move(name)), summary_(std::move(summary)) {}
+
+Capabilities GivenOutputs::describe() const {
+  Capabilities caps;
+  caps.summary = summary_;
+  declare_every_dtype(caps);
+  // The LSE is judged for all cases or none (verify asks an implementation for it on every case).
+  caps.returns_lse = !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
+  caps.fully_masked = FullyMaskedPolicy::zeros;
+  return caps;
+}
+
+void GivenOutputs::run(const RunArgs&) const {
+  throw std::logic_error("GivenOutputs::run: given outputs are judged where they lie (GivenInputs::out), never run");
+}
+
+VerifyRequest given_outputs_request(const GivenOutputs& outputs, VerifyOptions options) {
+  const std::vector<GivenCase>& cases = outputs.cases();
+  options.given_inputs = [&cases](const Problem&, std::size_t number) {
+    const GivenCase& c = cases.at(number);
+    GivenInputs given{CaseInputs{borrowed(c.inputs.q), borrowed(c.inputs.k), borrowed(c.inputs.v), c.inputs.mask}, c.source, borrowed(c.out),
+                      std::nullopt};
+    if (c.lse) given.lse = borrowed(*c.lse);
+    return given;
+  };
+  std::vector<Problem> problems;
+  for (const GivenCase& c : cases) problems.push_back(c.problem);
+  return VerifyRequest{{&outputs}, std::move(problems), std::move(options)};
+}
+
+}  // namespace attn
