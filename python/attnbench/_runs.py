@@ -204,6 +204,16 @@ class VerifyResult:
     def skips(self) -> list:
         return [(r["repro"], r.get("skip_reason", "")) for r in self.records if r["status"] == "skip"]
 
+    def of(self, implementation: str) -> "VerifyResult":
+        """The records of one callable of a side-by-side run."""
+        document = dict(self.document)
+        document["records"] = [r for r in self.records if r["implementation"] == implementation]
+        return VerifyResult(document, self._rerun)
+
+    @property
+    def implementations(self) -> list:
+        return list(dict.fromkeys(r["implementation"] for r in self.records))
+
     def write_json(self, path: str) -> None:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
@@ -329,21 +339,23 @@ def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, devi
            progress=None) -> VerifyResult:
     """Calls ``fn`` on every case of a case set and judges each output as `attnbench verify` does.
 
-    ``cases``: a set's name ("default", "quick"), a case file's path, or Problems / repro strings.
-    ``convention``: "torch_sdpa", "flash_attn", "native", a Convention, or a dict of described()'s
-    keywords; a case outside what it declares runs as its projection onto it, or is skipped with
-    the reason. ``arrays``: the framework fn receives ("numpy", "torch", "jax"); ``device``: where
-    torch tensors go ("cuda" on a GPU). ``isolate=True``: each call runs in a worker process
-    bounded by ``timeout`` seconds and ``memory_limit`` bytes, so a crash or a hang fails that
-    case and the run goes on. ``progress``: a callable given each record (a dict) as it is made.
+    ``fn``: a callable, or a dict {name: callable} verified side by side in one run (each case's
+    reference computed once). ``cases``: a set's name ("default", "quick"), a case file's path, or
+    Problems / repro strings. ``convention``: "torch_sdpa", "flash_attn", "native", a Convention,
+    or a dict of described()'s keywords; a case outside what it declares runs as its projection
+    onto it, or is skipped with the reason. ``arrays``: the framework fn receives ("numpy",
+    "torch", "jax"); ``device``: where torch tensors go ("cuda" on a GPU). ``isolate=True``: each
+    call runs in a worker process bounded by ``timeout`` seconds and ``memory_limit`` bytes, so a
+    crash or a hang fails that case and the run goes on. ``progress``: a callable given each
+    record (a dict) as it is made.
     """
     conv = convention_of(convention)
     problems = _problems(cases)
-    label = _name_of(fn, name)
-    invoke = _invoker(fn, conv, arrays, device, isolate, timeout, memory_limit)
+    named = fn if isinstance(fn, dict) else {_name_of(fn, name): fn}
+    kernels = [(_invoker(f, conv, arrays, device, isolate, timeout, memory_limit), label, declaration_json(conv),
+                json.dumps(conv.limits())) for label, f in named.items()]
     callback = None if progress is None else (lambda text: progress(json.loads(text)))
-    text = _native._verify(invoke, label, declaration_json(conv), json.dumps(conv.limits()), problems, k_factor, floor_ulps, threads,
-                           project, callback)
+    text = _native._verify(kernels, problems, k_factor, floor_ulps, threads, project, callback)
     return VerifyResult(json.loads(text), lambda r: f"attnbench.verify(fn, cases=[{r['repro']!r}], convention=...)")
 
 

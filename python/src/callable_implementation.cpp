@@ -150,10 +150,11 @@ void CallableImplementation::run(const RunArgs& args) const {
       copy_into(returned_lse, *lse, "lse", {p.batch, p.h_q, p.n_q}, "[b, h_q, n_q]");
     }
   } catch (nb::python_error& e) {
-    // The exception's type and message (the traceback stays in Python: a case's reason is one line).
-    std::string text = e.what();
-    const auto cut = text.find('\n');
-    throw std::runtime_error(fmt::format("the callable raised {}", cut == std::string::npos ? text : text.substr(0, cut)));
+    // The exception's type and message: a case's reason is one line (the traceback stays in Python).
+    const std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
+    std::string message = nb::cast<std::string>(nb::str(e.value()));
+    if (const auto cut = message.find('\n'); cut != std::string::npos) message = message.substr(0, cut);
+    throw std::runtime_error(fmt::format("the callable raised {}: {}", type, message));
   }
 }
 

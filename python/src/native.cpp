@@ -3,6 +3,8 @@
 // properties, reports) and returns what it returns, as arrays or as the JSON documents the
 // result files hold. attnbench/__init__.py wraps it in the package's documented API.
 #include <cmath>
+#include <memory>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +26,7 @@
 #include "core/inputs.hpp"
 #include "core/parallel.hpp"
 #include "core/problem.hpp"
+#include "judge/judge.hpp"
 #include "properties/run_properties.hpp"
 #include "python/src/arrays.hpp"
 #include "python/src/callable_implementation.hpp"
@@ -188,11 +192,18 @@ class RecordCallback final : public VerifyObserver {
   nb::object callback_;
 };
 
-std::string verify_callable(nb::object invoke, const std::string& name, const std::string& declaration, const std::string& limits,
-                            const std::vector<Problem>& cases, double k, double floor_ulps, int threads, bool project,
-                            nb::object on_record) {
-  CallableImplementation impl(name, declaration, CallableImplementation::Limits::from_json(limits), std::move(invoke));
-  VerifyRequest request{{&impl}, cases, {}};
+// One Python callable as verify and the property suite see it: (invoke, name, declaration, limits).
+using Kernel = std::tuple<nb::object, std::string, std::string, std::string>;
+
+std::string verify_callables(const std::vector<Kernel>& kernels, const std::vector<Problem>& cases, double k, double floor_ulps, int threads,
+                             bool project, nb::object on_record) {
+  // One run for every callable: each case's reference and yardstick are computed once for all.
+  std::vector<std::unique_ptr<CallableImplementation>> impls;
+  VerifyRequest request{{}, cases, {}};
+  for (const auto& [invoke, name, declaration, limits] : kernels) {
+    impls.push_back(std::make_unique<CallableImplementation>(name, declaration, CallableImplementation::Limits::from_json(limits), invoke));
+    request.implementations.push_back(impls.back().get());
+  }
   request.options.rule = {k, floor_ulps};
   request.options.reference.threads = threads;
   request.options.diagnosis.threads = threads;
@@ -324,9 +335,24 @@ NB_MODULE(_native, m) {
       .def(nb::init<InArray, InArray, InArray, std::optional<InArray>, std::optional<InArray>, std::optional<InArray>, bool>(), "q"_a, "k"_a, "v"_a,
            "mask"_a.none(), "bias"_a.none(), "valid_lens"_a.none(), "bf16_bits"_a);
 
+  m.def("_case_memory", [](const Problem& p) {
+    const CaseMemory m = case_memory(p, {});
+    nb::dict d;
+    d["inputs"] = m.inputs, d["reference"] = m.reference, d["yardstick"] = m.yardstick, d["outputs"] = m.outputs, d["workspace"] = m.workspace;
+    return d;
+  }, "problem"_a, "What verifying the case holds at its peak, in bytes, by part (verification/verify.hpp's case_memory)");
+  // What judging the arrays costs beyond the output's own reading: the reference and the naive
+  // yardstick alone, computed and dropped (the zero-copy test's baseline).
+  m.def("_yardstick_only", [](const GivenIn& in, const Settings& s, int threads) {
+    auto [problem, inputs] = given_case_of(given_arrays(in, s));
+    ReferenceOptions options;
+    options.threads = threads;
+    nb::gil_scoped_release release;
+    (void)make_yardstick(problem, inputs, options);
+  }, "given"_a, "settings"_a, "threads"_a);
   m.def("_reference", &reference_of, "given"_a, "settings"_a, "threads"_a);
   m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
-  m.def("_verify", &verify_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "cases"_a, "k"_a,
+  m.def("_verify", &verify_callables, "kernels"_a, "cases"_a, "k"_a,
         "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,
         "cases"_a, "seed"_a, "shrink"_a, "single_case"_a.none());

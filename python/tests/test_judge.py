@@ -1,0 +1,128 @@
+"""reference() and judge() on a user's own arrays, and the same verdict from the CLI."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnbench
+import numpy_kernels
+from attnbench.testing import assert_attention_close
+from conftest import have
+
+CASE = "b=2 hq=4 hkv=2 nq=9 nk=13 dk=16 dv=16 dtype=f32 causal=none scale=0.6 regime=peaked seed=11"
+
+
+def inputs(repro=CASE):
+    return attnbench.make_inputs(attnbench.Problem.parse(repro))
+
+
+def test_reference_states_its_bound_and_matches_a_float64_computation():
+    i = inputs()
+    ref = attnbench.reference(i["q"], i["k"], i["v"], scale=0.6)
+    assert ref.o.dtype == np.float32 and ref.lse.shape == (2, 4, 9)
+    assert 0 <= ref.error_bound_max_ulps < 1e-3
+    o64, lse64 = numpy_kernels.CORRECT(i["q"].astype(np.float64), i["k"].astype(np.float64), i["v"].astype(np.float64), scale=0.6,
+                                       window=None, valid_lens=None, mask=None, bias=None, o_dtype=np.float64)
+    assert np.max(np.abs(ref.o - o64)) <= 2 * np.finfo(np.float32).eps * np.max(np.abs(o64))
+    assert np.max(np.abs(ref.lse - lse64)) < 1e-12
+
+
+def test_a_correct_output_passes_and_one_off_by_a_little_fails_naming_the_element():
+    i = inputs()
+    ref = attnbench.reference(i["q"], i["k"], i["v"], scale=0.6)
+    ok = attnbench.judge(i["q"], i["k"], i["v"], ref.o, scale=0.6)
+    assert ok.passed and ok.roles["o"].budget_used <= 1
+    bad = ref.o.copy()
+    bad[1, 2, 3, 4] += 1e-3
+    verdict = attnbench.judge(i["q"], i["k"], i["v"], bad, scale=0.6)
+    assert not verdict.passed and verdict.worst == "b=1 h=2 i=3 c=4"
+    assert verdict.roles["o"].budget_used > 1
+    with pytest.raises(AssertionError, match="b=1 h=2 i=3 c=4"):
+        assert_attention_close(bad, i["q"], i["k"], i["v"], scale=0.6)
+
+
+def test_masks_of_ones_own_are_judged_with_the_lse():
+    p = attnbench.Problem.parse("b=2 hq=2 hkv=1 nq=6 nk=9 dk=8 dv=8 dtype=f64 causal=none bool=0.5@bh regime=diffuse seed=4")
+    i = attnbench.make_inputs(p)
+    lens = np.array([[0, 3, 9, 9, 2, 1], [9, 9, 0, 4, 5, 6]])
+    ref = attnbench.reference(i["q"], i["k"], i["v"], mask=i["mask"], valid_lens=lens, causal="bottom_right")
+    v = attnbench.judge(i["q"], i["k"], i["v"], ref.o, ref.lse, mask=i["mask"], valid_lens=lens, causal="bottom_right")
+    assert v.passed and set(v.roles) == {"o", "lse"}
+    assert np.all(ref.o[0, :, 0] == 0) and np.all(np.isneginf(ref.lse[0, :, 0]))  # valid length 0: fully masked
+
+
+def test_bad_arrays_are_refused_by_name():
+    i = inputs()
+    with pytest.raises(ValueError, match="k: shape"):
+        attnbench.judge(i["q"], i["k"][:, :, :, :8], i["v"], i["q"])
+    with pytest.raises(ValueError, match="out: shape"):
+        attnbench.judge(i["q"], i["k"], i["v"], i["q"][:, :, :, :3])
+    with pytest.raises(ValueError, match="not a tensor dtype"):
+        attnbench.judge(i["q"].astype(np.int32), i["k"], i["v"], i["q"])
+
+
+def test_a_scale_ignoring_sdpa_is_diagnosed_alike_by_verify_judge_and_the_cli(tmp_path, attnbench_cli):
+    result = attnbench.verify(numpy_kernels.sdpa_ignoring_scale, cases="quick", convention="torch_sdpa")
+    assert not result.passed
+    scaled = [f for f in result.failures if "scale" in f.repro]
+    assert scaled and all("the explicit scale was ignored" in f.diagnosis for f in scaled), result.summary()
+    assert all(f.hypotheses[0] == "scale_constant" for f in scaled)
+
+    # The same output, written by hand, given to judge() and to `attnbench check --inputs`.
+    i = inputs()
+    out = numpy_kernels.sdpa_ignoring_scale(i["q"], i["k"], i["v"], scale=0.6, enable_gqa=True)
+    verdict = attnbench.judge(i["q"], i["k"], i["v"], out, scale=0.6)
+    assert not verdict.passed and "the explicit scale was ignored for the default" in verdict.diagnosis
+    directory = tmp_path / "captured"
+    verdict.save_inputs(str(directory))
+    cli = subprocess.run([attnbench_cli, "check", "--inputs", str(directory), "--json", str(tmp_path / "check.json")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    record = json.load(open(tmp_path / "check.json"))["records"][0]
+    assert record["diagnosis"]["summary"] == verdict.diagnosis
+    assert record["diagnosis"]["matches"][0]["hypothesis"] == verdict.hypotheses[0] == "scale_constant"
+
+
+@pytest.mark.skipif(not have("torch"), reason="needs torch")
+def test_judging_a_1_gib_torch_output_copies_nothing(tmp_path):
+    # Each in a process of its own, so that its peak resident memory is that step's alone: the
+    # judgement, and the reference with its naive yardstick on the same arrays (the reference's own).
+    script = tmp_path / "zero_copy.py"
+    script.write_text(ZERO_COPY)
+
+    def peak_added(step):
+        run = subprocess.run([sys.executable, str(script), step], capture_output=True, text=True, env=dict(os.environ))
+        assert run.returncode == 0, run.stdout + run.stderr
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    judged, reference = peak_added("judge"), peak_added("reference")
+    print(f"judge: +{judged['added_mib']:.0f} MiB, reference and yardstick alone: +{reference['added_mib']:.0f} MiB")
+    assert judged["passed"]
+    assert judged["added_mib"] - reference["added_mib"] < 64, (judged, reference)
+
+
+ZERO_COPY = r'''
+import json, resource, sys, torch, attnbench
+from attnbench import _native, _runs
+# O is 1 GiB of f32 (65536 rows of d_v = 4096); q, k and v are small, and so is the reference's work.
+torch.manual_seed(0)
+b, h, nq, nk, dk, dv = 1, 1, 1 << 16, 2, 16, 4096
+q, k, v = torch.randn(b, h, nq, dk), torch.randn(b, h, nk, dk), torch.randn(b, h, nk, dv)
+out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+assert out.numel() * 4 == 1 << 30
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+before = rss_mib()
+if sys.argv[1] == "judge":
+    passed = attnbench.judge(q, k, v, out).passed
+else:
+    given, _ = _runs._given(q, k, v, None, None, None)
+    _native._yardstick_only(given, _runs._settings(None, None, None, "top_left", None), 0)
+    passed = None
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"passed": passed, "before_mib": before, "peak_mib": peak, "added_mib": peak - before}))
+'''

@@ -1,0 +1,127 @@
+"""Real third-party kernels from the package registry, verified on the default case set with
+their conventions declared truthfully: PyTorch's CPU scaled_dot_product_attention (each CPU
+backend), FlexAttention on the CPU, JAX's dot_product_attention, and our own Triton kernel
+(examples/triton/) under Triton's interpreter."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import attnbench
+from conftest import have
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+torch_only = pytest.mark.skipif(not have("torch"), reason="needs torch")
+
+
+def torch_backends():
+    if not have("torch"):
+        return []
+    from torch.nn.attention import SDPBackend
+    return [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION]
+
+
+@torch_only
+@pytest.mark.parametrize("backend", torch_backends(), ids=lambda b: str(b).split(".")[-1].lower())
+def test_torch_cpu_sdpa_passes_the_default_set(backend):
+    import torch
+    from torch.nn.attention import sdpa_kernel
+
+    def sdpa(*args, **kwargs):
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+
+    # PyTorch 2.15 on the CPU: the math backend takes every dtype and shape; the flash backend f32,
+    # f16 and bf16 with d_k = d_v only (it refuses the rest). Both write zeros for a fully masked
+    # row (measured: numpy_kernels.py's note).
+    if backend.name == "MATH":
+        convention = attnbench.torch_sdpa()
+    else:
+        convention = attnbench.torch_sdpa(dtypes=("f32", "f16", "bf16"), different_dk_dv=False)
+    result = attnbench.verify(sdpa, cases="default", convention=convention, arrays="torch",
+                              name=f"torch_sdpa_{backend.name.lower()}")
+    assert result.passed, result.summary()
+
+
+def flex_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """FlexAttention called with torch SDPA's arguments: the mask as a score modification."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+    assert dropout_p == 0.0
+    n_q, n_k = q.shape[2], k.shape[2]
+    mask = attn_mask
+    if is_causal:
+        mask = torch.ones(n_q, n_k, dtype=torch.bool).tril()
+
+    def score_mod(score, b, h, i, j):
+        if mask is None:
+            return score
+        m = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, i, j] if mask.dim() == 4 else mask[i, j]
+        if m.dtype == torch.bool:
+            return torch.where(m, score, -float("inf"))
+        return score + m
+
+    return flex_attention(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=enable_gqa)
+
+
+@torch_only
+def test_flex_attention_on_the_cpu_passes_the_quick_set():
+    try:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+        q = torch.randn(1, 1, 4, 8)
+        flex_as_sdpa(q, q, q)
+    except Exception as e:  # noqa: BLE001 - this PyTorch cannot run it on the CPU
+        pytest.skip(f"FlexAttention does not run on this CPU build: {e}")
+    result = attnbench.verify(flex_as_sdpa, cases="quick", convention=attnbench.torch_sdpa(dtypes=("f32", "f64")), arrays="torch",
+                              name="flex_attention")
+    assert result.passed, result.summary()
+
+
+def jax_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """jax.nn.dot_product_attention with torch SDPA's arguments (it takes BSHD and a boolean mask
+    or an additive bias)."""
+    import jax
+    import jax.numpy as jnp
+    qt, kt, vt = (jnp.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))
+    bias = mask = None
+    if attn_mask is not None:
+        if attn_mask.dtype == jnp.bool_:
+            mask = attn_mask
+        else:
+            bias = attn_mask
+    o = jax.nn.dot_product_attention(qt, kt, vt, bias=bias, mask=mask, scale=scale, is_causal=is_causal)
+    return jnp.transpose(o, (0, 2, 1, 3))
+
+
+@pytest.mark.skipif(not have("jax"), reason="needs jax")
+def test_jax_dot_product_attention_passes_the_default_set():
+    # JAX masks with the dtype's lowest finite value, so a row that sees no key holds the mean of
+    # V: nothing is promised there ("any"). Its XLA path on the CPU has no f64 unless x64 is on, and
+    # it takes d_k = d_v only.
+    convention = attnbench.torch_sdpa(dtypes=("f32", "f16", "bf16"), different_dk_dv=False, fully_masked="any", name="jax_sdpa")
+    result = attnbench.verify(jax_as_sdpa, cases="default", convention=convention, arrays="jax", name="jax_dot_product_attention")
+    assert result.passed, result.summary()
+
+
+@torch_only
+def test_our_triton_kernel_passes_the_quick_set():
+    if not have("triton"):
+        pytest.skip("needs triton")
+    sys.path.insert(0, os.path.join(ROOT, "examples", "triton"))
+    import flash_attention
+
+    def triton_attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype):
+        # Declared causal masks only, so a window here is causal; its alignment is the kernel's `causal`.
+        return flash_attention.attention(q, k, v, scale=scale, causal=None if window is None else window[2], return_lse=True)
+
+    # What examples/triton/README.md says it supports: f32, f16, bf16; causal both ways; GQA;
+    # d_k != d_v up to 256; the LSE; zeros for a row that sees no key.
+    convention = attnbench.native(dtypes=("f32", "f16", "bf16"), masks=("causal_top_left", "causal_bottom_right"), max_head_dim=256,
+                                  returns_lse=True)
+    result = attnbench.verify(triton_attention, cases="quick", convention=convention, arrays="torch", name="triton_flash_attention")
+    assert result.passed, result.summary()
+    assert result.counts["pass"] >= 20

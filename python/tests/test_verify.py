@@ -1,0 +1,119 @@
+"""verify() and properties() on Python callables: numpy kernels, the mutants of tests/mutants
+written in numpy, a crash in an isolated worker."""
+import os
+
+import numpy as np
+import pytest
+
+import attnbench
+import numpy_kernels
+
+# The mutants declare what tests/mutants' C++ mutants declare: an LSE, every dtype and mask,
+# masked K/V kept out entirely, fully masked rows zeros, deterministic.
+MUTANT_CONVENTION = attnbench.native(returns_lse=True, masked_nonfinite_safe=True)
+
+# verify's inputs are finite, so this one only the property suite's masked K/V check can catch.
+INERT_ON_FINITE_INPUTS = "masked_nonfinite_leak"
+
+# Names a failure of a mistake may also get where the predictions coincide (tests/diagnosis_test.cpp).
+ALSO_NAMED = {
+    "last_key_dropped": {"causal_strict", "last_key_tile_dropped", "output_all_zeros"},
+    "output_all_zeros": {"last_key_dropped"},
+    "row_max_init_finite": {"fully_masked_rows_off_policy"},
+}
+
+
+def test_a_correct_numpy_kernel_passes_the_default_set():
+    result = attnbench.verify(numpy_kernels.CORRECT, cases="default", convention=MUTANT_CONVENTION)
+    assert result.passed, result.summary()
+    assert result.counts["skip"] == 0
+
+
+@pytest.fixture(scope="module")
+def mutants_on_quick_cases():
+    numpy_kernels.reset_call_counters()
+    kernels = {"numpy_control": numpy_kernels.CORRECT, **{f"numpy_{name}": fn for name, fn in numpy_kernels.MUTANTS.items()}}
+    return attnbench.verify(kernels, cases="quick", convention=MUTANT_CONVENTION)
+
+
+def test_every_numpy_mutant_fails_and_is_diagnosed_as_its_own_mistake(mutants_on_quick_cases):
+    result = mutants_on_quick_cases
+    assert result.of("numpy_control").passed, result.of("numpy_control").summary()
+    named_total, unnamed = 0, []
+    for name in numpy_kernels.MUTANTS:
+        mine = result.of(f"numpy_{name}")
+        if name == INERT_ON_FINITE_INPUTS:
+            assert mine.passed, mine.summary()
+            continue
+        assert mine.failures, f"{name} passed every quick case"
+        named = 0
+        for f in mine.failures:
+            if not f.record.get("diagnosis"):
+                continue  # past the diagnosed failures' budget, or a replay
+            if name == "nondeterministic":
+                named += f.diagnosis.startswith("nondeterministic: two runs on the same inputs differ")
+            elif f.hypotheses:
+                named += f.hypotheses[0] == name or f.hypotheses[0] in ALSO_NAMED.get(name, ())
+        if named == 0:
+            unnamed.append(name)
+        named_total += named
+    print(f"numpy mutants: {named_total} failures named as their own mistake")
+    assert not unnamed, f"never diagnosed as their own mistake: {unnamed}"
+
+
+def test_the_masked_nonfinite_leak_is_caught_by_the_property_suite():
+    leak = attnbench.properties(numpy_kernels.MUTANTS[INERT_ON_FINITE_INPUTS], convention=MUTANT_CONVENTION, properties=[13], cases=20,
+                                seed=1)
+    assert not leak.passed and leak.failures[0].property == 13, leak
+    control = attnbench.properties(numpy_kernels.CORRECT, convention=MUTANT_CONVENTION, properties=[13], cases=20, seed=1)
+    assert control.passed, control
+
+
+def test_properties_hold_on_a_correct_kernel_and_a_counterexample_replays():
+    held = attnbench.properties(numpy_kernels.CORRECT, convention=MUTANT_CONVENTION, cases=5, seed=3)
+    assert held.passed, held.failures
+    broken = attnbench.properties(numpy_kernels.MUTANTS["causal_ignored"], convention=MUTANT_CONVENTION, cases=20, seed=3)
+    assert not broken.passed
+    failure = broken.failures[0]
+    replayed = attnbench.properties(numpy_kernels.MUTANTS["causal_ignored"], convention=MUTANT_CONVENTION,
+                                    properties=[failure.property], replay=failure.repro)
+    assert not replayed.passed, (failure, replayed.records)
+
+
+def test_a_narrow_convention_projects_the_cases_it_does_not_declare():
+    narrow = attnbench.native(dtypes=("f32",), masks=("causal_top_left",), gqa=False)
+    result = attnbench.verify(numpy_kernels.CORRECT, cases="quick", convention=narrow)
+    assert result.passed, result.summary()
+    projected = [r for r in result.records if r.get("projected_from")]
+    assert projected and all(r["problem"]["dtype"] == "f32" for r in result.records if r["status"] != "skip")
+
+
+def test_results_are_in_the_verify_schema_that_report_reads(tmp_path, attnbench_cli):
+    import subprocess
+    result = attnbench.verify(numpy_kernels.sdpa_ignoring_scale, cases="quick", convention="torch_sdpa")
+    path = tmp_path / "verify.json"
+    result.write_json(str(path))
+    report = subprocess.run([attnbench_cli, "report", str(path), "--out", str(tmp_path / "report")], capture_output=True, text=True)
+    assert report.returncode == 0, report.stdout + report.stderr
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "sdpa_ignoring_scale" in markdown and "the explicit scale was ignored" in markdown
+
+
+def aborts_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if q.shape[2] == 1:  # the single-query cases
+        os.abort()
+    return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def test_an_isolated_callable_that_aborts_fails_that_case_and_the_run_goes_on():
+    cases = [p for p in attnbench.cases("quick")][:12]
+    assert any(p.n_q == 1 for p in cases) and any(p.n_q > 1 for p in cases)
+    result = attnbench.verify(aborts_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=60)
+    failed = {f.repro for f in result.failures}
+    for r in result.records:
+        p = attnbench.Problem.parse(r["problem_repro"] if "problem_repro" in r else r["repro"])
+        if p.n_q == 1:
+            assert r["status"] == "fail" and any("SIGABRT" in why for why in r["reasons"]), r
+        else:
+            assert r["status"] == "pass", r
+    assert failed
