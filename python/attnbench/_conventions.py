@@ -98,12 +98,18 @@ class Convention:
         body = calls[self.call]
 
         def invoke(problem, inputs, want_lse):
-            args = _Args(problem, inputs, arrays, device)
-            o, lse = body(self, fn, args, want_lse)
+            call, finish = body(self, fn, _Args(problem, inputs, arrays, device), want_lse)
+            o, lse = finish(call())
             o = _to_bhsd(o, self.layout if self.call == "described" else ("bshd" if self.call == "flash_attn" else "bhsd"), arrays)
             return _arrays.to_numpy_result(o, "o"), _arrays.to_numpy_result(lse, "lse") if want_lse else None
 
         return invoke
+
+    def prepared_call(self, fn: Callable, problem, inputs, arrays: str = "numpy", device: str = "cpu") -> Callable:
+        """fn with one case's arguments bound: what bench() times (the conversions happen once, here)."""
+        call, _ = {"native": _call_native, "torch_sdpa": _call_torch_sdpa, "flash_attn": _call_flash_attn,
+                   "described": _call_described}[self.call](self, fn, _Args(problem, inputs, arrays, device), False)
+        return call
 
 
 class _Args:
@@ -205,15 +211,14 @@ def _round(a64, dtype):
     return np.ascontiguousarray(a64.astype({"f64": np.float64, "f32": np.float32, "f16": np.float16}[dtype]))
 
 
-# ---- call styles ----
+# ---- call styles: each returns (call, finish): call() calls fn, finish(result) -> (o, lse) ----
 
 def _call_native(conv, fn, args, want_lse):
     p, i = args.problem, args.inputs
-    result = fn(args.tensor("q"), args.tensor("k"), args.tensor("v"), scale=i["scale"], window=i["window"],
-                valid_lens=args.array(i["valid_lens"]), mask=args.array(i["mask"]),
-                bias=args.array(i["bias"], p.dtype_of("bias")) if i["bias"] is not None else None,
-                o_dtype=args.dtype(p.dtype_of("o")))
-    return _split(result, want_lse, "native")
+    q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
+    kwargs = dict(scale=i["scale"], window=i["window"], valid_lens=args.array(i["valid_lens"]), mask=args.array(i["mask"]),
+                  bias=args.array(i["bias"], p.dtype_of("bias")) if i["bias"] is not None else None, o_dtype=args.dtype(p.dtype_of("o")))
+    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "native"))
 
 
 def _call_torch_sdpa(conv, fn, args, want_lse):
@@ -227,8 +232,8 @@ def _call_torch_sdpa(conv, fn, args, want_lse):
         kwargs["attn_mask"] = _additive(args, args.visibility() if args.restricted() else None)
     elif args.restricted():
         kwargs["attn_mask"] = _plain(args.visibility().astype(bool), args.framework, args.device)
-    result = fn(args.tensor("q"), args.tensor("k"), args.tensor("v"), **kwargs)
-    return _split(result, want_lse, "torch_sdpa")
+    q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
+    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "torch_sdpa"))
 
 
 def _call_flash_attn(conv, fn, args, want_lse):
@@ -247,13 +252,12 @@ def _call_flash_attn(conv, fn, args, want_lse):
         kwargs["alibi_slopes"] = _plain(np.asarray(i["alibi_slopes"], np.float32), fw, args.device)
     if want_lse:
         kwargs["return_attn_probs"] = True
-    result = fn(q, k, v, **kwargs)
-    if want_lse:
-        o, lse = _split(result, True, "flash_attn")
-        return o, lse
-    if isinstance(result, (tuple, list)):
-        result = result[0]
-    return result, None
+    def finish(result):
+        if want_lse:
+            return _split(result, True, "flash_attn")
+        return (result[0] if isinstance(result, (tuple, list)) else result), None
+
+    return (lambda: fn(q, k, v, **kwargs)), finish
 
 
 def _call_described(conv, fn, args, want_lse):
@@ -278,8 +282,7 @@ def _call_described(conv, fn, args, want_lse):
                 if (needs or i["bias"] is not None) else None
         else:
             kwargs["mask"] = _plain(args.visibility().astype(bool), fw, args.device) if needs else None
-    result = fn(q, k, v, **kwargs)
-    return _split(result, want_lse, "described")
+    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "described"))
 
 
 # ---- the built-in conventions ----

@@ -431,8 +431,25 @@ class BenchResult:
     def write_json(self, path: str) -> None:
         VerifyResult(self.document, lambda r: "").write_json(path)
 
+    def medians_ms(self) -> dict:
+        """{(family, n): median time in ms} of the timed runs."""
+        times: dict = {}
+        for b in self.benchmarks:
+            if "error_message" not in b and b.get("run_type", "iteration") == "iteration":
+                times.setdefault((b["family"], b["n"]), []).append(b["real_time"])
+        return {key: sorted(v)[len(v) // 2] for key, v in times.items()}
+
+    @property
+    def errors(self) -> list:
+        return self.document["attnbench"].get("errors", [])
+
+    @property
+    def fits(self) -> list:
+        return self.document["attnbench"].get("fits", [])
+
     def __repr__(self):
-        return "BenchResult(" + ", ".join(f"{b['name']}: {b['real_time']:.4g} {b['time_unit']}" for b in self.benchmarks) + ")"
+        parts = [f"{family}/n:{n} {ms:.4g} ms" for (family, n), ms in self.medians_ms().items()]
+        return "BenchResult(" + ", ".join(parts + [f"error: {e}" for e in self.errors]) + ")"
 
 
 def bench(fn, problems, convention="torch_sdpa", arrays="numpy", *, device="cpu", warmup=2, repetitions=5, name=None,

@@ -29,6 +29,7 @@
 #include "judge/judge.hpp"
 #include "properties/run_properties.hpp"
 #include "python/src/arrays.hpp"
+#include "python/src/bench_document.hpp"
 #include "python/src/callable_implementation.hpp"
 #include "records/context.hpp"
 #include "reference/reference.hpp"
@@ -356,6 +357,7 @@ NB_MODULE(_native, m) {
         "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,
         "cases"_a, "seed"_a, "shrink"_a, "single_case"_a.none());
+  m.def("_bench_document", &bench_document, "request"_a);
   m.def("_property_names", [] {
     std::vector<std::pair<int, std::string>> names;
     for (const Property& p : property_suite()) names.emplace_back(p.number, p.name);
