@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the peers that benchmarks/peers/cpu_peers.py times (ONNX Runtime, JAX on CPU) and
-# what it needs (numpy, onnx) from PyPI into the git-ignored virtual environment .venv/.
+# Installs the peers that benchmarks/peers/cpu_peers.py times (ONNX Runtime, JAX on CPU, PyTorch's
+# CPU scaled_dot_product_attention) and what it needs (numpy, onnx) from PyPI into the git-ignored
+# virtual environment .venv/. (ci/python-env.sh's venv, the tests' own, holds the same versions.)
 # Optional: not part of the test command. Idempotent: when .venv/ already holds every pinned
 # version it touches nothing (no network).
 set -euo pipefail
@@ -12,6 +13,7 @@ requirements=(
   "onnxruntime==1.31.1"
   "onnx==1.23.2"
   "jax[cpu]==0.10.2"
+  "torch==2.15.0"  # PyPI's default wheel: its CUDA libraries come along (a few GB); the peers use its CPU kernels
 )
 venv=.venv
 python="${PYTHON:-python3}"

@@ -2,14 +2,12 @@
 # The tests on a fresh machine: install what is missing; build and run every test under
 # AddressSanitizer + UndefinedBehaviorSanitizer (asan preset); then build the ci preset
 # (optimised, warnings are errors) and run every CTest test. Between the two, libFuzzer runs on
-# the .npy reader and the repro-string parser, 30 s side by side (ci/run-fuzz.sh). The last line
-# is CTest's summary. CTest runs one test per core side by side (tests whose timing matters are
+# the .npy reader and the repro-string parser, 30 s side by side (ci/run-fuzz.sh). Then the Python
+# package's pytest suite; its closing line ends the output. CTest runs one test per core side by side (tests whose timing matters are
 # RUN_SERIAL in tests/CMakeLists.txt): most tests use one core, and CI's time budget is tight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-# pip-installs into the git-ignored .venv/, creating it first where there is none.
-venv_install() { { [ -x .venv/bin/pip ] || python3 -m venv .venv; } && .venv/bin/pip install -q "$@"; }
 bash ci/install-deps.sh
 # report_chromium renders the HTML report in Debian's chromium (about 75 s to install, measured
 # on this machine); where it cannot be installed the test is reported as skipped, not passed.
@@ -22,29 +20,23 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     echo "chromium could not be installed: report_chromium will be skipped"
   fi
 fi
-# cuda_fused_sass disassembles the fused kernels (no GPU needed) with cuobjdump, which this
-# machine's toolkit lacks: PyPI's nvidia-cuda-cuobjdump and -nvdisasm (about 6 MB) go into the
-# git-ignored .venv/. Where they cannot be installed the test is reported as skipped.
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  if ! ls .venv/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump >/dev/null 2>&1; then
-    echo "== installing cuobjdump and nvdisasm from PyPI into .venv (the SASS check of cuda_fused)"
-    if ! venv_install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; then
-      echo "cuobjdump could not be installed: cuda_fused_sass will be skipped"
-    fi
-  fi
+# The tests' Python dependencies (python/requirements-test.txt: PyTorch, JAX, NumPy, ONNX Runtime,
+# nanobind, pytest, and PyPI's cuobjdump and nvdisasm for cuda_fused_sass) in a venv outside the
+# checkout, made once and reused by later runs and clones (ci/python-env.sh; measured: 0.1 s when
+# it is there, 140 s and about 6 GB of downloads the first time). Its python runs every Python part
+# of the tests (-DATTN_PYTHON below): the file route's PyTorch and NumPy round trips, the peers, the
+# examples. Where it cannot be made, python3 stands in and the tests needing what it lacks are
+# reported as skipped.
+echo "== python: the tests' venv (ci/python-env.sh)"
+if pyenv=$(bash ci/python-env.sh | tail -n 1) && [ -x "$pyenv/bin/python" ]; then
+  attn_python=$pyenv/bin/python
+else
+  attn_python=$(command -v python3 || echo python3)
+  echo "the tests' venv could not be made: $attn_python runs the Python parts; tests needing what it lacks will be skipped"
 fi
-# sdpa_roundtrip_numpy runs the PyTorch example's NumPy path through the file route, and
-# sdpa_roundtrip_fallback its fallback to NumPy where `import torch` fails: NumPy goes into the
-# same .venv (configure picks .venv/bin/python). Where it cannot be installed both are reported
-# as skipped.
-if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import numpy" 2>/dev/null; }; then
-  echo "== installing numpy from PyPI into .venv (the file route's NumPy round trip)"
-  if ! venv_install numpy; then
-    echo "numpy could not be installed: sdpa_roundtrip_numpy and sdpa_roundtrip_fallback will be skipped"
-  fi
-fi
+echo "python for the tests: $attn_python"
 echo "== asan: build and test under AddressSanitizer + UBSan"
-cmake --preset asan >/dev/null
+cmake --preset asan -DATTN_PYTHON="$attn_python" >/dev/null
 cmake --build --preset asan
 if ! ctest --preset asan --parallel "$jobs" >build/asan/ctest.log 2>&1; then
   cat build/asan/ctest.log
@@ -55,6 +47,17 @@ grep -E 'tests passed|Total Test time' build/asan/ctest.log
 echo "== fuzz: libFuzzer on the .npy reader and the repro-string parser, 30 s side by side (ci/run-fuzz.sh)"
 bash ci/run-fuzz.sh
 echo "== ci: build (warnings are errors) and test"
-cmake --preset ci >/dev/null
+cmake --preset ci -DATTN_PYTHON="$attn_python" >/dev/null
 cmake --build --preset ci
 ctest --preset ci --parallel "$jobs"
+# The Python package (python/): its pytest suite on the ci build's native module (build/ci/python),
+# spread over the cores by pytest-xdist. Its closing line ends the output. Where the venv could not
+# be made (no nanobind, so no module was built), that is said and the suite is not run.
+echo "== python: the attnbench package's pytest suite (python/tests)"
+if [ -d build/ci/python/attnbench ] && ls build/ci/python/attnbench/_native*.so >/dev/null 2>&1; then
+  PYTHONPATH=build/ci/python ATTNBENCH_CLI=build/ci/cli/attnbench \
+    "$attn_python" -m pytest python/tests -p no:cacheprovider -n "$jobs" -q -rs --durations=8
+else
+  echo "the package's module was not built (nanobind missing from $attn_python): its pytest suite did not run"
+  exit 1
+fi

@@ -103,21 +103,27 @@ rc=$?
 [ "$rc" -eq 1 ] || { fail "attnbench check on outputs from the peer's own inputs: exit $rc, expected 1 (the check cannot tell)"; tail -n 20 "$tmp/check_own.out"; }
 grep -q "FAIL" "$tmp/check_own.out" || fail "attnbench check on outputs from the peer's own inputs: no failed case reported"
 
-# cpu_peers.py itself, where its peers are installed (ci/install-peers.sh's .venv): checked on our check
-# cases and timed on our problems, compared with ours.
+# cpu_peers.py itself, where its peers are installed (the tests' venv, ci/python-env.sh, or
+# ci/install-peers.sh's .venv): checked on our check cases and timed on our problems, compared with
+# ours. PyTorch's CPU SDPA backends (torch_sdpa_math, torch_sdpa_flash) too where PyTorch is.
 if "$python" -c "import onnxruntime, onnx, jax" 2>/dev/null; then
+  has_torch=0
+  "$python" -c "import torch" 2>/dev/null && has_torch=1
   "$bin" bench --smoke --impl cpu_naive --dtype f32 --threads 1 --json "$tmp/real/bench.json" \
     --peers "$python $src/benchmarks/peers/cpu_peers.py --repetitions 1" >"$tmp/real.out" 2>&1
   rc=$?
   [ "$rc" -eq 0 ] || { fail "bench --peers cpu_peers.py: exit $rc"; tail -n 20 "$tmp/real.out"; }
-  "$python" - "$tmp/real/bench.json" <<'PY' || fail "bench --peers cpu_peers.py: its checks or records are not of our cases"
+  "$python" - "$tmp/real/bench.json" "$has_torch" <<'PY' || fail "bench --peers cpu_peers.py: its checks or records are not of our cases"
 import json, sys
 p = json.load(open(sys.argv[1]))["attnbench"]["peers"]
 assert p["status"] == "ok" and p["cases"] == {"check": 12, "timed": 6}, (p["status"], p["cases"])
-for peer in p["peers"]:
+ran = [peer for peer in p["peers"] if "skipped" not in peer]
+expected = ["onnxruntime", "jax"] + (["torch_sdpa_math", "torch_sdpa_flash"] if sys.argv[2] == "1" else [])
+assert [peer["peer"] for peer in ran] == expected, ([peer["peer"] for peer in ran], expected)
+for peer in ran:
     assert peer["valid_target"] is True and len(peer["checked"]) == 12, peer
     assert all(c["problem"].endswith("seed=7") for c in peer["checked"]), peer["checked"]
-assert len(p["results"]) == 12 and not p["left_out_records"], p["left_out_records"]
+assert len(p["results"]) == 6 * len(ran) and not p["left_out_records"], (len(p["results"]), p["left_out_records"])
 assert len(p["comparisons"]) == 6 and all(c["target"] for c in p["comparisons"]), p["comparisons"]
 PY
 else

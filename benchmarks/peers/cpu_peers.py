@@ -2,10 +2,12 @@
 """Times the CPU attention of the peers a user would pick instead of attnbench's kernels.
 
 Peers: ONNX Runtime's com.microsoft MultiHeadAttention contrib operator (a one-node model
-built with onnx.helper) and JAX's jax.nn.dot_product_attention (implementation='xla'), on the
-problems and inputs `attnbench bench --peers` writes into a folder and passes as --cases DIR
-(benchmarks/peers/README.md): the problem list our families run, each with the FLOPs and bytes
-the harness computed, and its q, k, v as .npy files (f32 only here).
+built with onnx.helper), JAX's jax.nn.dot_product_attention (implementation='xla') and PyTorch's
+torch.nn.functional.scaled_dot_product_attention on the CPU, once per CPU backend
+(torch.nn.attention.sdpa_kernel: SDPBackend.MATH as torch_sdpa_math, FLASH_ATTENTION as
+torch_sdpa_flash), on the problems and inputs `attnbench bench --peers` writes into a folder and
+passes as --cases DIR (benchmarks/peers/README.md): the problem list our families run, each with
+the FLOPs and bytes the harness computed, and its q, k, v as .npy files (f32 only here).
 
 Before timing, each peer is checked against a float64 oracle on the folder's check cases under
 the pass rule of DESIGN.md; a peer that fails is recorded as not a valid target.
@@ -223,6 +225,59 @@ class JaxPeer:
         self.fns.clear()
 
 
+class TorchSdpaPeer:
+    """torch.nn.functional.scaled_dot_product_attention on the CPU with one backend forced through
+    torch.nn.attention.sdpa_kernel (PyTorch 2.3 or later). PyTorch 2.15's CPU backends: MATH (the
+    composite: scores, softmax, @V as separate ops) and FLASH_ATTENTION (its fused CPU kernel,
+    blocked with an online softmax); EFFICIENT_ATTENTION and CUDNN_ATTENTION are CUDA only."""
+
+    BACKENDS = {"torch_sdpa_math": "MATH", "torch_sdpa_flash": "FLASH_ATTENTION"}
+
+    def __init__(self, name: str, threads: int):
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        self.torch, self.sdpa_kernel = torch, sdpa_kernel
+        self.name = name
+        self.backend = getattr(SDPBackend, self.BACKENDS[name])
+        self.version = torch.__version__
+        self.threads = threads
+        torch.set_num_threads(threads)
+        # A backend without a CPU kernel in this build is refused here, not at every problem.
+        q = torch.zeros(1, 1, 2, 8)
+        with torch.inference_mode(), sdpa_kernel(self.backend):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    def mask_method(self, causal: str) -> str:
+        if causal == "none":
+            return f"none (sdpa_kernel(SDPBackend.{self.BACKENDS[self.name]}))"
+        return (f"is_causal=True (top-left; masked scores -inf, excluded exactly), "
+                f"sdpa_kernel(SDPBackend.{self.BACKENDS[self.name]})")
+
+    def prepare(self, p: Case, q, k, v):
+        torch = self.torch
+        # BSH -> BHSD ([b, h, n, d], SDPA's layout), contiguous, once, outside the timed calls.
+        def bhsd(x, n, d):
+            return torch.from_numpy(x).view(p.b, n, p.h, d).transpose(1, 2).contiguous()
+        qt, kt, vt = bhsd(q, p.n_q, p.d_k), bhsd(k, p.n_k, p.d_k), bhsd(v, p.n_k, p.d_v)
+        causal = p.causal != "none"
+        sdpa, backend, sdpa_kernel = torch.nn.functional.scaled_dot_product_attention, self.backend, self.sdpa_kernel
+
+        def run():
+            with torch.inference_mode(), sdpa_kernel(backend):
+                return sdpa(qt, kt, vt, is_causal=causal)
+
+        def fetch(o):
+            return o.transpose(1, 2).reshape(p.b, p.n_q, p.h * p.d_v).numpy()
+        run.fetch = fetch
+        return run
+
+    def close(self):
+        pass
+
+
+PEERS = ("onnxruntime", "jax") + tuple(TorchSdpaPeer.BACKENDS)
+
+
 def output_of(run):
     out = run()
     fetch = getattr(run, "fetch", None)
@@ -301,7 +356,7 @@ def context(args, cases: list[Case], threads: int, xla_flags: str) -> dict:
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "packages": {n: package_version(n) for n in ("numpy", "onnxruntime", "onnx", "jax", "jaxlib")},
+        "packages": {n: package_version(n) for n in ("numpy", "onnxruntime", "onnx", "jax", "jaxlib", "torch")},
         "xla_flags": xla_flags,
         "problem_list": {"cases": args.cases, "timed": len(timed), "checks": len(cases) - len(timed),
                          "dtypes": sorted({c.dtype for c in timed}), "head_dims": sorted({c.d_k for c in timed})},
@@ -322,22 +377,22 @@ def print_checks(peer_name: str, checks: list[dict]) -> None:
     for c in checks:
         status = "pass" if c["pass"] else "FAIL"
         if "error" in c:
-            print(f"  {peer_name:<12} {status}  {c['problem']}: {c['error']}")
+            print(f"  {peer_name:<16} {status}  {c['problem']}: {c['error']}")
         else:
             ratio = c["ratio_to_naive"]
-            print(f"  {peer_name:<12} {status}  {c['problem']}: max abs err {c['max_abs_error']:.3g} "
+            print(f"  {peer_name:<16} {status}  {c['problem']}: max abs err {c['max_abs_error']:.3g} "
                   f"(naive f32 {c['naive_f32_max_abs_error']:.3g}, tol {c['tolerance']:.3g}, "
                   f"{'n/a' if ratio is None else f'{ratio:.2f}'} x naive)")
 
 
 def print_table(records: list[dict]) -> None:
-    header = f"{'peer':<12} {'mask':<9} {'n':>6} {'median ms':>11} {'min ms':>10} {'GFLOP/s exact':>14} " \
+    header = f"{'peer':<16} {'mask':<9} {'n':>6} {'median ms':>11} {'min ms':>10} {'GFLOP/s exact':>14} " \
              f"{'GFLOP/s publ.':>14} {'GB/s':>7}  valid"
     print(header)
     print("-" * len(header))
     for r in records:
         p = r["problem"]
-        print(f"{r['peer']:<12} {p['causal']:<9} {p['n_q']:>6} {r['median_seconds'] * 1e3:>11.3f} "
+        print(f"{r['peer']:<16} {p['causal']:<9} {p['n_q']:>6} {r['median_seconds'] * 1e3:>11.3f} "
               f"{r['min_seconds'] * 1e3:>10.3f} {r['gflops_exact']:>14.2f} {r['gflops_published']:>14.2f} "
               f"{r['gbytes_per_second']:>7.3f}  { {True: 'yes', False: 'NO', None: 'unchecked'}[r['valid_target']] }")
 
@@ -352,7 +407,7 @@ def parse_args(argv):
     ap.add_argument("--min-repetition-seconds", type=float, default=0.05,
                     help="a repetition repeats the call until it lasts at least this long (default 0.05)")
     ap.add_argument("--out", default="results/peers.json", help="JSON output path (default results/peers.json)")
-    ap.add_argument("--peers", default="onnxruntime,jax", help="comma-separated subset of onnxruntime,jax")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)} (default: all)")
     ap.add_argument("--ort-causal", choices=("unidirectional", "bias"), default="unidirectional",
                     help="how ORT's MultiHeadAttention gets the causal mask: its unidirectional attribute "
                          "(default) or an additive -inf attention_bias")
@@ -365,8 +420,8 @@ def parse_args(argv):
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be at least 1")
     peers = [s for s in args.peers.split(",") if s]
-    if not peers or any(s not in ("onnxruntime", "jax") for s in peers):
-        ap.error("--peers takes a comma-separated subset of onnxruntime,jax")
+    if not peers or any(s not in PEERS for s in peers):
+        ap.error(f"--peers takes a comma-separated subset of {','.join(PEERS)}")
     args.peer_list = peers
     try:
         args.case_list = load_cases(args.cases)
@@ -402,7 +457,8 @@ def main(argv=None) -> int:
     print(f"problems: {len(timed)} timed and {len(checks_list)} checks from {args.cases} (the harness's inputs); "
           f"{args.repetitions} repetitions\n")
 
-    makers = {"onnxruntime": lambda: OnnxRuntimePeer(threads, args.ort_causal), "jax": lambda: JaxPeer(threads)}
+    makers = {"onnxruntime": lambda: OnnxRuntimePeer(threads, args.ort_causal), "jax": lambda: JaxPeer(threads),
+              **{name: (lambda name=name: TorchSdpaPeer(name, threads)) for name in TorchSdpaPeer.BACKENDS}}
     records, peers_json, any_failed, any_ran = [], [], False, False
     for name in args.peer_list:
         try:
@@ -436,7 +492,7 @@ def main(argv=None) -> int:
                    "gbytes_per_second": p.bytes_min() / med / 1e9,
                    "threads": threads, "mask_method": peer.mask_method(p.causal), "valid_target": valid}
             records.append(rec)
-            print(f"  {name:<12} d{p.d_k:<4} {p.causal:<9} n={p.n_q:<5} median {med * 1e3:9.3f} ms  "
+            print(f"  {name:<16} d{p.d_k:<4} {p.causal:<9} n={p.n_q:<5} median {med * 1e3:9.3f} ms  "
                   f"{rec['gflops_exact']:7.2f} GFLOP/s exact", flush=True)
         peer.close()
         print()

@@ -13,6 +13,11 @@ What it follows from manifest.json (see core/case_files.hpp):
   - the scale is the manifest's, passed explicitly.
   - the dtype is the case's: f64, f32, f16 as stored; bf16 arrives as f32 holding bf16 values
     (converted exactly) and leaves as f32 holding the bf16 output (out.float()).
+  - a mixed-precision case (the repro string's dtypes=, e.g. `dtype=f16 dtypes=o:f32` or `dtype=f32
+    dtypes=k:bf16,v:bf16`) has each file in its role's dtype (the manifest's npy_dtype). SDPA takes
+    one dtype, so such a case runs in the working precision of its inputs (f64 where q, k, v or the
+    bias is f64, else f32; every input converts exactly), as a mixed-precision kernel accumulates,
+    and its output is rounded once to o's dtype.
   - a fully masked row (a query that sees no key) follows the case's "fully_masked_rows" policy:
     zeros (SDPA gives NaN there, so such rows are zeroed), nan, or any (left as computed).
 
@@ -22,9 +27,10 @@ it can be imported and otherwise falls back to NumPy, saying so and why.
 
 --write-declaration FILE writes what this script implements as a capabilities declaration
 (impls/capability_declaration.hpp) for `attnbench cases --declare` and `attnbench check
---declare`: every dtype, mask, GQA and d_k != d_v, fully masked rows as --fully-masked says
-(default zeros). --fully-masked also makes the script write that policy whatever the manifest
-asks, so a declaration that does not match what the kernel does fails its cases.
+--declare`: every dtype (also per role), mask, GQA and d_k != d_v, fully masked rows as
+--fully-masked says (default zeros). --fully-masked also makes the script write that policy
+whatever the manifest asks, so a declaration that does not match what the kernel does fails its
+cases.
 """
 import argparse
 import json
@@ -32,6 +38,34 @@ import os
 import sys
 
 import numpy as np
+
+
+DTYPES = ("f64", "f32", "f16", "bf16")
+INPUT_ROLES = ("q", "k", "v", "bias")
+
+
+def role_dtypes(case):
+    """Each role's dtype (q, k, v, bias, o, ...): the case's dtype, unless the repro string's
+    dtypes= token gives the role its own (dtypes=o:f32, dtypes=k:bf16,v:bf16)."""
+    dtypes = {role: case["dtype"] for role in INPUT_ROLES + ("o",)}
+    for token in case["repro"].split("#", 1)[0].split():
+        if token.startswith("dtypes="):
+            for entry in token[len("dtypes="):].split(","):
+                role, _, dtype = entry.partition(":")
+                if dtype not in DTYPES:
+                    sys.exit(f"case {case['index']}: {token}: unknown dtype {dtype!r} for role {role!r}")
+                dtypes[role] = dtype
+    return dtypes
+
+
+def compute_dtype(dtypes, arrays):
+    """The dtype SDPA runs in: the case's where every role has it; in a mixed-precision case the
+    working precision of its inputs (f64 where q, k, v or the bias is f64, else f32), which holds
+    every input exactly (f16 and bf16 values are f32 values)."""
+    present = [role for role in INPUT_ROLES if arrays.get(role) is not None]
+    if all(dtypes[role] == dtypes["o"] for role in present):
+        return dtypes["o"]
+    return "f64" if any(dtypes[role] == "f64" for role in present) else "f32"
 
 
 def load_case(cases_dir, case):
@@ -109,14 +143,17 @@ def apply_policy(out, arrays, policy):
     return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
 
 
-def attention_torch(arrays, scale, dtype, device):
+def attention_torch(arrays, scale, dtypes, device):
+    """SDPA on the case in compute_dtype(), its output in o's dtype's file encoding."""
     import torch
     import torch.nn.functional as F
 
+    dtype = compute_dtype(dtypes, arrays)
     torch_dtype = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
     def tensor(array):
-        # bf16 inputs are f32 holding bf16 values: the conversion is exact.
+        # Every input's values are exact in torch_dtype (bf16 inputs are f32 holding bf16 values):
+        # the conversion is exact.
         return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=torch_dtype)
 
     q = tensor(arrays["q"])
@@ -132,6 +169,10 @@ def attention_torch(arrays, scale, dtype, device):
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
     with torch.no_grad():
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+    if dtype != dtypes["o"]:
+        # A mixed-precision case: the f32 or f64 result rounded once to o's dtype (float64 holds
+        # it exactly; encode_output rounds from there).
+        return encode_output(out.double().cpu().numpy(), dtypes["o"])
     if dtype == "bf16":
         return out.float().cpu().numpy()  # f32 holding the bf16 values
     return out.cpu().numpy()
@@ -143,7 +184,10 @@ def declaration(fully_masked):
         "schema": "attnbench.capabilities",
         "version": 1,
         "summary": "examples/file_route/sdpa_roundtrip.py: torch.nn.functional.scaled_dot_product_attention (or NumPy in float64)",
-        "dtypes": ["f64", "f32", "f16", "bf16"],
+        "dtypes": list(DTYPES),
+        # A dtype per role (mixed precision, dtypes= in the repro string): each input in its own, the
+        # output rounded once to o's (compute_dtype).
+        "role_dtypes": {role: list(DTYPES) for role in INPUT_ROLES + ("o",)},
         "layouts": ["bhsd"],
         "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query", "bool_mask", "bias"],
         "gqa": True,
@@ -209,13 +253,15 @@ def main():
         if policy not in ("zeros", "nan", "any"):
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
-        dtype, scale = case["dtype"], case["scale"]
+        dtypes, scale = role_dtypes(case), case["scale"]
         if backend == "torch":
-            out = apply_policy(attention_torch(arrays, scale, dtype, device), arrays, policy)
+            out = apply_policy(attention_torch(arrays, scale, dtypes, device), arrays, policy)
         else:
-            out = apply_policy(encode_output(attention_numpy(arrays, scale), dtype), arrays, policy)
+            out = apply_policy(encode_output(attention_numpy(arrays, scale), dtypes["o"]), arrays, policy)
         expected = case["out"]
-        assert list(out.shape) == expected["shape"] and out.dtype.str == expected["npy_dtype"], (out.shape, out.dtype.str, expected)
+        if list(out.shape) != expected["shape"] or out.dtype.str != expected["npy_dtype"]:
+            sys.exit(f"case {case['index']} ({case['repro']}): the output is {list(out.shape)} {out.dtype.str}, "
+                     f"the manifest asks for {expected['shape']} {expected['npy_dtype']}")
         np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(out))
         projected = f" (projected from {case['projected_from']})" if case.get("projected_from") else ""
         print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}{projected}")

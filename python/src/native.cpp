@@ -262,7 +262,10 @@ NB_MODULE(_native, m) {
   });
 
   nb::class_<Problem>(m, "Problem", "One attention problem: shapes, masks, dtypes, data; prints as its repro string")
-      .def(nb::init<>())
+      .def("__init__", [](Problem* p, const std::string& repro) {
+        new (p) Problem(parse_problem(repro));
+        p->validate();
+      }, "repro"_a, "The problem a repro string describes (as Problem.parse)")
       .def_static("parse", [](const std::string& repro) {
         Problem p = parse_problem(repro);
         p.validate();

@@ -69,3 +69,16 @@ def test_bf16_crosses_as_ml_dtypes_in_numpy_and_dlpack_bfloat_in_torch():
         assert ref.o.dtype == torch.bfloat16
         assert attnbench.judge(t["q"], t["k"], t["v"], ref.o).passed
         assert attnbench.judge(a["q"], a["k"], a["v"], ref.o.float().numpy().astype(ml_dtypes.bfloat16)).passed
+
+
+def test_the_type_stubs_are_nanobinds_stubgen_of_this_module(tmp_path):
+    stubgen = pytest.importorskip("nanobind.stubgen")
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "_native.pyi"
+    run = subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-m", "attnbench._native", "-o", str(out)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    committed = os.path.join(os.path.dirname(attnbench.__file__), "_native.pyi")
+    assert out.read_text() == open(committed).read(), "python/attnbench/_native.pyi is stale: rerun nanobind.stubgen (python/README.md)"
