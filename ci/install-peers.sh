@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peers that benchmarks/peers/cpu_peers.py times (ONNX Runtime, JAX on CPU, PyTorch's
-# CPU scaled_dot_product_attention) and what it needs (numpy, onnx) from PyPI into the git-ignored
+# CPU scaled_dot_product_attention) and what it needs (numpy, onnx, and the attnbench package that
+# judges them: pip install .) from PyPI into the git-ignored
 # virtual environment .venv/. (ci/python-env.sh's venv, the tests' own, holds the same versions.)
 # Optional: not part of the test command. Idempotent: when .venv/ already holds every pinned
 # version it touches nothing (no network).
@@ -29,6 +30,7 @@ for req in sys.argv[1:]:
             sys.exit(1)
     except md.PackageNotFoundError:
         sys.exit(1)
+import attnbench  # the package judges the peers (cpu_peers.py); ImportError: not installed yet
 EOF
 }
 
@@ -55,5 +57,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 echo "install-peers: installing ${requirements[*]}"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${requirements[@]}"
+# The attnbench package (python/, about two minutes to build on 2 cores): cpu_peers.py judges the
+# peers with it. After changing the C++, `.venv/bin/pip install .` again.
+if ! "$venv/bin/python" -c "import attnbench" 2>/dev/null; then
+  echo "install-peers: installing the attnbench package (pip install .)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check .
+fi
 have_all || { echo "install-peers: $venv does not hold the pinned versions after pip install" >&2; exit 1; }
 echo "install-peers: done"

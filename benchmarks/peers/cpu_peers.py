@@ -9,8 +9,10 @@ torch_sdpa_flash), on the problems and inputs `attnbench bench --peers` writes i
 passes as --cases DIR (benchmarks/peers/README.md): the problem list our families run, each with
 the FLOPs and bytes the harness computed, and its q, k, v as .npy files (f32 only here).
 
-Before timing, each peer is checked against a float64 oracle on the folder's check cases under
-the pass rule of DESIGN.md; a peer that fails is recorded as not a valid target.
+Before timing, each peer is checked on the folder's check cases: by the attnbench package
+(python/: attnbench.judge, the harness's 113-bit reference, pass rule and diagnosis, on the same
+input bits) where this Python has it (ci/install-peers.sh installs it), else against a float64
+oracle under the same rule; a peer that fails is recorded as not a valid target.
 
 Run from the repository root after `bash ci/install-peers.sh`, through the harness:
 
@@ -288,16 +290,49 @@ def output_of(run):
 # Checks and timing
 # --------------------------------------------------------------------------------------
 
+def attnbench_package():
+    """The attnbench package (python/) where this Python has it: then the peers are judged by the
+    harness's own reference and pass rule, on the same bits, exactly as verify judges ours."""
+    try:
+        import attnbench
+        return attnbench
+    except ImportError:
+        return None
+
+
+def judge_with_package(attnbench, p: Case, got_bsh) -> dict:
+    """The peer's output judged by attnbench.judge (the 113-bit reference, the pass rule, the
+    diagnosis) on the case's own inputs."""
+    import numpy as np
+    q, k, v = (np.ascontiguousarray(x, dtype=np.float32) for x in p.inputs())
+    out = np.ascontiguousarray(np.asarray(got_bsh, dtype=np.float32).reshape(p.b, p.n_q, p.h, p.d_v).transpose(0, 2, 1, 3))
+    verdict = attnbench.judge(q, k, v, out, scale=p.scale, causal=None if p.causal == "none" else p.causal)
+    o = verdict.roles.get("o")
+    record = verdict.record
+    naive = float(record.get("baseline", {}).get("metrics", {}).get("max_abs", "nan"))
+    metrics = verdict.metrics
+    err = o.max_abs if o else float("inf")
+    return {"max_abs_error": err, "naive_f32_max_abs_error": naive, "reference_max_abs": float(metrics.get("reference_max_abs", "nan")),
+            "tolerance": o.tolerance if o else 0.0, "ratio_to_naive": err / naive if naive > 0 else None,
+            "nonfinite": int(metrics.get("nan", 0)) + int(metrics.get("pos_inf", 0)) + int(metrics.get("neg_inf", 0)),
+            "budget_used": verdict.budget_used, "pass": verdict.passed, "diagnosis": verdict.diagnosis, "reasons": verdict.reasons,
+            "oracle": "attnbench.judge: the 113-bit reference and the pass rule"}
+
+
 def check_peer(peer, cases: list[Case]) -> list[dict]:
     import numpy as np
+    package = attnbench_package()
     results = []
     for p in cases:
         q, k, v = bsh_inputs(p)
-        ref64 = textbook_attention(p, q, k, v, np.float64)
-        naive32 = textbook_attention(p, q, k, v, np.float32)
         try:
             got = output_of(peer.prepare(p, q, k, v))
-            verdict = judge(got, ref64, naive32)
+            if package is not None:
+                verdict = judge_with_package(package, p, got)
+            else:
+                ref64 = textbook_attention(p, q, k, v, np.float64)
+                naive32 = textbook_attention(p, q, k, v, np.float32)
+                verdict = {**judge(got, ref64, naive32), "oracle": "float64 textbook (the attnbench package is not importable here)"}
         except Exception as e:  # a peer that cannot run a case fails it
             verdict = {"pass": False, "error": f"{type(e).__name__}: {e}"}
         results.append({"problem": p.repro, "mask_method": peer.mask_method(p.causal), **verdict})
@@ -374,6 +409,9 @@ def context(args, cases: list[Case], threads: int, xla_flags: str) -> dict:
 
 
 def print_checks(peer_name: str, checks: list[dict]) -> None:
+    oracles = sorted({c["oracle"] for c in checks if "oracle" in c})
+    if oracles:
+        print(f"  judged by: {'; '.join(oracles)}")
     for c in checks:
         status = "pass" if c["pass"] else "FAIL"
         if "error" in c:
