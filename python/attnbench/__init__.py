@@ -27,6 +27,15 @@ __all__ = ["Problem", "cases", "make_inputs", "reference", "judge", "verify", "p
            "BenchResult"]
 
 
+def _fields(problem) -> dict:
+    """Every field of the problem, as the result files' JSON holds it."""
+    import json
+    return json.loads(problem.to_json())
+
+
+Problem.fields = property(_fields)
+
+
 def make_inputs(problem, arrays: str = "numpy", device: str = "cpu") -> dict:
     """The problem's seeded inputs, the bits every implementation and the reference read.
 

@@ -2,6 +2,7 @@
 attnbench's C++ core (nanobind); use the attnbench package, which wraps it
 """
 
+from attnbench import _fields as fields
 
 
 class Problem:
@@ -9,7 +10,8 @@ class Problem:
     One attention problem: shapes, masks, dtypes, data; prints as its repro string
     """
 
-    def __init__(self) -> None: ...
+    def __init__(self, repro: str) -> None:
+        """The problem a repro string describes (as Problem.parse)"""
 
     @staticmethod
     def parse(repro: str) -> Problem:
@@ -111,6 +113,7 @@ class Problem:
     def bytes_min(self) -> float:
         """Q, K, V (and the mask) read once, O written once"""
 
+    @property
 def cases(name: str) -> list[Problem]:
     """
     A case set by name ("default", "quick") or a case file's path: one repro string per line

@@ -1,6 +1,8 @@
 #include "python/src/arrays.hpp"
 
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -52,20 +54,36 @@ OutArray owning(std::vector<T>* values, std::vector<std::int64_t> shape, nb::dlp
 
 }  // namespace
 
-OutArray to_numpy(Tensor t, std::vector<std::int64_t> shape) {
-  if (shape.empty()) shape.assign(t.shape().begin(), t.shape().end());
+OutArray to_dlpack(ConstTensorView view, nb::handle owner) {
+  if (view.device != Device::cpu) throw std::logic_error("to_dlpack: a device view cannot become a NumPy array");
   nb::dlpack::dtype dtype;
-  switch (t.dtype()) {
+  switch (view.dtype) {
     case DType::f64: dtype = nb::dtype<double>(); break;
     case DType::f32: dtype = nb::dtype<float>(); break;
     case DType::f16: dtype = {std::uint8_t(nb::dlpack::dtype_code::Float), 16, 1}; break;
-    case DType::bf16: dtype = nb::dtype<std::uint16_t>(); break;  // NumPy has no bf16: bits, viewed as ml_dtypes.bfloat16 in Python
+    case DType::bf16: dtype = nb::dtype<std::uint16_t>(); break;
   }
-  auto* bytes = new std::vector<std::uint64_t>((t.bytes() + 7) / 8);
-  std::memcpy(bytes->data(), std::as_const(t).data(), t.bytes());
-  nb::capsule owner(bytes, [](void* p) noexcept { delete static_cast<std::vector<std::uint64_t>*>(p); });
-  std::vector<std::size_t> extents(shape.begin(), shape.end());
-  return OutArray(bytes->data(), extents.size(), extents.data(), owner, nullptr, dtype);
+  std::vector<std::size_t> shape(std::size_t(view.rank));
+  std::vector<std::int64_t> strides(std::size_t(view.rank));
+  for (int i = 0; i < view.rank; ++i) shape[std::size_t(i)] = std::size_t(view.shape[std::size_t(i)]), strides[std::size_t(i)] = view.strides[std::size_t(i)];
+  return OutArray(const_cast<void*>(view.data), shape.size(), shape.data(), owner, strides.data(), dtype);
+}
+
+OutArray to_numpy(Tensor t, std::vector<std::int64_t> shape) {
+  auto* copy = new Tensor(std::move(t));
+  if (copy->borrowed()) *copy = Tensor(*copy);  // own the elements: the array outlives the borrowed memory
+  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  ConstTensorView view = std::as_const(*copy).view();
+  if (!shape.empty()) {  // the same elements, dense, in another shape
+    view.rank = int(shape.size());
+    std::int64_t stride = 1;
+    for (int i = view.rank - 1; i >= 0; --i) {
+      view.shape[std::size_t(i)] = shape[std::size_t(i)];
+      view.strides[std::size_t(i)] = stride;
+      stride *= shape[std::size_t(i)];
+    }
+  }
+  return to_dlpack(view, owner);
 }
 
 OutArray to_numpy(std::vector<std::uint8_t> flags, std::vector<std::int64_t> shape) {

@@ -10,8 +10,20 @@ import sys
 
 import pytest
 
-# Triton runs its interpreter on the CPU; on a GPU machine it compiles (ATTN_TRITON_COMPILE=1).
-if os.environ.get("ATTN_TRITON_COMPILE") != "1":
+
+
+def cuda_available():
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch, or a torch that cannot see a GPU
+        return False
+
+
+# Triton compiles its kernels on a GPU machine and runs its interpreter on the CPU otherwise (set
+# before anything imports triton).
+CUDA = cuda_available()
+if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 sys.path.insert(0, os.path.dirname(__file__))  # numpy_kernels

@@ -111,9 +111,87 @@ def test_an_isolated_callable_that_aborts_fails_that_case_and_the_run_goes_on():
     result = attnbench.verify(aborts_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=60)
     failed = {f.repro for f in result.failures}
     for r in result.records:
-        p = attnbench.Problem.parse(r["problem_repro"] if "problem_repro" in r else r["repro"])
+        p = attnbench.Problem.parse(r["repro"])
         if p.n_q == 1:
             assert r["status"] == "fail" and any("SIGABRT" in why for why in r["reasons"]), r
         else:
             assert r["status"] == "pass", r
     assert failed
+
+
+def hangs_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if q.shape[2] == 1:
+        import time
+        time.sleep(600)
+    return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def test_an_isolated_callable_that_hangs_is_killed_at_its_timeout_and_the_run_goes_on():
+    cases = [p for p in attnbench.cases("quick")][:6]
+    result = attnbench.verify(hangs_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=2)
+    for r in result.records:
+        if attnbench.Problem.parse(r["repro"]).n_q == 1:
+            assert r["status"] == "fail" and any("did not return within 2 s" in why for why in r["reasons"]), r
+        else:
+            assert r["status"] == "pass", r
+
+
+def flash_attn_func_in_numpy(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash_attn_func's contract in numpy (BSHD; causal and windows bottom-right; ALiBi as
+    -slope |i + n_k - n_q - j|), through the numpy control: the flash_attn convention's glue is what
+    is under test."""
+    assert dropout_p == 0.0
+    qb, kb, vb = (np.ascontiguousarray(np.transpose(x, (0, 2, 1, 3))) for x in (q, k, v))
+    n_q, n_k = qb.shape[2], kb.shape[2]
+    window = None
+    if causal:
+        window = (None if window_size[0] < 0 else window_size[0], 0, "bottom_right")
+    elif tuple(window_size) != (-1, -1):
+        window = (None if window_size[0] < 0 else window_size[0], None if window_size[1] < 0 else window_size[1], "bottom_right")
+    bias = None
+    if alibi_slopes is not None:
+        i = np.arange(n_q)[:, None]
+        j = np.arange(n_k)[None, :]
+        distance = np.abs(i + n_k - n_q - j).astype(np.float64)
+        bias = (-np.asarray(alibi_slopes, np.float64)[None, :, None, None] * distance[None, None]).astype(qb.dtype)
+    o, lse = numpy_kernels.CORRECT(qb, kb, vb, scale=softmax_scale, window=window, valid_lens=None, mask=None, bias=bias,
+                                   o_dtype=qb.dtype)
+    o = np.ascontiguousarray(np.transpose(o, (0, 2, 1, 3)))
+    return (o, lse, None) if return_attn_probs else o
+
+
+def test_the_flash_attn_convention_runs_its_declared_cases_and_projects_the_rest():
+    result = attnbench.verify(flash_attn_func_in_numpy, cases="quick", convention="flash_attn", name="flash_attn_numpy")
+    assert result.passed, result.summary()
+    ran = [r for r in result.records if r["status"] == "pass"]
+    assert all(r["problem"]["dtype"] in ("f16", "bf16") for r in ran)
+    assert any("bottom_right" in r["repro"] for r in ran)
+    alibi = [p for p in attnbench.cases("default") if "alibi" in str(p)]
+    with_lse = attnbench.verify(flash_attn_func_in_numpy, cases=alibi, convention=attnbench.flash_attn(returns_lse=True))
+    assert with_lse.passed, with_lse.summary()
+
+
+def bshd_causal_kernel(q, k, v, scale, causal, mask):
+    """A kernel described rather than conventional: BSHD, top-left `causal=`, a boolean `mask=`."""
+    qb, kb, vb = (np.ascontiguousarray(np.transpose(x, (0, 2, 1, 3))) for x in (q, k, v))
+    o, _ = numpy_kernels.CORRECT(qb, kb, vb, scale=scale, window=(None, 0, "top_left") if causal else None, valid_lens=None, mask=mask,
+                                 bias=None, o_dtype=qb.dtype)
+    return np.ascontiguousarray(np.transpose(o, (0, 2, 1, 3)))
+
+
+def test_a_described_convention_calls_the_function_as_described():
+    convention = {"layout": "bshd", "causal": "top_left", "mask": "bool", "padding": True, "window": True, "dtypes": ("f32", "f64")}
+    result = attnbench.verify(bshd_causal_kernel, cases="quick", convention=convention)
+    assert result.passed, result.summary()
+    fixed = attnbench.described(fixed_scale=True, dtypes=("f32",))
+    skipped = attnbench.verify(default_scale_kernel, cases="quick", convention=fixed)
+    assert skipped.passed, skipped.summary()
+    # An explicit scale is never projected away: those cases are skipped, whatever else they ask.
+    assert all(" scale=" not in r["repro"] for r in skipped.records if r["status"] != "skip")
+    assert any(" scale=" in repro for repro, _ in skipped.skips)
+
+
+def default_scale_kernel(q, k, v):
+    """Takes no scale: always 1/sqrt(d_k), no mask."""
+    return numpy_kernels.CORRECT(q, k, v, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=q.dtype)[0]
