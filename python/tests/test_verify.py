@@ -195,3 +195,31 @@ def test_a_described_convention_calls_the_function_as_described():
 def default_scale_kernel(q, k, v):
     """Takes no scale: always 1/sqrt(d_k), no mask."""
     return numpy_kernels.CORRECT(q, k, v, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=q.dtype)[0]
+
+
+def misbehaves_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """On the single-query cases: prints, leaves a process running and allocates without bound."""
+    if q.shape[2] == 1:
+        import subprocess
+        print("about to misbehave", flush=True)
+        subprocess.Popen(["sleep", "300"], start_new_session=True)  # left running, even out of the group
+        hoard = []
+        while True:
+            hoard.append(np.ones(1 << 27))  # 1 GiB at a time
+    return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def test_an_isolated_callable_is_bounded_in_memory_and_leaves_nothing_running():
+    import subprocess
+    cases = [p for p in attnbench.cases("quick")][:3]
+    before = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    result = attnbench.verify(misbehaves_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=60,
+                              memory_limit=2 << 30)
+    for r in result.records:
+        if attnbench.Problem.parse(r["repro"]).n_q == 1:
+            why = " ".join(r["reasons"])
+            assert r["status"] == "fail" and "memory limit" in why and "about to misbehave" in why, r
+        else:
+            assert r["status"] == "pass", r
+    after = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    assert set(after) <= set(before), "a process the callable started outlived its call"
