@@ -33,10 +33,11 @@ def pytest_configure(config):
 class AttnCase:
     """One case of a case set, for a parametrised test."""
 
-    def __init__(self, problem, config):
+    def __init__(self, problem, config, test_name):
         self.problem = problem
         self.repro = problem.repro()
         self._config = config
+        self._name = test_name  # the implementation's name in the records: the test function's
 
     def inputs(self, arrays="numpy", device="cpu"):
         from . import make_inputs
@@ -63,7 +64,7 @@ class AttnCase:
         i = self.inputs()
         settings = self.settings()
         settings.update(overrides)
-        verdict = judge(i["q"], i["k"], i["v"], out, lse, source=f"the case {self.repro}", **settings)
+        verdict = judge(i["q"], i["k"], i["v"], out, lse, name=self._name, source=f"the case {self.repro}", **settings)
         record = dict(verdict.record)
         record["repro"] = self.repro  # the case's own repro string: it regenerates these inputs
         self._config._attnbench_records.append((verdict.document, record))
@@ -81,7 +82,8 @@ def pytest_generate_tests(metafunc):
         return
     name = marker.args[0] if marker.args else "quick"
     problems = _native.cases(name)
-    metafunc.parametrize("attn_case", [AttnCase(p, metafunc.config) for p in problems], ids=[p.label() for p in problems])
+    name = metafunc.function.__name__
+    metafunc.parametrize("attn_case", [AttnCase(p, metafunc.config, name) for p in problems], ids=[p.label() for p in problems])
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -8,6 +8,10 @@ import pytest
 import attnbench
 import numpy_kernels
 
+# The isolated callables below are numpy only: JAX's warning that a fork does not copy its threads
+# (JAX is imported by another test in the same process) does not concern them.
+numpy_only_fork = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 # The mutants declare what tests/mutants' C++ mutants declare: an LSE, every dtype and mask,
 # masked K/V kept out entirely, fully masked rows zeros, deterministic.
 MUTANT_CONVENTION = attnbench.native(returns_lse=True, masked_nonfinite_safe=True)
@@ -105,6 +109,7 @@ def aborts_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
     return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
+@numpy_only_fork
 def test_an_isolated_callable_that_aborts_fails_that_case_and_the_run_goes_on():
     cases = [p for p in attnbench.cases("quick")][:12]
     assert any(p.n_q == 1 for p in cases) and any(p.n_q > 1 for p in cases)
@@ -126,6 +131,7 @@ def hangs_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, s
     return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
+@numpy_only_fork
 def test_an_isolated_callable_that_hangs_is_killed_at_its_timeout_and_the_run_goes_on():
     cases = [p for p in attnbench.cases("quick")][:6]
     result = attnbench.verify(hangs_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=2)
@@ -209,6 +215,7 @@ def misbehaves_on_one_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=Fal
     return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
+@numpy_only_fork
 def test_an_isolated_callable_is_bounded_in_memory_and_leaves_nothing_running():
     import subprocess
     cases = [p for p in attnbench.cases("quick")][:3]
