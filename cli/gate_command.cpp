@@ -44,6 +44,10 @@ int GateCommand::run() const {
 
   if (!write_baseline_path_.empty()) {
     if (!config_path_.empty() || !baseline_paths_.empty()) throw InputError("--write-baseline takes RESULTS only (no --config, no --baseline)");
+    if (!current.incomplete.empty())
+      throw InputError(fmt::format("--write-baseline: {} {} of a run that did not finish (\"complete\": false): a baseline is taken from whole "
+                                   "runs only (what a killed run never reached would pass as absent)",
+                                   fmt::join(current.incomplete, ", "), current.incomplete.size() > 1 ? "are" : "is"));
     write_json_file(write_baseline_path_, gate::baseline_json(current));
     fmt::print("attnbench gate: wrote the baseline {}: {} verify record(s), {} benchmark(s) from {} file(s)\n", write_baseline_path_,
                current.accuracy.size(), current.speed.size(), result_paths_.size());

@@ -17,6 +17,8 @@ ReportCommand::ReportCommand(CLI::App& app)
   command_->add_option("results", result_paths_, "Result files written by verify, bench, properties (--json) or a peers script")
       ->required();
   command_->add_option("--out", out_dir_, "Directory for report.md and report.html")->capture_default_str();
+  command_->add_flag("--allow-incomplete", allow_incomplete_,
+                     "Exit 0 even when a file is of a run that did not finish (\"complete\": false; the report marks it in red either way)");
   command_->add_flag("--allow-mixed-revisions", allow_mixed_revisions_,
                      "Merge results measured at different git revisions (refused by default), with a warning in the report");
 }
@@ -45,6 +47,12 @@ int ReportCommand::run() const {
   for (const auto& warning : merged.warnings) fmt::print(stderr, "attnbench report: warning: {}\n", warning);
   const auto [markdown, html] = write_report(render_report(merged), out_dir_);
   fmt::print("report (Markdown): {}\nreport (HTML):     {}\n", markdown, html);
+  // The report is written either way (nothing measured is lost); an unfinished run is not a pass.
+  if (!merged.incomplete_files.empty() && !allow_incomplete_) {
+    fmt::print(stderr, "attnbench report: INCOMPLETE: {} {} of a run that did not finish (--allow-incomplete exits 0 anyway)\n",
+               fmt::join(merged.incomplete_files, ", "), merged.incomplete_files.size() > 1 ? "are" : "is");
+    return 1;
+  }
   return 0;
 }
 

@@ -13,7 +13,9 @@ class ReportCommand {
  public:
   explicit ReportCommand(CLI::App& app);
   bool parsed() const { return command_->parsed(); }
-  // 0 when both files were written (whatever the verdicts: `attnbench gate` judges); throws
+  // 0 when both files were written (whatever the verdicts: `attnbench gate` judges), 1 when a file
+  // is of a run that did not finish ("complete": false; both are still written) unless
+  // --allow-incomplete; throws
   // attn::InputError (exit 2) naming the file on a missing, malformed or foreign input, or on
   // results of different git revisions without --allow-mixed-revisions.
   int run() const;
@@ -23,6 +25,7 @@ class ReportCommand {
   std::vector<std::string> result_paths_;
   std::string out_dir_ = "results/report";
   bool allow_mixed_revisions_ = false;
+  bool allow_incomplete_ = false;
 };
 
 }  // namespace attn::cli

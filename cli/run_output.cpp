@@ -27,7 +27,10 @@ void VerifyConsole::finished(const VerifyRun&) {
 }
 
 void VerifyResultsFile::case_finished(const VerifyRun& so_far) {
-  if (!file_.path().empty()) file_.save(to_json_(so_far));
+  if (file_.path().empty()) return;
+  nlohmann::json document = to_json_(so_far);
+  document["complete"] = false;  // true only in the save at the end: a killed run's file says it did not finish
+  file_.save(document);
 }
 
 void VerifyResultsFile::finished(const VerifyRun& run) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,41 @@ std::vector<std::int64_t> valid_lengths(const npy::Array& a, const std::string& 
 
 std::string shape_text(const Tensor::Shape& s) { return npy::shape_string(std::vector<std::int64_t>(s.begin(), s.end())); }
 
+// A user's tensors must be finite wherever they reach an output: every query of a row that sees a
+// key, every key and value that some query sees. NaN or Inf elsewhere (a padded query, a KV-cache
+// page never written and masked) changes nothing and is allowed. `name` gives each role's file or
+// argument name for the message.
+void check_finite_where_used(const Problem& p, const CaseInputs& in, const std::function<std::string(const char*)>& name) {
+  const std::int64_t group = p.h_q / p.h_kv;
+  std::vector<std::uint8_t> key_used(static_cast<std::size_t>(p.batch * p.h_kv * p.n_k), 0);
+  auto bad = [&](const char* role, const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t c) {
+    const double x = t.get(t.offset(b, h, i, c));
+    throw InputError(fmt::format("{}: element ({}, {}, {}, {}) is {}: the reference needs finite inputs wherever they reach an output "
+                                 "(non-finite values are allowed only where every query masks them)",
+                                 name(role), b, h, i, c, x));
+  };
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i) {
+        const auto [lo, hi] = in.mask.key_range(b, i);
+        bool sees = false;
+        for (std::int64_t j = lo; j < hi; ++j)
+          if (in.mask.visible(b, h, i, j)) sees = true, key_used[static_cast<std::size_t>((b * p.h_kv + h / group) * p.n_k + j)] = 1;
+        if (!sees) continue;
+        for (std::int64_t c = 0; c < p.d_k; ++c)
+          if (!std::isfinite(in.q.get(in.q.offset(b, h, i, c)))) bad("q", in.q, b, h, i, c);
+      }
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_kv; ++h)
+      for (std::int64_t j = 0; j < p.n_k; ++j) {
+        if (!key_used[static_cast<std::size_t>((b * p.h_kv + h) * p.n_k + j)]) continue;
+        for (std::int64_t c = 0; c < p.d_k; ++c)
+          if (!std::isfinite(in.k.get(in.k.offset(b, h, j, c)))) bad("k", in.k, b, h, j, c);
+        for (std::int64_t c = 0; c < p.d_v; ++c)
+          if (!std::isfinite(in.v.get(in.v.offset(b, h, j, c)))) bad("v", in.v, b, h, j, c);
+      }
+}
+
 }  // namespace
 
 std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
@@ -233,7 +269,9 @@ std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
   }
   p.validate();
   Mask mask = Mask::given(p, std::move(a.mask), flags_batch, flags_head, std::move(bias));
-  return {p, CaseInputs{std::move(a.q), std::move(a.k), std::move(a.v), std::move(mask)}};
+  CaseInputs inputs{std::move(a.q), std::move(a.k), std::move(a.v), std::move(mask)};
+  check_finite_where_used(p, inputs, [](const char* role) { return std::string(role); });
+  return {p, std::move(inputs)};
 }
 
 GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
@@ -320,8 +358,9 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   std::optional<Tensor> lse;
   if (fs::exists(out_dir / "lse.npy", ec)) read_lse_file(out_dir / "lse.npy", p, lse.emplace(make_lse(p)));
   Mask mask = Mask::given(p, std::move(flags), flags_batch, flags_head, std::move(bias));
-  return GivenCase{p, CaseInputs{std::move(tq), std::move(tk), std::move(tv), std::move(mask)}, std::move(out), std::move(lse),
-                   fmt::format("the tensors in {}", dir.string())};
+  CaseInputs inputs{std::move(tq), std::move(tk), std::move(tv), std::move(mask)};
+  check_finite_where_used(p, inputs, [&](const char* role) { return file(fmt::format("{}.npy", role).c_str()); });
+  return GivenCase{p, std::move(inputs), std::move(out), std::move(lse), fmt::format("the tensors in {}", dir.string())};
 }
 
 }  // namespace attn

@@ -97,6 +97,7 @@ struct Results {
   std::vector<std::string> sources;
   std::map<std::string, std::map<std::string, std::string>> contexts;  // per source: its context, as strings
   std::vector<std::string> notes;  // e.g. a bench file whose run did not finish ("complete": false)
+  std::vector<std::string> incomplete;  // sources whose run did not finish: never a baseline
 };
 
 // The schema of a document (records/result_schema.hpp's recognise_schema, the one recogniser the

@@ -134,15 +134,24 @@ void add_results(Results& results, const json& document, const std::string& sour
 
 void add_results_unguarded(Results& results, const json& document, const std::string& source) {
   const std::string schema = document_schema(document, source);
+  // "complete": false marks a file saved while its run went on (verify at the top level, bench in its "attnbench" section).
+  auto unfinished = [](const json& holder) {
+    return holder.is_object() && holder.contains("complete") && holder["complete"].is_boolean() && !holder["complete"].get<bool>();
+  };
   if (schema == "attnbench.verify") {
     add_verify(results, document, source);
     results.contexts[source] = machine_of(document);
+    if (unfinished(document)) {
+      results.incomplete.push_back(source);
+      results.notes.push_back(fmt::format("{}: the verify run did not finish (\"complete\": false); cases it did not reach are missing", source));
+    }
   } else if (schema == "attnbench.bench") {
     add_bench(results, document, source);
     results.contexts[source] = machine_of(document);
-    if (const auto a = document.find("attnbench");
-        a != document.end() && a->is_object() && a->contains("complete") && (*a)["complete"].is_boolean() && !(*a)["complete"].get<bool>())
+    if (const auto a = document.find("attnbench"); a != document.end() && unfinished(*a)) {
+      results.incomplete.push_back(source);
       results.notes.push_back(fmt::format("{}: the bench run did not finish (\"complete\": false); benchmarks it did not reach are missing", source));
+    }
   } else if (schema == baseline_schema) {
     add_baseline(results, document, source);
   } else {

@@ -18,6 +18,15 @@ Report render_report(const MergedResults& m) {
   std::vector<std::string> bench_errors;
   const auto families = bench_families(m, bench_errors);
   std::vector<Section> sections;
+  if (!m.incomplete_files.empty()) {  // first, in red: nothing below is a whole run's
+    Section incomplete{"incomplete", "INCOMPLETE: a run did not finish", {}};
+    for (const auto& path : m.incomplete_files)
+      incomplete.blocks.emplace_back(Paragraph{fmt::format("`{}` is of a run that did not finish (\"complete\": false): the cases and "
+                                                           "benchmarks it did not reach are missing, and this report is not a pass",
+                                                           path),
+                                               true});
+    sections.push_back(std::move(incomplete));
+  }
   sections.push_back(context_section(m));
   sections.push_back(verdict_section(m));
   if (m.has("verify")) sections.push_back(coverage_section(m));

@@ -55,7 +55,7 @@ std::string render_markdown(const std::string& title, const std::vector<Section>
   for (const auto& s : sections) {
     out += "## " + s.title + "\n\n";
     for (const auto& b : s.blocks) {
-      if (const auto* p = std::get_if<Paragraph>(&b)) out += p->text + "\n\n";
+      if (const auto* p = std::get_if<Paragraph>(&b)) out += (p->alarm ? "**⚠ " + p->text + "**" : p->text) + "\n\n";
       if (const auto* t = std::get_if<Table>(&b)) out += t->rows.empty() ? "(none)\n\n" : md_table(*t) + "\n";
       if (const auto* d = std::get_if<Details>(&b))
         out += "<details><summary>" + svg::escape(d->summary) + "</summary>\n\n" + md_table(d->table) + "\n</details>\n\n";
@@ -121,7 +121,7 @@ std::string render_html(const std::string& title, const std::vector<Section>& se
       if (chart && !in_charts) out += "<div class=\"charts\">\n";
       if (!chart && in_charts) out += "</div>\n";
       in_charts = chart;
-      if (const auto* p = std::get_if<Paragraph>(&b)) out += html_paragraph(p->text);
+      if (const auto* p = std::get_if<Paragraph>(&b)) out += p->alarm ? "<p class=\"fail\">⚠ " + html_paragraph(p->text).substr(3) : html_paragraph(p->text);
       if (const auto* t = std::get_if<Table>(&b)) out += t->rows.empty() ? "<p>(none)</p>\n" : html_table(*t);
       if (const auto* d = std::get_if<Details>(&b))
         out += "<details><summary>" + svg::escape(d->summary) + "</summary>\n" + html_table(d->table) + "</details>\n";

@@ -19,6 +19,7 @@ struct Table {
 };
 struct Paragraph {
   std::string text;
+  bool alarm = false;  // shown in red (HTML) and marked (Markdown): what makes the whole report untrustworthy
 };
 struct Details {  // a collapsible table (Markdown: <details>, which GitHub renders)
   std::string summary;

@@ -106,6 +106,11 @@ ResultFile parse_result_file(const std::string& path, const std::string& text) {
       throw InputError(fmt::format("{}: shard {}/{} is not 1 <= I <= N", path, file.shard->index, file.shard->count));
   }
   if (file.kind == "bench") file.bench = read_bench_document(doc, path);
+  const json* completion = file.kind == "bench" ? (doc.contains("attnbench") && doc["attnbench"].is_object() ? &doc["attnbench"] : nullptr) : &doc;
+  if (completion != nullptr && completion->contains("complete")) {
+    if (!(*completion)["complete"].is_boolean()) throw InputError(fmt::format("{}: 'complete' must be true or false", path));
+    file.complete = (*completion)["complete"].get<bool>();
+  }
   if (file.kind == "peers") file.peers = read_peers_document(doc, path);
   if (file.kind == "bench" && doc.contains("attnbench") && doc["attnbench"].is_object() && doc["attnbench"].contains("context") &&
       doc["attnbench"]["context"].is_object())
@@ -149,6 +154,12 @@ MergedResults merge_results(const std::vector<ResultFile>& files, const MergeOpt
     m.file_kinds.push_back(f.command.empty() || f.command == f.kind ? f.kind : fmt::format("{} ({})", f.kind, f.command));
     m.file_shards.push_back(f.shard ? fmt::format("{}/{}", f.shard->index, f.shard->count) : std::string{});
     if (!m.has(f.kind)) m.kinds.push_back(f.kind);
+    if (!f.complete) {
+      m.incomplete_files.push_back(f.path);
+      m.warnings.push_back(fmt::format("INCOMPLETE: {} is of a {} run that did not finish (\"complete\": false): what it did not reach is "
+                                       "missing, and what it holds is not a pass",
+                                       f.path, f.kind));
+    }
     if (f.shard)
       shards[f.kind][f.shard->count].insert(f.shard->index);
     else

@@ -34,6 +34,9 @@ struct ResultFile {
   std::vector<PropertyRecord> property_records;  // a properties file's (records/properties_record.hpp)
   std::optional<BenchDocument> bench;  // a bench file, read (records/bench_record.hpp)
   std::optional<PeersDocument> peers;  // a peers file (records/peers_record.hpp)
+  // Whether the run it is of ended ("complete": verify's and properties' top level, bench's
+  // "attnbench" section); a file without the field (older ones, peers files) is taken as complete.
+  bool complete = true;
 };
 
 // An attnbench file that is not a result (a gate baseline or configuration, a cases manifest):
@@ -78,6 +81,7 @@ struct MergedResults {
   std::vector<PeerResult> peer_results;                         // standalone peers files' results
   nlohmann::json pass_rule;                                     // of the first verify file
   std::vector<std::string> warnings;                            // incomplete shard sets, mixed revisions, duplicates
+  std::vector<std::string> incomplete_files;                    // files whose run did not finish (ResultFile::complete)
   bool has(std::string_view kind) const;
   std::vector<std::string> kinds;
 };

@@ -164,6 +164,8 @@ nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options
           {"context", context},
           {"pass_rule", {{"k", options.rule.k}, {"floor_ulps", options.rule.floor_ulps}}},
           {"summary", {{"passed", run.passed()}, {"failed", run.failed()}, {"skipped", run.skipped()}, {"cases", run.named_cases}}},
+          // Whether the run ended: a file saved while it goes on says false (VerifyResultsFile).
+          {"complete", true},
           {"coverage", coverage},
           {"records", records}};
 }

@@ -15,7 +15,8 @@ namespace attn {
 // A run's record as the file holds it (records/verify_record.hpp writes it).
 VerifyRecord verify_record(const Record& record);
 // `command` (verify, check, validate) is written beside the schema: a report merging a glob of
-// files says which were the file route's or a plugin's.
+// files says which were the file route's or a plugin's. "complete" is true: the run this is of
+// ended (a file saved during the run is marked false by its writer, cli/run_output.hpp).
 nlohmann::json verify_to_json(const VerifyRun& run, const VerifyOptions& options, const nlohmann::json& context,
                               std::string_view command = "verify");
 // Writes atomically (temporary file, then rename), so a reader never sees half a file; only a

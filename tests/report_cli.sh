@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Result files and `attnbench report` end to end: verify, bench and properties with --json and
 # --shard; the shards partition the cases (families) and `report` merges them into the unsharded
-# run's records; a verify and a bench run killed midway leave valid JSON with what finished;
+# run's records; a verify and a bench run killed midway leave valid JSON with what finished,
+# marked incomplete: report exits 1 on them (marking them in red), gate --write-baseline refuses them;
 # bad input (missing file, malformed JSON, a foreign schema, an unknown record status, a link to
 # /dev/zero or a FIFO, a bad --shard) exits 2 naming it; attnbench's files that are not results
 # (a gate baseline, a cases manifest) are skipped with a note.
@@ -193,12 +194,12 @@ expect_rc 2
 expect_err "--shard"
 
 # --- a run killed midway keeps what it measured ---------------------------------------------------
-# verify: 40 cases large enough that the run takes seconds; killed once the file holds a record.
+# verify: 40 cases large enough that the run takes seconds; killed once the file holds two records.
 for s in $(seq 1 40); do echo "b=1 hq=4 hkv=4 nq=96 nk=96 dk=32 dv=32 dtype=f32 causal=none regime=diffuse seed=$s"; done >slow_cases.txt
 "$bin" verify --impl cpu_naive --cases slow_cases.txt --threads 1 --json killed_verify.json >killed_verify.out 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
-  [ -s killed_verify.json ] && break
+  [ "$(grep -c '"case_index"' killed_verify.json 2>/dev/null)" -ge 2 ] && break
   sleep 0.05
 done
 kill -9 "$pid" 2>/dev/null
@@ -207,8 +208,10 @@ checks=$((checks + 1))
 python3 - <<'PY' || fail "verify killed midway: the JSON is not valid or holds no finished case"
 import json
 d = json.load(open("killed_verify.json"))
-assert d["schema"] == "attnbench.verify" and len(d["records"]) >= 1, d
+assert d["schema"] == "attnbench.verify" and len(d["records"]) >= 2, d
 assert all(r["status"] in ("pass", "fail", "skip") for r in d["records"])
+assert d["complete"] is False, "a killed run's file says it finished"
+assert json.load(open("verify.json"))["complete"] is True
 print(f"  verify killed after {len(d['records'])} of 40 cases: valid JSON")
 PY
 # bench: killed once the file holds a finished benchmark.
@@ -227,8 +230,19 @@ d = json.load(open("killed_bench.json"))
 assert d["schema"] == "attnbench.bench" and len(d["benchmarks"]) >= 1, d
 print(f"  bench killed after {len(d['benchmarks'])} benchmark(s), complete={d['attnbench']['complete']}: valid JSON")
 PY
+# Incomplete is not a pass: the report is written, marked, and exits 1 (0 with --allow-incomplete);
+# no baseline is taken from it.
 run report_killed report killed_verify.json killed_bench.json --out killed
+expect_rc 1
+expect_err "INCOMPLETE: killed_verify.json, killed_bench.json are of a run that did not finish"
+check "the report marks the killed runs first, in red" grep -qF 'class="fail">⚠ <code>killed_verify.json</code> is of a run that did not finish' killed/report.html
+check "report.md says it too" grep -qF "**⚠ \`killed_bench.json\` is of a run that did not finish" killed/report.md
+run report_killed_allowed report killed_verify.json --out killed_allowed --allow-incomplete
 expect_rc 0
+run baseline_killed gate --write-baseline killed_baseline.json killed_verify.json
+expect_rc 2
+expect_err "killed_verify.json is of a run that did not finish (\"complete\": false): a baseline is taken from whole runs only"
+check "no baseline written from a killed run" test ! -e killed_baseline.json
 
 # --- a results path that turns into a link while the run goes on: nothing measured is lost ----
 # The run goes on; its last save puts everything in PATH.rescued-PID.json beside the path, exit 2

@@ -84,3 +84,17 @@ def test_a_scale_ignoring_sdpa_is_diagnosed_alike_by_verify_judge_and_the_cli(tm
     record = json.load(open(tmp_path / "check.json"))["records"][0]
     assert record["diagnosis"]["summary"] == verdict.diagnosis
     assert record["diagnosis"]["matches"][0]["hypothesis"] == verdict.hypotheses[0] == "scale_constant"
+
+
+def test_a_nan_where_it_reaches_an_output_is_bad_input_and_where_masked_it_is_not():
+    p = attnbench.Problem.parse("b=1 hq=2 hkv=1 nq=4 nk=6 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=2")
+    i = attnbench.make_inputs(p)
+    q = i["q"].copy()
+    q[0, 1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"q: element \(0, 1, 2, 3\) is nan"):
+        attnbench.reference(q, i["k"], i["v"])
+    v = i["v"].copy()
+    v[0, 0, 5, :] = np.nan  # a KV-cache row never written, masked for every query
+    lens = np.array([5])
+    ref = attnbench.reference(i["q"], i["k"], v, valid_lens=lens)
+    assert np.all(np.isfinite(ref.o)) and attnbench.judge(i["q"], i["k"], v, ref.o, valid_lens=lens).passed

@@ -10,7 +10,7 @@
 //   MODE exact: the outputs rounded to the dtype; off: one element of out.npy (a visible row) + 1e-3;
 //        wrong-scale: the outputs computed with 1/sqrt(d_k) where settings say another scale;
 //        causal-ignored: the outputs computed without the causal part of the mask (the diagnosis names each);
-//        unknown-key, bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, lens-range:
+//        unknown-key, bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, nan-q, lens-range:
 //        the inputs broken as named.
 #include <cmath>
 #include <cstdint>
@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
       }
   if (mode == "off") out.set(visible_row * s.dv + 3, out.get(visible_row * s.dv + 3) + 1e-3);
 
+  if (mode == "nan-q") q.set(q.offset(0, 1, 2, 3), std::numeric_limits<double>::quiet_NaN());  // a row that sees keys
   npy::write_file(dir / "q.npy", to_npy(q));
   if (mode == "int-q") {
     npy::Array a{npy::ElementType::i32, {s.b, s.hq, s.nq, s.dk}, {}};

@@ -3,7 +3,8 @@
 # computed in double from the stated semantics alone). Exact outputs pass (exit 0) for a mask +
 # bias + padding + bottom-right causal case, per-query padding with fully masked rows and an LSE,
 # and bf16; one element off by 1e-3 fails (exit 1) and the report names the tensors, not a
-# regenerating rerun; bad settings, shapes, dtypes, missing files and lengths are exit 2 naming the
+# regenerating rerun; a known mistake is diagnosed from the tensors themselves; bad settings, shapes,
+# dtypes, missing files, lengths and a NaN where it reaches an output are exit 2 naming the
 # file and the fault.
 # Usage: given_inputs.sh path/to/attnbench path/to/given_case_writer
 set -u
@@ -77,6 +78,7 @@ bad kdim masked "bad_kdim/k.npy: shape (2, 2, 9, 17): d_k = 17 but q.npy gives d
 bad no-v masked "bad_no-v/v.npy: missing"
 bad mask-shape masked "bad_mask-shape/mask.npy: shape (3, 4, 6, 9) does not broadcast"
 bad int-q masked "bad_int-q/q.npy: descr '<i4' is not a tensor dtype"
+bad nan-q bf16 "bad_nan-q/q.npy: element (0, 1, 2, 3) is nan: the reference needs finite inputs"
 bad lens-range padq "bad_lens-range/valid_lens.npy: element 0 = 6 is outside [0, n_k = 5]"
 "$writer" noout masked exact && rm noout/out.npy
 run noout check --inputs noout --json ""
