@@ -3,7 +3,8 @@
 # (attnbench::reference) and the judge (attnbench::judge, with the naive yardstick it runs,
 # attnbench::cpu_naive), as static libraries with their headers under include/attnbench. All of
 # it is CPU code: nothing here links CUDA, whatever ATTN_CUDA built (tests/package_consumer.sh
-# checks the consumer's NEEDED entries).
+# checks the consumer's NEEDED entries). Also the attnbench command, its plugin worker and the
+# plugin ABI header.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -22,6 +23,12 @@ install(DIRECTORY core/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/core F
 install(FILES reference/reference.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/reference)
 install(FILES judge/judge.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/judge)
 install(EXPORT attnbenchTargets NAMESPACE attnbench:: DESTINATION ${attn_package_dir})
+# The command and its plugin worker side by side (validate looks for the worker beside itself),
+# keeping the paths of the shared libraries they were linked with; the plugin ABI's header, for a
+# kernel's own build (cc -I PREFIX/include/attnbench).
+set_target_properties(attnbench attnbench-plugin-host PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+install(TARGETS attnbench attnbench-plugin-host RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES impls/plugin/attnbench_plugin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench)
 
 configure_package_config_file(cmake/attnbenchConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/attnbenchConfig.cmake
                               INSTALL_DESTINATION ${attn_package_dir})

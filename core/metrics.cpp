@@ -1,6 +1,7 @@
 #include "core/metrics.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,23 @@ std::string_view to_string(FullyMaskedPolicy policy) {
     case FullyMaskedPolicy::any: return "any";
   }
   return "unknown";
+}
+
+void worst_at_first_nonfinite(ErrorMetrics& m, const Problem& p, const Mask& mask, const Tensor& out) {
+  if (!std::isfinite(m.max_abs) || m.nan_outside_fully_masked() + m.inf_outside_fully_masked() == 0) return;
+  const DType out_dtype = p.dtype_of(Role::o);
+  for (std::int64_t row = 0; row < p.rows(); ++row) {
+    const std::int64_t i = row % p.n_q, h = (row / p.n_q) % p.h_q, b = row / (p.n_q * p.h_q);
+    if (mask.row_fully_masked(b, h, i)) continue;
+    for (std::int64_t c = 0; c < p.d_v; ++c) {
+      const std::int64_t e = row * p.d_v + c;
+      if (out.is_poisoned(e) || std::isfinite(out.get(e))) continue;
+      m.max_abs = m.max_rel = std::numeric_limits<double>::infinity();
+      m.max_abs_index = m.max_rel_index = m.max_ulps_index = e;
+      m.max_ulps = ulp_distance(out_dtype, out.get(e), 0.0);
+      return;
+    }
+  }
 }
 
 std::string fully_masked_contents(const ErrorMetrics& m) {

@@ -67,6 +67,12 @@ struct ErrorMetrics {
 ErrorMetrics measure(const Problem& problem, const Mask& mask, const Expected& expected, const Tensor& out,
                      const Tensor* lse, FullyMaskedPolicy policy);
 
+// Where the output holds a NaN or Inf outside fully masked rows that the compared rows missed (a
+// sampled reference): that element becomes the worst one (max_abs and max_rel infinite, their
+// indices and max_ulps_index on it), so a NaN failure never names a finite element as its worst.
+// The judge applies it to a verdict's metrics; the diagnosis, which compares chosen rows, does not.
+void worst_at_first_nonfinite(ErrorMetrics& m, const Problem& problem, const Mask& mask, const Tensor& out);
+
 // What the fully masked rows that break m.policy hold: "2 hold NaN, 1 finite non-zero values";
 // "" when none breaks it.
 std::string fully_masked_contents(const ErrorMetrics& m);

@@ -20,6 +20,14 @@
 namespace attn {
 namespace {
 
+// A token of the user's, quoted for a message: a long one (a file pasted by mistake) is cut, its
+// length said, so the message stays one readable line.
+std::string echoed(std::string_view text) {
+  constexpr std::size_t shown = 60;
+  if (text.size() <= shown + 20) return fmt::format("'{}'", text);
+  return fmt::format("'{}...' ({} characters)", text.substr(0, shown), text.size());
+}
+
 // Largest extent per dimension and largest tensor we accept: beyond these a typo, not a
 // problem anyone can run on one machine.
 constexpr std::int64_t max_extent = std::int64_t{1} << 31;
@@ -37,7 +45,7 @@ Number parse_number(std::string_view key, std::string_view text, const char* wha
   Number value{};
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || ptr != text.data() + text.size())
-    throw InputError(fmt::format("{}: '{}' is not {}", key, text, what));
+    throw InputError(fmt::format("{}: {} is not {}", key, echoed(text), what));
   return value;
 }
 
@@ -65,7 +73,7 @@ std::string join(const std::vector<std::int64_t>& values) { return fmt::format("
 Causal parse_causal(std::string_view text) {
   for (Causal c : {Causal::none, Causal::top_left, Causal::bottom_right})
     if (text == to_string(c)) return c;
-  throw InputError(fmt::format("causal: unknown value '{}' (expected none, top_left or bottom_right)", text));
+  throw InputError(fmt::format("causal: unknown value {} (expected none, top_left or bottom_right)", echoed(text)));
 }
 
 // "128,0@bottom_right", "inf,4@top_left"
@@ -73,27 +81,27 @@ Window parse_window(std::string_view text) {
   const auto comma = text.find(',');
   const auto at = text.find('@');
   if (comma == std::string_view::npos || at == std::string_view::npos || at < comma)
-    throw InputError(fmt::format("window: expected LEFT,RIGHT@ALIGN (e.g. 128,0@bottom_right; inf for unbounded), got '{}'", text));
+    throw InputError(fmt::format("window: expected LEFT,RIGHT@ALIGN (e.g. 128,0@bottom_right; inf for unbounded), got {}", echoed(text)));
   auto side = [](std::string_view v) { return v == "inf" ? Window::unbounded : parse_int("window", v); };
   Window w{side(text.substr(0, comma)), side(text.substr(comma + 1, at - comma - 1)), Align::top_left};
   const auto align = text.substr(at + 1);
   if (align == "top_left") w.align = Align::top_left;
   else if (align == "bottom_right") w.align = Align::bottom_right;
-  else throw InputError(fmt::format("window: unknown alignment '{}' (expected top_left or bottom_right)", align));
+  else throw InputError(fmt::format("window: unknown alignment {} (expected top_left or bottom_right)", echoed(align)));
   return w;
 }
 
 Broadcast parse_broadcast(std::string_view key, std::string_view text) {
   for (Broadcast b : {Broadcast::shared, Broadcast::per_batch, Broadcast::per_head, Broadcast::per_batch_head})
     if (text == to_string(b)) return b;
-  throw InputError(fmt::format("{}: unknown broadcast '{}' (expected shared, b, h or bh)", key, text));
+  throw InputError(fmt::format("{}: unknown broadcast {} (expected shared, b, h or bh)", key, echoed(text)));
 }
 
 // "0.5@bh" -> (0.5, per_batch_head)
 std::pair<double, Broadcast> parse_generated_mask(std::string_view key, std::string_view text) {
   const auto at = text.find('@');
   if (at == std::string_view::npos)
-    throw InputError(fmt::format("{}: expected VALUE@BROADCAST (e.g. 0.5@bh), got '{}'", key, text));
+    throw InputError(fmt::format("{}: expected VALUE@BROADCAST (e.g. 0.5@bh), got {}", key, echoed(text)));
   return {parse_double(key, text.substr(0, at)), parse_broadcast(key, text.substr(at + 1))};
 }
 
@@ -309,7 +317,7 @@ const Field fields[] = {
          return;
        }
        if (v.find('@') == std::string_view::npos)
-         throw InputError(fmt::format("{}: expected STD@BROADCAST (e.g. 0.5@bh) or alibi, got '{}'", k, v));
+         throw InputError(fmt::format("{}: expected STD@BROADCAST (e.g. 0.5@bh) or alibi, got {}", k, echoed(v)));
        auto [stddev, broadcast] = parse_generated_mask(k, v);
        p.bias = {true, stddev, broadcast};
      },
@@ -395,11 +403,11 @@ std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view v
     rest = item.size() < rest.size() ? rest.substr(item.size() + 1) : std::string_view();
     const auto colon = item.find(':');
     if (colon == std::string_view::npos)
-      throw InputError(fmt::format("{}: '{}' is not ROLE:DTYPE (e.g. {}=o:f32)", key, item, key));
+      throw InputError(fmt::format("{}: {} is not ROLE:DTYPE (e.g. {}=o:f32)", key, echoed(item), key));
     const std::string_view name = item.substr(0, colon);
     const std::optional<Role> role = parse_role(name);
     if (!role || !is_data_role(*role))
-      throw InputError(fmt::format("{}: '{}' is not a role that holds the problem's data (data roles: {})", key, name, data_role_names()));
+      throw InputError(fmt::format("{}: {} is not a role that holds the problem's data (data roles: {})", key, echoed(name), data_role_names()));
     if (!roles.emplace(*role, parse_dtype(item.substr(colon + 1))).second)
       throw InputError(fmt::format("{}: role {} is given twice", key, name));
   }
@@ -461,12 +469,12 @@ Problem parse_problem(std::string_view repro) {
   while (stream >> token) {
     const auto eq = token.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == token.size())
-      throw InputError(fmt::format("repro token '{}' is not key=value", token));
+      throw InputError(fmt::format("repro token {} is not key=value", echoed(token)));
     std::string key = token.substr(0, eq);
     std::string value = token.substr(eq + 1);
-    if (!seen.emplace(key, value).second) throw InputError(fmt::format("repro key '{}' appears twice", key));
+    if (!seen.emplace(key, value).second) throw InputError(fmt::format("repro key {} appears twice", echoed(key)));
     const Field* f = find_field(key);
-    if (f == nullptr) throw InputError(fmt::format("unknown repro key '{}' (known: {})", key, known_keys()));
+    if (f == nullptr) throw InputError(fmt::format("unknown repro key {} (known: {})", echoed(key), known_keys()));
     if (!f->other_key.empty() && seen.contains(f->key) && seen.contains(f->other_key))
       throw InputError(fmt::format("{} and {} are exclusive", f->key, f->other_key));
     f->parse(p, key, value);

@@ -54,6 +54,10 @@ int open_temporary(const std::filesystem::path& tmp, const std::filesystem::path
 
 void check_result_path(const std::filesystem::path& path, std::string_view what) {
   if (path.empty()) throw InputError(fmt::format("{}: an empty path", what.empty() ? "result file" : what));
+  // "DIR/" names a directory whether or not it exists yet: refused now, not after the run.
+  if (!path.has_filename())
+    throw InputError(fmt::format("{}: ends with '/', so it names a directory; a result is written as a file (give a file path, e.g. {}results.json)",
+                                 subject(path, what), path.string()));
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return;  // created; a missing parent is created too

@@ -60,6 +60,7 @@ Judgement judge_output(const Problem& p, const CaseInputs& in, const Yardstick& 
                        const JudgeOptions& options) {
   Judgement j;
   j.metrics = measure(p, in.mask, y.expected(), out, lse, options.fully_masked);
+  worst_at_first_nonfinite(j.metrics, p, in.mask, out);
   j.verdict = judge(options.rule, p.numerics(), j.metrics, y.baseline, y.reference.score_rounding,
                     precision_scale(working_dtype(p.numerics()), options.matmul_precision));
   if (!y.baseline_problem.empty()) {  // the yardstick of every role

@@ -80,6 +80,8 @@ std::string utc_now() {
 
 }  // namespace
 
+std::string build_revision() { return ATTN_GIT_REVISION; }
+
 nlohmann::json run_context(int threads) {
   return {{"git_revision", ATTN_GIT_REVISION},
           {"build_type", ATTN_BUILD_TYPE},

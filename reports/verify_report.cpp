@@ -206,6 +206,14 @@ void print_verify_row(std::ostream& os, const Record& r) {
   // Skips are summed up per implementation after the table (print_verify_summary): a CUDA
   // implementation on a machine without a GPU would otherwise fill it with one reason.
   if (r.status == Status::skip) return;
+  // A run that failed before anything was judged (a crash, a timeout, an exception) has no errors
+  // to show: the row says what happened instead of zeros.
+  if (r.status == Status::fail && r.verdict.roles.empty()) {
+    std::string why = r.verdict.reasons.empty() ? std::string("run failed") : r.verdict.reasons.front();
+    if (why.size() > 100) why = why.substr(0, 97) + "...";
+    fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  FAIL  {}\n", r.implementation, c.index, label, "-", "-", "-", why);
+    return;
+  }
   const std::string ulps = r.metrics.max_ulps_index < 0 ? "-" : format_ulps(r.metrics.max_ulps);
   fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs), ulps,
              format_budget(budget_used(r.verdict)), r.status == Status::pass ? "PASS" : "FAIL");

@@ -100,6 +100,8 @@ TEST_F(ResultFile, AFileOnThePathOrAnEmptyPathIsBadInput) {
   EXPECT_THROW(prepare_result_dir(dir_ / "plain"), InputError);
   EXPECT_THROW(prepare_result_dir(dir_ / "plain" / "sub"), InputError);
   EXPECT_THROW(write_result_file("", "new"), InputError);
+  EXPECT_THROW(prepare_result_path(dir_ / "new" / ""), InputError);  // "DIR/": a directory, not a file
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
   EXPECT_EQ(read(dir_ / "plain"), "x");
   prepare_result_dir(dir_ / "made" / "here");
   EXPECT_TRUE(fs::is_directory(dir_ / "made" / "here"));

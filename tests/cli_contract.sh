@@ -294,6 +294,10 @@ checks=$((checks + 1))
 [ -L "$P/pb.peers.json" ] && [ ! -e "$P/pb.json" ] || fail "peers_link: the link was replaced or pb.json written"
 bad_input json_file_as_folder "--json $P/afile/r.json:" verify --impl cpu_naive --case "$one" --json "$P/afile/r.json"
 unchanged afile
+# A path ending in '/' names a directory, existing or not: refused before the run, nothing made.
+bad_input json_slash "--json $P/newdir/: ends with '/', so it names a directory" verify --impl cpu_naive --case "$one" --json "$P/newdir/"
+checks=$((checks + 1))
+[ ! -e "$P/newdir" ] || fail "json_slash: $P/newdir was made"
 # A result file that is already there and regular is replaced whole (no temporary left beside it).
 run json_regular verify --impl cpu_naive --case "$one" --json "$P/kept.json"
 expect_rc 0
@@ -374,5 +378,17 @@ if grep -q "internal error" "$tmp"/huge_*.err; then fail "a huge case ended in a
 run help --help
 expect_rc 0
 expect_in out "verify"
+expect_in out "Exit codes: 0 success, 1 something failed"
+# Every command's --help states its exit codes; --version names the build.
+for command in verify list properties bench gate report cases check validate; do
+  run "help_$command" "$command" --help
+  expect_rc 0
+  expect_in out "Exit codes: 0 "
+  expect_in out "2 bad usage or bad input"
+done
+run version --version
+expect_rc 0
+expect_in out "attnbench 0."
+expect_in out "(git "
 
 finish cli_contract

@@ -180,6 +180,20 @@ TEST(Measure, WorstIndexIsAFlatIndexIntoOWhenOnlySomeRowsAreExpected) {
   EXPECT_EQ(output_coordinates(p, m.max_abs_index), "b=0 h=0 i=3 c=1");
 }
 
+TEST(Measure, ANanOutsideTheSampledRowsIsStillTheWorstElement) {
+  // Rows 1 and 3 sampled; row 2 holds a NaN: the worst element is that NaN, not a finite one.
+  const Problem p = tiny(4, 2);
+  Oracle o{{1, 3}, {1.0, 1.0, 1.0, 1.0}, {0.0, 0.0}, {0, 0}};
+  const Tensor out = filled(p, {1.0, 1.0, 1.0, 1.0 + 0x1p-10, 1.0, nan_value, 1.0, 1.0 + 0x1p-8});
+  ErrorMetrics m = measure(p, Mask(p), o.expected(), out, nullptr, FullyMaskedPolicy::zeros);
+  EXPECT_EQ(m.max_abs_index, 7);  // measure() compares the sampled rows: the diagnosis relies on it
+  worst_at_first_nonfinite(m, p, Mask(p), out);  // what the judge then reports
+  EXPECT_EQ(m.max_abs, inf);
+  EXPECT_EQ(m.max_abs_index, 5);
+  EXPECT_EQ(output_coordinates(p, m.max_ulps_index), "b=0 h=0 i=2 c=1");
+  EXPECT_EQ(m.nan, 1);
+}
+
 TEST(Measure, OutputCoordinatesNameBatchHeadRowAndColumn) {
   Problem p;
   p.batch = 2, p.h_q = 3, p.h_kv = 1, p.n_q = 5, p.n_k = 4, p.d_k = 8, p.d_v = 7;

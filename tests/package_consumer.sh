@@ -15,9 +15,13 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$cmake_bin" --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; echo "FAIL: cmake --install"; exit 1; }
-for f in include/attnbench/core/problem.hpp include/attnbench/judge/judge.hpp include/attnbench/reference/reference.hpp; do
+for f in include/attnbench/core/problem.hpp include/attnbench/judge/judge.hpp include/attnbench/reference/reference.hpp \
+         include/attnbench/attnbench_plugin.h bin/attnbench bin/attnbench-plugin-host; do
   [ -f "$tmp/prefix/$f" ] || fail "the package lacks $f"
 done
+# The installed command runs on its own (not the build tree's), and says what it is.
+"$tmp/prefix/bin/attnbench" --version >"$tmp/version.txt" 2>&1 || fail "the installed attnbench --version failed: $(cat "$tmp/version.txt")"
+grep -q "^attnbench [0-9][0-9.]* (git " "$tmp/version.txt" || fail "attnbench --version printed: $(cat "$tmp/version.txt")"
 config=$(find "$tmp/prefix" -name attnbenchConfig.cmake | head -n 1)
 [ -n "$config" ] || fail "the package has no attnbenchConfig.cmake"
 [ -f "$(dirname "$config")/attnbenchConfigVersion.cmake" ] || fail "the package has no attnbenchConfigVersion.cmake"

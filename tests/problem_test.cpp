@@ -545,5 +545,21 @@ TEST(ProblemFigures, BytesCountQKVAndOOnce) {
   EXPECT_GT(with_bool.bytes_min(), p.bytes_min());
 }
 
+// A long bad token (a file pasted by mistake) is echoed cut, with its length: one readable line.
+TEST(ProblemParse, ALongBadTokenIsEchoedCut) {
+  const std::string junk(10000, 'x');
+  for (const std::string& repro : {"b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=" + junk + " regime=diffuse seed=1",
+                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1 " + junk}) {
+    try {
+      parse_problem(repro);
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_LT(what.size(), 300u) << what;
+      EXPECT_NE(what.find("(10000 characters)"), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn

@@ -10,7 +10,7 @@
 //   MODE exact: the outputs rounded to the dtype; off: one element of out.npy (a visible row) + 1e-3;
 //        wrong-scale: the outputs computed with 1/sqrt(d_k) where settings say another scale;
 //        causal-ignored: the outputs computed without the causal part of the mask (the diagnosis names each);
-//        unknown-key, bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, nan-q, lens-range:
+//        unknown-key, twice-key (causal given twice), bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, nan-q, lens-range:
 //        the inputs broken as named.
 #include <cmath>
 #include <cstdint>
@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   if (s.scale > 0) settings << ", \"scale\": " << s.scale;
   if (s.dtype == DType::bf16) settings << ", \"dtype\": \"bf16\"";
   if (mode == "unknown-key") settings << ", \"softcap\": 30";
+  if (mode == "twice-key") settings << ", \"causal\": \"none\"";
   settings << "}\n";
   return settings.flush() ? 0 : 1;
 }
