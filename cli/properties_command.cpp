@@ -55,8 +55,10 @@ class PropertiesConsole final : public PropertiesObserver {
 PropertiesCommand::PropertiesCommand(CLI::App& app) {
   command_ = app.add_subcommand("properties", "Check the invariants of attention (RapidCheck property suite) on implementations");
   command_->add_option("--impl", implementations_, "Implementation to check (repeatable; default: all)");
-  command_->add_option("--property", properties_, "Property number (repeatable; default: all)");
-  command_->add_option("--cases", cases_, "Successful cases per property and implementation")->capture_default_str();
+  command_->add_option("--properties,--property", properties_, "Property numbers, comma-separated or repeated (default: all)")->delimiter(',');
+  command_->add_option("--property-cases", cases_, "Successful cases per property and implementation")->capture_default_str();
+  // --cases is a case set in every other command: here it is refused, naming what it became.
+  command_->add_option("--cases", cases_given_as_count_)->group("");
   command_->add_option("--seed", seed_, "RapidCheck seed (default: a fresh one, printed)");
   command_->add_option("--case", single_case_, "Check exactly this problem (a repro string), as a failure prints it");
   command_->add_flag("--large", large_, "The slow sweep: 16x the work per problem, longer sequences more often");
@@ -67,7 +69,11 @@ int PropertiesCommand::run(const Registry& registry) const {
   PropertiesRequest request;
   request.implementations = select_implementations(registry, implementations_);
   request.properties = properties_numbered(properties_, "--property");
-  if (cases_ < 1) throw InputError("--cases must be positive");
+  if (cases_given_as_count_)
+    throw InputError(fmt::format("properties: --cases is a case set in every command; the number of successful cases per property is "
+                                 "--property-cases {}",
+                                 *cases_given_as_count_));
+  if (cases_ < 1) throw InputError("--property-cases must be positive");
   if (single_case_) {
     request.single_case = parse_problem(*single_case_);
     request.single_case->validate();

@@ -25,7 +25,8 @@ class PropertiesCommand {
   CLI::App* command_;
   std::vector<std::string> implementations_;
   std::vector<int> properties_;
-  int cases_ = 40;
+  int cases_ = 40;                                   // --property-cases
+  std::optional<std::string> cases_given_as_count_;  // --cases, refused (it is a case set elsewhere)
   std::uint64_t seed_ = 0;
   std::optional<std::string> single_case_;
   bool large_ = false;

@@ -218,13 +218,16 @@ expect_rc 0
 expect_in out "property 2: masked keys get exactly zero weight"
 expect_in out "property 12: "
 expect_in out "0 failed, 0 finding(s), 0 gave up"
-run properties_drawn properties --impl cpu_blocked --property 7 --cases 3 --seed 5
+run properties_drawn properties --impl cpu_blocked --property 7 --property-cases 3 --seed 5
 expect_rc 0
 expect_in out "held on 3 cases (RapidCheck seed 5)"
 bad_input properties_number "--property 16: there are properties 1 to 15" properties --property 16
 bad_input properties_case_bad "nq must be positive" properties --case "b=1 hq=2 hkv=2 nq=0 nk=4 dk=8 dv=8 dtype=f32 $rest"
-bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --cases 1
-bad_input properties_cases "--cases must be positive" properties --cases 0
+bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --property-cases 1
+bad_input properties_cases "--property-cases must be positive" properties --property-cases 0
+bad_input properties_cases_set "--cases is a case set in every command; the number of successful cases per property is --property-cases 3" properties --cases 3
+run properties_list properties --impl cpu_naive --properties 1,10 --property-cases 2 --seed 5
+expect_rc 0
 
 # --- nothing ran is not a pass ------------------------------------------------------------------
 # An implementation asked for by name that runs no case (cuda_fused without a GPU) fails, unless

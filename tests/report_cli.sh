@@ -51,7 +51,7 @@ for i in 1 2; do
 done
 
 # --- properties --json ---------------------------------------------------------------------------
-run props properties --impl cpu_naive --property 1 --property 10 --cases 3 --seed 7 --json properties.json
+run props properties --impl cpu_naive --property 1 --property 10 --property-cases 3 --seed 7 --json properties.json
 expect_rc 0
 
 # Schema fields of every kind, the shards' partition and the merge, checked with Python's json.
