@@ -34,6 +34,8 @@ class Tensor {
   Tensor& operator=(Tensor&& other) noexcept;
   ~Tensor() = default;
   bool borrowed() const { return borrowed_ != nullptr; }
+  // A tensor borrowing this one's elements (which must outlive it): judging without a copy.
+  Tensor alias() const { return borrow(dtype_, shape_, data(), nullptr); }
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

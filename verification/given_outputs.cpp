@@ -5,13 +5,6 @@
 #include <utility>
 
 namespace attn {
-namespace {
-
-// A view of t that borrows its elements (t outlives the run).
-Tensor borrowed(const Tensor& t) { return Tensor::borrow(t.dtype(), t.shape(), t.data(), nullptr); }
-
-}  // namespace
-
 GivenOutputs::GivenOutputs(const std::vector<GivenCase>& cases, std::string name, std::string summary)
     : cases_(cases), name_(std::move(name)), summary_(std::move(summary)) {}
 
@@ -33,9 +26,9 @@ VerifyRequest given_outputs_request(const GivenOutputs& outputs, VerifyOptions o
   const std::vector<GivenCase>& cases = outputs.cases();
   options.given_inputs = [&cases](const Problem&, std::size_t number) {
     const GivenCase& c = cases.at(number);
-    GivenInputs given{CaseInputs{borrowed(c.inputs.q), borrowed(c.inputs.k), borrowed(c.inputs.v), c.inputs.mask}, c.source, borrowed(c.out),
+    GivenInputs given{CaseInputs{c.inputs.q.alias(), c.inputs.k.alias(), c.inputs.v.alias(), c.inputs.mask}, c.source, c.out.alias(),
                       std::nullopt};
-    if (c.lse) given.lse = borrowed(*c.lse);
+    if (c.lse) given.lse = c.lse->alias();
     return given;
   };
   std::vector<Problem> problems;

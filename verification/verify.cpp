@@ -166,10 +166,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     const bool given = prepared.given_out.has_value();
     if (given && caps.returns_lse && !prepared.given_lse)
       throw std::logic_error("verify: an LSE is declared for a case whose given outputs have none");
-    Output o = given ? Output{Tensor::borrow(prepared.given_out->dtype(), prepared.given_out->shape(), std::as_const(*prepared.given_out).data(), nullptr),
-                              caps.returns_lse ? Tensor::borrow(prepared.given_lse->dtype(), prepared.given_lse->shape(),
-                                                                std::as_const(*prepared.given_lse).data(), nullptr)
-                                               : Tensor{}}
+    Output o = given ? Output{prepared.given_out->alias(), caps.returns_lse ? prepared.given_lse->alias() : Tensor{}}
                      : run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
     Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,

@@ -171,11 +171,30 @@ class Failure(_RecordView):
         return f"Failure({self.repro!r}: {'; '.join(self.reasons)[:200]}; diagnosis: {self.diagnosis})"
 
 
-class VerifyResult:
+def write_document(document: dict, path: str) -> None:
+    """A result document as JSON at path, whole or not at all (a temporary file, then renamed)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1)
+    os.replace(tmp, path)
+
+
+class _Document:
+    """A result held as the document its schema writes (what `attnbench report` and `gate` read)."""
+
+    def __init__(self, document: dict):
+        self.document = document
+
+    def write_json(self, path: str) -> None:
+        write_document(self.document, path)
+
+
+class VerifyResult(_Document):
     """verify()'s result: every record, in the verify schema that `attnbench report` and `gate` read."""
 
     def __init__(self, document: dict, rerun: Callable[[dict], str]):
-        self.document = document
+        super().__init__(document)
         self._rerun = rerun
 
     @property
@@ -213,14 +232,6 @@ class VerifyResult:
     def implementations(self) -> list:
         return list(dict.fromkeys(r["implementation"] for r in self.records))
 
-    def write_json(self, path: str) -> None:
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.document, f, indent=1)
-        os.replace(tmp, path)
-
     def summary(self) -> str:
         c = self.counts
         lines = [f"{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped over {len(self.records)} records"]
@@ -257,7 +268,7 @@ class Judgement(_RecordView):
         return "judgement.save_inputs(DIR), then: attnbench check --inputs DIR (the same tensors, judged by the CLI)"
 
     def write_json(self, path: str) -> None:
-        VerifyResult(self.document, lambda r: self.rerun).write_json(path)
+        write_document(self.document, path)
 
     def save_inputs(self, directory: str) -> None:
         """The tensors and settings as a `check --inputs` directory (cli/README.md's format)."""
@@ -371,11 +382,8 @@ class PropertyFailure:
         return f"attnbench.properties(fn, properties=[{self.property}], replay={self.repro!r})  # or seed={self.seed}"
 
 
-class PropertiesResult:
+class PropertiesResult(_Document):
     """properties()'s verdicts, in the properties schema (`attnbench report` reads it)."""
-
-    def __init__(self, document: dict):
-        self.document = document
 
     @property
     def records(self) -> list:
@@ -389,9 +397,6 @@ class PropertiesResult:
     @property
     def passed(self) -> bool:
         return not self.failures and any(r.get("verdict") == "held" for r in self.records)
-
-    def write_json(self, path: str) -> None:
-        VerifyResult(self.document, lambda r: "").write_json(path)
 
     def __repr__(self):
         kinds: dict = {}
@@ -419,16 +424,12 @@ def property_names() -> dict:
 
 # ---- timing ----
 
-class BenchResult:
-    def __init__(self, document: dict):
-        self.document = document
+class BenchResult(_Document):
+    """bench()'s runs, in the bench schema (`attnbench report` and `gate` read it)."""
 
     @property
     def benchmarks(self) -> list:
         return self.document["benchmarks"]
-
-    def write_json(self, path: str) -> None:
-        VerifyResult(self.document, lambda r: "").write_json(path)
 
     def medians_ms(self) -> dict:
         """{(family, n): median time in ms} of the timed runs."""

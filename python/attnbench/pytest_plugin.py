@@ -43,9 +43,10 @@ class AttnCase:
         from . import make_inputs
         return make_inputs(self.problem, arrays=arrays, device=device)
 
-    def settings(self) -> dict:
-        """reference() and judge()'s keywords for this case's scale and masks."""
-        i = _native.make_inputs(self.problem)
+    def settings(self, raw=None) -> dict:
+        """reference() and judge()'s keywords for this case's scale and masks (raw: the case's
+        native inputs, when already made)."""
+        i = raw if raw is not None else _native.make_inputs(self.problem)
         s = {"scale": i["scale"], "mask": i["mask"], "valid_lens": i["valid_lens"]}
         if i["bias"] is not None:
             from . import _arrays
@@ -61,8 +62,10 @@ class AttnCase:
 
     def check(self, out, lse=None, **overrides):
         """Judges ``out`` for this case on its own inputs; AssertionError with the diagnosis."""
-        i = self.inputs()
-        settings = self.settings()
+        from . import _arrays
+        raw = _native.make_inputs(self.problem)  # once: the inputs and the mask's parts
+        i = {role: _arrays.from_native(raw[role], self.problem.dtype_of(role), "numpy") for role in ("q", "k", "v")}
+        settings = self.settings(raw)
         settings.update(overrides)
         verdict = judge(i["q"], i["k"], i["v"], out, lse, name=self._name, source=f"the case {self.repro}", **settings)
         record = dict(verdict.record)
