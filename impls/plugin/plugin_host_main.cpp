@@ -54,6 +54,8 @@
 
 #if ATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "impls/plugin/cuda_launch_watch.hpp"
 #endif
 
 namespace {
@@ -224,7 +226,11 @@ std::string cuda_failure(cudaError_t e, const char* what) {
 // The device side of a run: buffers with canary regions, inputs and poisoned outputs copied up,
 // the call, a synchronisation, canaries checked, everything copied back into the arena (inputs
 // too, so that the harness's unchanged-input check covers device memory). A CUDA error is
-// sticky for this process: the reply says so and the worker exits after it.
+// sticky for this process: the reply says so and the worker exits after it. A launch error the
+// plugin left pending (cuda_launch_watch.hpp: in the worker's runtime, the plugin's own, or seen
+// by CUPTI) is the call's failure too; the device is still usable then, so the synchronisation,
+// the canaries and the copy back still happen, and the worker still restarts (a static runtime
+// in the plugin keeps its error, which no one outside it can clear).
 json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* base, int warmup, int iterations) {
   constexpr std::size_t canary = 256;
   json result = {{"status", 0}, {"error", ""}, {"problems", json::array()}, {"times", json::array()}};
@@ -255,8 +261,12 @@ json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* bas
     status->phase = iterations > 0 ? Phase::bench : Phase::run;
     for (int i = 0; ok && i < calls(warmup, iterations); ++i) {
       ok = check(cudaEventRecord(start, stream), "recording an event");
+      attn::plugin::cuda_launch_watch::arm();
       const int rc = call_plugin(plugin, call, error, sizeof error);
-      ok = ok && check(cudaGetLastError(), "after run() (a launch)") && check(cudaEventRecord(stop, stream), "recording an event") &&
+      std::string launch = attn::plugin::cuda_launch_watch::take();
+      if (!launch.empty() && iterations > 0) launch = fmt::format("call {} of a timed batch: {}", i, launch);
+      if (!launch.empty() && failure.empty()) failure = launch;
+      ok = ok && check(cudaEventRecord(stop, stream), "recording an event") &&
            check(cudaStreamSynchronize(stream), "after run() (synchronising its stream)") &&
            check(cudaDeviceSynchronize(), "after run() (synchronising the device)");
       float ms = 0;
@@ -266,6 +276,7 @@ json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* bas
         result["error"] = iterations > 0 ? fmt::format("call {} of a timed batch: {}", i, terminated(error, sizeof error)) : terminated(error, sizeof error);
         break;
       }
+      if (!launch.empty()) break;  // the case has failed: no more calls, its buffers still checked and copied back
       if (ok && iterations > 0 && i >= warmup) result["times"].push_back(double(ms) * 1e-3);
     }
     status->phase = Phase::idle;
@@ -439,6 +450,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(fmt::format("bad description: {}", e.what()));
   }
+#if ATTN_HAVE_CUDA
+  if (info.cuda) attn::plugin::cuda_launch_watch::start(library);
+#endif
   const json memory = apply_memory_limit(memory_limit, info.cuda);
   flush_output();
   reply({{"ok", true}, {"info", info}, {"cuda", info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}}}, {"memory_limit", memory}});
