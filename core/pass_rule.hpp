@@ -54,7 +54,10 @@ struct Verdict {
 // the working precision, in the output and in the LSE (the reference computes both). Any
 // same-precision implementation makes that error; on small problems the naive one's single draw
 // of roundings can cancel by luck (an f64 row with one key: its LSE is exact by luck on one CPU
-// and not on another), which would make the rule a coin toss.
+// and not on another), which would make the rule a coin toss. For the output the score errors
+// are taken as independent; for the LSE as of one sign (reference/reference_row.hpp): a shift
+// common to a row's scores cancels in the output but is the LSE's error itself, and tensor cores
+// round their f32 accumulation one way (toward zero), shifting every score of a row alike.
 struct ScoreRounding {
   double out = 0;
   double lse = 0;

@@ -179,12 +179,12 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   if (largest > 0 && std::isfinite(largest)) {
     const int sigma_exponent = std::clamp(std::ilogb(largest) + 1, -1000, 1000);
     const double sigma_factor = std::ldexp(1.0, -sigma_exponent);
-    double lse_squares = 0;
+    double lse_coherent = 0;
     for (double& ws : weighted_sigma) {
       ws *= sigma_factor;
-      lse_squares += ws * ws;
+      lse_coherent += ws;
     }
-    result.lse_score_rounding = u_naive * std::ldexp(std::sqrt(lse_squares), sigma_exponent);
+    result.lse_score_rounding = u_naive * std::ldexp(lse_coherent, sigma_exponent);
     if (v_max > 0 && std::isfinite(v_max)) {
       const int v_exponent = std::clamp(std::ilogb(v_max) + 1, -1000, 1000);
       const double v_factor = std::ldexp(1.0, -v_exponent);
