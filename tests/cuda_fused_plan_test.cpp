@@ -89,6 +89,33 @@ TEST(CudaFusedPlan, SharedMemoryOfTheTargetShapes) {
   EXPECT_EQ(mma_smem_bytes(64), (128 + 128) * 72 * 2 + 128 * 72 * 2 + 128 + 64);
 }
 
+// On an H100 or H200 (hopper = true) f16/bf16 at d = 128 without a boolean mask or bias take the
+// wgmma kernel: 2 warpgroups, 128 x 128 tiles, its shared memory, the same 128-row grid; everything
+// else, and every problem elsewhere, the mma.sync or f32 kernel.
+TEST(CudaFusedPlan, TheWgmmaKernelOnlyOnHopperForItsProblems) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const FusedPlanResult hopper = make_fused_plan(shape(2, 4, 2, 300, 77, 128, dtype), true);
+    ASSERT_TRUE(hopper.plan.has_value()) << hopper.reason;
+    const FusedParams& k = hopper.plan->params;
+    EXPECT_TRUE(k.wgmma);
+    EXPECT_EQ(k.tile.block_m, 128);
+    EXPECT_EQ(k.tile.block_n, 128);
+    EXPECT_EQ(k.tile.threads, 256);
+    EXPECT_EQ(k.smem_bytes, wgmma_smem_bytes());
+    EXPECT_EQ(k.smem_bytes, 200064);
+    EXPECT_EQ(k.num_m_blocks, 3);
+    EXPECT_FALSE(make_fused_plan(shape(2, 4, 2, 300, 77, 128, dtype)).plan->params.wgmma);  // not a Hopper device
+  }
+  EXPECT_FALSE(make_fused_plan(shape(1, 2, 2, 64, 64, 64), true).plan->params.wgmma);
+  EXPECT_FALSE(make_fused_plan(shape(1, 2, 2, 64, 64, 128, DType::f32), true).plan->params.wgmma);
+  Problem biased = shape(1, 2, 2, 64, 64, 128);
+  biased.bias.enabled = true;
+  EXPECT_FALSE(make_fused_plan(biased, true).plan->params.wgmma);
+  Problem causal = shape(1, 2, 2, 64, 64, 128);
+  causal.window = Window::of(Causal::bottom_right);
+  EXPECT_TRUE(make_fused_plan(causal, true).plan->params.wgmma);
+}
+
 TEST(CudaFusedPlan, FillsStridesGroupScaleAndMaskFlags) {
   Problem p = shape(3, 8, 2, 50, 70, 64, DType::f16);
   p.window = Window::of(Causal::bottom_right);
@@ -120,10 +147,6 @@ TEST(CudaFusedPlan, FillsStridesGroupScaleAndMaskFlags) {
   EXPECT_TRUE(m.key_limits);
   EXPECT_TRUE(r.plan->upload_key_limit);
   EXPECT_TRUE(m.element_mask);
-  EXPECT_EQ(m.flags_batch_stride, 0);
-  EXPECT_EQ(m.flags_head_stride, 50 * 70);
-  EXPECT_EQ(m.bias_batch_stride, 50 * 70);
-  EXPECT_EQ(m.bias_head_stride, 0);
 }
 
 TEST(CudaFusedPlan, StridesAndBlockCountsAre64Bit) {

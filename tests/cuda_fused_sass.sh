@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The SASS check of cuda_fused (label unit; runs without a GPU): disassembles the f16/bf16 kernels
-# of the built library with cuobjdump -sass and checks that every tensor-core kernel has HMMA (or
-# HGMMA) instructions inside its main loop: after a label that a later backward branch jumps to.
+# of the built library with cuobjdump -sass and checks that every tensor-core kernel has HMMA
+# instructions (HGMMA, warpgroup MMA, for the sm_90a wgmma kernels) inside its main loop: after a
+# label that a later backward branch jumps to.
 #   cuda_fused_sass.sh LIBRARY CUOBJDUMP
 # Exit 0: every kernel checked; 1: a kernel lacks tensor-core instructions in a loop; 77 (CTest:
 # skipped): no cuobjdump (CMake's ATTN_CUOBJDUMP; the toolkit's or pip's nvidia-cuda-cuobjdump).
@@ -25,16 +26,17 @@ text = open(sys.argv[1]).read()
 # Split into functions: "Function : NAME" headers.
 parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
 kernels = {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-mma = {n: body for n, body in kernels.items() if "fused_forward_mma_kernel" in n}
-if not mma:
-    print("cuda_fused_sass: no fused_forward_mma_kernel in the disassembly")
+mma = {n: body for n, body in kernels.items() if "fused_forward_mma_kernel" in n or "fused_forward_wgmma_kernel" in n}
+if not any("fused_forward_mma_kernel" in n for n in mma) or not any("fused_forward_wgmma_kernel" in n for n in mma):
+    print("cuda_fused_sass: fused_forward_mma_kernel or fused_forward_wgmma_kernel missing from the disassembly")
     sys.exit(1)
 bad = 0
 for name, body in sorted(mma.items()):
     # Instruction lines: /*ADDR*/  OPCODE ... ;
     lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)
     addr = [(int(a, 16), ins.strip()) for a, ins in lines]
-    hmma = [a for a, ins in addr if re.search(r"\bH(G)?MMA\b", ins)]
+    opcode = r"\bHGMMA\b" if "wgmma" in name else r"\bHMMA\b"
+    hmma = [a for a, ins in addr if re.search(opcode, ins)]
     loops = []  # (target, branch address) of backward branches
     for a, ins in addr:
         m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", ins)
@@ -43,8 +45,9 @@ for name, body in sorted(mma.items()):
     in_loop = [h for h in hmma if any(t <= h <= b for t, b in loops)]
     ok = len(hmma) > 0 and len(in_loop) > 0
     bad += not ok
-    short = re.sub(r"^_ZN4attn10cuda_fused24", "", name)[:90]
-    print(f"{'ok ' if ok else 'BAD'} {short}: {len(hmma)} HMMA, {len(in_loop)} inside a loop (backward branches: {len(loops)})")
+    short = re.sub(r"^_ZN4attn10cuda_fused2[46]", "", name)[:90]
+    kind = "HGMMA" if "wgmma" in name else "HMMA"
+    print(f"{'ok ' if ok else 'BAD'} {short}: {len(hmma)} {kind}, {len(in_loop)} inside a loop (backward branches: {len(loops)})")
 print(f"cuda_fused_sass: {len(mma)} tensor-core kernels, {bad} without HMMA in a loop")
 sys.exit(1 if bad else 0)
 PY

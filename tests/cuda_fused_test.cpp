@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -124,8 +125,10 @@ TEST_F(CudaFused, BatchTimesHeadsBeyond65535) {
 }
 
 TEST_F(CudaFused, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
-  for (DType dtype : {DType::f16, DType::bf16, DType::f32}) {
-    Problem p = edge(dtype, 64, 70, 90, 5);
+  // d = 128 in f16/bf16 is the wgmma kernel on an H100 or H200, d = 64 the mma.sync one.
+  for (const auto& [dtype, d] : {std::pair{DType::f16, 64}, std::pair{DType::bf16, 64}, std::pair{DType::f32, 64},
+                                 std::pair{DType::f16, 128}, std::pair{DType::bf16, 128}}) {
+    Problem p = edge(dtype, d, 70, 90, 5);
     p.window = Window::of(Causal::top_left);  // row i sees keys 0..i: key 40 is masked for rows < 40, visible from 40
     const CaseInputs in = generate_inputs(p);
     Tensor clean = make_output(p);
@@ -141,9 +144,9 @@ TEST_F(CudaFused, NonFiniteValuesOfMaskedKeysChangeNoOutputBit) {
             const double got = out.get(out.offset(0, h, i, c)), want = clean.get(clean.offset(0, h, i, c));
             if (i < 40)
               ASSERT_EQ(out.bits(out.offset(0, h, i, c)), clean.bits(clean.offset(0, h, i, c)))
-                  << to_string(dtype) << ": row " << i << " does not see key 40 (V = " << poison << ")";
+                  << to_string(dtype) << " d = " << d << ": row " << i << " does not see key 40 (V = " << poison << ")";
             else
-              ASSERT_FALSE(std::isfinite(got)) << to_string(dtype) << ": row " << i << " sees key 40 (V = " << poison << "), got " << got
+              ASSERT_FALSE(std::isfinite(got)) << to_string(dtype) << " d = " << d << ": row " << i << " sees key 40 (V = " << poison << "), got " << got
                                                << " (clean " << want << ")";
           }
     }

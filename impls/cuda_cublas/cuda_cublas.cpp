@@ -121,8 +121,10 @@ class CublasRun final : public DeviceRun {
     cuda::check(cudaMemsetAsync(v_nonfinite_.data(), 0, v_nonfinite_.bytes(), stream), "cudaMemsetAsync (non-finite V flags)");
     launch_stage(Stage::finite_values, dtype, params_, stream);
     gemm(handle_.get(), plan_.scores, k_.data(), q_.data(), scores_.data(), "cublasGemmStridedBatchedEx (S = scale * Q K^T)");
+    cuda::mark_written_by_library(scores_.data(), scores_.bytes(), stream);  // every element, beta = 0
     launch_stage(Stage::masked_softmax, dtype, params_, stream);
     gemm(handle_.get(), plan_.output, v_finite_.data(), weights_.data(), out_.data(), "cublasGemmStridedBatchedEx (O = P V)");
+    cuda::mark_written_by_library(out_.data(), bytes_of(plan_.o_elements, plan_.element_bytes), stream);
     launch_stage(Stage::nonfinite_values, dtype, params_, stream);
     stream_ = stream;
   }

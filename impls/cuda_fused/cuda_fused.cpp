@@ -60,11 +60,13 @@ class FusedRun final : public DeviceRun {
     k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.o = out_.data();
     k.lse = static_cast<float*>(lse_.data());
     // The mask: each row's key limit where padding needs one per (b, i) (causality alone the kernel
-    // works out itself), the boolean flags and the bias as f32, at the strides the plan chose.
+    // works out itself), the boolean flags and the bias as f32, at the strides of the tensors
+    // uploaded (a bias of extent 1 over a batch of 1 has batch stride 0, whatever its broadcast).
     mask_ = upload_mask(p, in.mask, plan_.upload_key_limit, int(sizeof(float)), "cuda_fused");
-    if ((mask_.flags.bytes() > 0 && (mask_.flags_strides.batch != k.flags_batch_stride || mask_.flags_strides.head != k.flags_head_stride)) ||
-        (mask_.bias.bytes() > 0 && (mask_.bias_strides.batch != k.bias_batch_stride || mask_.bias_strides.head != k.bias_head_stride)))
-      throw std::logic_error("cuda_fused: the mask's broadcast does not match the plan's");
+    k.flags_batch_stride = mask_.flags_strides.batch;
+    k.flags_head_stride = mask_.flags_strides.head;
+    k.bias_batch_stride = mask_.bias_strides.batch;
+    k.bias_head_stride = mask_.bias_strides.head;
     k.key_limit = static_cast<const std::int64_t*>(mask_.key_limit.data());
     k.bool_flags = static_cast<const std::uint8_t*>(mask_.flags.data());
     k.bias = static_cast<const float*>(mask_.bias.data());
@@ -134,7 +136,7 @@ class FusedAttention final : public Implementation {
     if (image != cudaSuccess)
       return Support::no(fmt::format("no kernel image for {} (sm_{}{}) in this build: {}", device.name, device.sm_major, device.sm_minor,
                                      cudaGetErrorName(image)));
-    const FusedPlanResult plan = make_fused_plan(p);
+    const FusedPlanResult plan = make_fused_plan(p, hopper());
     if (!plan.plan) return Support::no(plan.reason);
     static const int smem_optin = [] {
       int value = 0;
@@ -164,8 +166,17 @@ class FusedAttention final : public Implementation {
   }
 
  private:
+  // Whether the device runs the sm_90a wgmma kernel (asked once).
+  static bool hopper() {
+    static const bool yes = [] {
+      const DeviceStatus& device = cuda::device_status();
+      return device.available && device.sm_major == 9 && device.sm_minor == 0 && wgmma_image_status() == cudaSuccess;
+    }();
+    return yes;
+  }
+
   static FusedPlan plan_or_throw(const Problem& p) {
-    FusedPlanResult plan = make_fused_plan(p);
+    FusedPlanResult plan = make_fused_plan(p, hopper());
     if (!plan.plan) throw std::invalid_argument("cuda_fused: " + plan.reason);
     return std::move(*plan.plan);
   }

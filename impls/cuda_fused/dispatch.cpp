@@ -32,6 +32,7 @@ void by_head_dim(const FusedParams& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_forward(const FusedParams& p, cudaStream_t stream) {
+  if (p.wgmma) return launch_forward_wgmma(p, stream);
   switch (p.dtype) {
     case DType::f16: return by_head_dim<DType::f16>(p, stream);
     case DType::bf16: return by_head_dim<DType::bf16>(p, stream);

@@ -20,4 +20,9 @@ void launch_forward_for(const FusedParams& params, cudaStream_t stream);
 // Whether this build holds kernel images the current device can run (cudaSuccess), or why not.
 cudaError_t kernel_image_status();
 
+// The Hopper kernel (forward_wgmma.cu, built for sm_90a alone): params.wgmma selects it.
+void launch_forward_wgmma(const FusedParams& params, cudaStream_t stream);
+// cudaSuccess where the current device runs its sm_90a image (an H100 or H200), else why not.
+cudaError_t wgmma_image_status();
+
 }  // namespace attn::cuda_fused

@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(SimtTraits<HeadDim>::kThreads) fused_forward_f
   const std::int64_t linear = linear_block_index();
   if (linear >= p.total_blocks) return;
   const BlockCoord bc = block_coord(linear, p.num_m_blocks, p.h_q);
-  const std::int64_t b = bc.batch, h = bc.head, kv = h / p.group;
+  const std::int64_t b = bc.batch, h = bc.head;
   const std::int64_t row0 = bc.m_block * kBlockM;
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -28,11 +28,7 @@ __global__ void __launch_bounds__(SimtTraits<HeadDim>::kThreads) fused_forward_f
   float* sV = sK + kBlockN * Traits::kKStride;
 
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const float* q = static_cast<const float*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const float* k = static_cast<const float*>(p.k) + b * p.k_batch_stride + kv * p.k_head_stride;
-  const float* v = static_cast<const float*>(p.v) + b * p.v_batch_stride + kv * p.v_head_stride;
-  float* o = static_cast<float*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  float* lse = p.lse + (b * p.h_q + h) * p.n_q;
+  const auto [q, k, v, o, lse] = block_tensors<float>(p, b, h);
 
   // Key limits: every thread computes the block's (16 rows) and its warp's rows'.
   std::int64_t lo = p.n_k, hi = 0;

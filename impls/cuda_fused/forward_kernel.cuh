@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fused_forward_mma_kernel(con
   const std::int64_t linear = linear_block_index();
   if (linear >= p.total_blocks) return;  // 2-D grids round up
   const BlockCoord bc = block_coord(linear, p.num_m_blocks, p.h_q);
-  const std::int64_t b = bc.batch, h = bc.head, kv = h / p.group;
+  const std::int64_t b = bc.batch, h = bc.head;
   const std::int64_t row0 = bc.m_block * kBlockM;  // first query row of the block
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -63,37 +63,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fused_forward_mma_kernel(con
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, tq = lane % 4;  // mma fragment row group and column pair
 
-  const E* q = static_cast<const E*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const E* k = static_cast<const E*>(p.k) + b * p.k_batch_stride + kv * p.k_head_stride;
-  const E* v = static_cast<const E*>(p.v) + b * p.v_batch_stride + kv * p.v_head_stride;
-  E* o = static_cast<E*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
-  float* lse = p.lse + (b * p.h_q + h) * p.n_q;
-
-  // The block's smallest and largest key limit over its rows < n_q.
-  std::int64_t lo = p.n_k, hi = 0;
-  for (int r = tid; r < kBlockM; r += Traits::kThreads) {
-    if (row0 + r >= p.n_q) break;
-    const std::int64_t limit = row_key_limit<KeyLimits>(p, b, row0 + r);
-    lo = limit < lo ? limit : lo;
-    hi = limit > hi ? limit : hi;
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const std::int64_t other_lo = __shfl_xor_sync(0xffffffffu, lo, offset);
-    const std::int64_t other_hi = __shfl_xor_sync(0xffffffffu, hi, offset);
-    lo = other_lo < lo ? other_lo : lo;
-    hi = other_hi > hi ? other_hi : hi;
-  }
-  if (lane == 0) sReduce[warp] = lo, sReduce[Traits::kWarps + warp] = hi;
-  __syncthreads();
-  lo = sReduce[0], hi = sReduce[Traits::kWarps];
-#pragma unroll
-  for (int w = 1; w < Traits::kWarps; ++w) {
-    lo = sReduce[w] < lo ? sReduce[w] : lo;
-    hi = sReduce[Traits::kWarps + w] > hi ? sReduce[Traits::kWarps + w] : hi;
-  }
-  const KeyTileRange tiles = key_tile_range(lo, hi, kBlockN);
-  const std::int64_t key_end = hi;  // keys >= key_end are masked for every row of the block
+  const auto [q, k, v, o, lse] = block_tensors<E>(p, b, h);
+  const auto [tiles, key_end] = block_keys<KeyLimits, Traits::kWarps, kBlockM, kBlockN>(p, b, row0, sReduce);
 
   // This thread's rows: m-tile mt, half hh (fragment rows g and g + 8).
   std::int64_t row_limit[kMTiles][2];

@@ -44,6 +44,7 @@ struct FusedParams {
   DType dtype = DType::f32;
   bool key_limits = false;    // causal or padding: per-row key limits
   bool element_mask = false;  // a boolean mask or a bias: per-element work on visited tiles
+  bool wgmma = false;         // the Hopper kernel (forward_wgmma_kernel.cuh) instead of mma.sync
   TileShape tile;
   std::int64_t num_m_blocks = 0;  // ceil(n_q / tile.block_m)
   std::int64_t total_blocks = 0;  // batch * h_q * num_m_blocks

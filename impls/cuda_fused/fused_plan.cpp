@@ -11,7 +11,7 @@ FusedPlanResult no(std::string why) { return FusedPlanResult{std::nullopt, std::
 
 }  // namespace
 
-FusedPlanResult make_fused_plan(const Problem& p) {
+FusedPlanResult make_fused_plan(const Problem& p, bool hopper) {
   try {
     p.validate();
   } catch (const std::exception& e) {
@@ -47,22 +47,13 @@ FusedPlanResult make_fused_plan(const Problem& p) {
   k.causal = causal == Causal::top_left ? CausalMode::top_left : causal == Causal::bottom_right ? CausalMode::bottom_right : CausalMode::none;
   plan.upload_key_limit = p.padding.kind != KeyPadding::Kind::none;
   k.key_limits = causal != Causal::none || plan.upload_key_limit;
-  k.element_mask = p.bool_mask.enabled || p.bias.enabled;
-  if (p.bool_mask.enabled) {
-    const BroadcastStrides strides = broadcast_strides(p.bool_mask.broadcast, p.h_q, p.n_q, p.n_k);
-    k.flags_head_stride = strides.head;
-    k.flags_batch_stride = strides.batch;
-  }
-  if (p.bias.enabled) {
-    const BroadcastStrides strides = broadcast_strides(p.bias.broadcast, p.h_q, p.n_q, p.n_k);
-    k.bias_head_stride = strides.head;
-    k.bias_batch_stride = strides.batch;
-  }
+  k.element_mask = p.bool_mask.enabled || p.bias.enabled;  // their strides: the run's, from the uploaded tensors
 
   k.dtype = p.dtype;
   const bool tensor_cores = p.dtype == DType::f16 || p.dtype == DType::bf16;
-  k.tile = tensor_cores ? mma_tile_shape(int(d)) : simt_tile_shape();
-  k.smem_bytes = tensor_cores ? mma_smem_bytes(int(d)) : simt_smem_bytes(int(d));
+  k.wgmma = hopper && wgmma_eligible(tensor_cores, d, k.element_mask);
+  k.tile = k.wgmma ? wgmma_tile_shape() : tensor_cores ? mma_tile_shape(int(d)) : simt_tile_shape();
+  k.smem_bytes = k.wgmma ? wgmma_smem_bytes() : tensor_cores ? mma_smem_bytes(int(d)) : simt_smem_bytes(int(d));
   k.num_m_blocks = (p.n_q + k.tile.block_m - 1) / k.tile.block_m;
   if (k.num_m_blocks > max_grid_x * max_grid_y / p.batch / p.h_q)
     return no(fmt::format("{} x {} x {} query tiles are more blocks than a grid holds", p.batch, p.h_q, k.num_m_blocks));

@@ -1,6 +1,7 @@
 #pragma once
 // cuda_fused's host API: validates a problem and fills the kernel parameters (everything but the
-// device pointers), or says why the problem is not supported. Plain C++, no device needed:
+// device pointers and the mask's strides, which the run takes from the tensors it uploads), or
+// says why the problem is not supported. Plain C++, no device needed:
 // tests/cuda_fused_plan_test.cpp checks it on the CPU.
 #include <optional>
 #include <string>
@@ -21,6 +22,8 @@ struct FusedPlanResult {
   std::string reason;  // why not, when !plan
 };
 
-FusedPlanResult make_fused_plan(const Problem& problem);
+// hopper: the device runs the sm_90a image of the wgmma kernel (cuda_fused.cpp asks the device);
+// eligible problems (wgmma_eligible) then get its tile shape and shared memory.
+FusedPlanResult make_fused_plan(const Problem& problem, bool hopper = false);
 
 }  // namespace attn::cuda_fused

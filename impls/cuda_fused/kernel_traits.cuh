@@ -194,6 +194,56 @@ __device__ __forceinline__ std::int64_t row_key_limit(const FusedParams& p, std:
   }
 }
 
+// A block's (batch, query head) slices of Q, K, V (through the head's kv head), O and the LSE.
+template <class E>
+struct BlockTensors {
+  const E* q;
+  const E* k;
+  const E* v;
+  E* o;
+  float* lse;
+};
+template <class E>
+__device__ __forceinline__ BlockTensors<E> block_tensors(const FusedParams& p, std::int64_t b, std::int64_t h) {
+  const std::int64_t kv = h / p.group;
+  return {static_cast<const E*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride,
+          static_cast<const E*>(p.k) + b * p.k_batch_stride + kv * p.k_head_stride,
+          static_cast<const E*>(p.v) + b * p.v_batch_stride + kv * p.v_head_stride,
+          static_cast<E*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride, p.lse + (b * p.h_q + h) * p.n_q};
+}
+
+// The key tiles a block of kBlockM <= kWarps * 32 query rows (from row0) visits, from its rows'
+// smallest and largest key limit (rows >= n_q excluded; thread r reads row r's), reduced over the
+// block's kWarps warps through reduce[2 kWarps] in shared memory; key_end: keys >= it are masked
+// for every row of the block.
+struct BlockKeys {
+  KeyTileRange tiles;
+  std::int64_t key_end;
+};
+template <bool KeyLimits, int kWarps, int kBlockM, int kBlockN>
+__device__ __forceinline__ BlockKeys block_keys(const FusedParams& p, std::int64_t b, std::int64_t row0, std::int64_t* reduce) {
+  static_assert(kBlockM <= kWarps * 32, "one row per thread");
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  std::int64_t lo = p.n_k, hi = 0;
+  if (tid < kBlockM && row0 + tid < p.n_q) lo = hi = row_key_limit<KeyLimits>(p, b, row0 + tid);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const std::int64_t other_lo = __shfl_xor_sync(0xffffffffu, lo, offset);
+    const std::int64_t other_hi = __shfl_xor_sync(0xffffffffu, hi, offset);
+    lo = other_lo < lo ? other_lo : lo;
+    hi = other_hi > hi ? other_hi : hi;
+  }
+  if (lane == 0) reduce[warp] = lo, reduce[kWarps + warp] = hi;
+  __syncthreads();
+  lo = reduce[0], hi = reduce[kWarps];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    lo = reduce[w] < lo ? reduce[w] : lo;
+    hi = reduce[kWarps + w] > hi ? reduce[kWarps + w] : hi;
+  }
+  return {key_tile_range(lo, hi, kBlockN), hi};
+}
+
 __device__ __forceinline__ std::int64_t linear_block_index() {
   return std::int64_t(blockIdx.y) * std::int64_t(gridDim.x) + std::int64_t(blockIdx.x);
 }

@@ -47,6 +47,16 @@ ATTN_HD constexpr int mma_smem_bytes(int head_dim) {
   return (t.block_m + 2 * t.block_n) * (head_dim + smem_row_pad) * 2 + t.block_m * (t.block_n + smem_row_pad) * 2 + t.threads +
          2 * 4 * 8;
 }
+// Hopper path (sm_90a, forward_wgmma_kernel.cuh): f16/bf16 at d = 128 without a boolean mask or
+// bias. 2 warpgroups x 64 query rows, key tiles of 128 keys double-buffered.
+ATTN_HD constexpr bool wgmma_eligible(bool tensor_cores, std::int64_t head_dim, bool element_mask) {
+  return tensor_cores && head_dim == 128 && !element_mask;
+}
+ATTN_HD constexpr TileShape wgmma_tile_shape() { return TileShape{128, 128, 256}; }
+// Q, two K and two V stages (128 x 128 x 2 bytes each, no padding: wgmma's swizzled layout), P
+// for the rare non-finite-V path (128 x (128 + 8)), one flag byte per thread, the key-limit
+// reduction (2 x 8 warps x int64), and 1024 bytes to align the base to a swizzle atom.
+ATTN_HD constexpr int wgmma_smem_bytes() { return 5 * 128 * 128 * 2 + 128 * (128 + smem_row_pad) * 2 + 256 + 2 * 8 * 8 + 1024; }
 // f32 path (FMA): 4 warps of 4 query rows each, 32-key tiles (one key per lane for the scores).
 ATTN_HD constexpr TileShape simt_tile_shape() { return TileShape{16, 32, 128}; }
 // Q (block_m x d), K (block_n x (d + 1): lane j reads row j, conflict-free), V (block_n x d), f32.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
 
 #include "core/metrics.hpp"
 
@@ -37,8 +38,20 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
+// From pageable host memory, cudaMemcpy may return once the bytes are staged, before the copy to
+// the device lands; a cudaMemset of device memory is asynchronous too. Both run on the legacy
+// default stream, which the implementations' non-blocking streams do not wait for: without this
+// wait a kernel can read a buffer's previous contents (seen on an H200 under load: cuda_cublas and
+// cuda_fused outputs wrong and "nondeterministic" in a process that had run other cases, right
+// alone).
+namespace {
+void wait_for_legacy_stream(const char* after) { check(cudaStreamSynchronize(cudaStreamLegacy), after); }
+}  // namespace
+
 void DeviceBuffer::upload(const void* host) {
-  if (bytes_ > 0) check(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  if (bytes_ == 0) return;
+  check(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  wait_for_legacy_stream("cudaStreamSynchronize (after cudaMemcpy host to device)");
 }
 
 void DeviceBuffer::download(void* host) const {
@@ -48,10 +61,13 @@ void DeviceBuffer::download(void* host) const {
 GuardedBuffer::GuardedBuffer(std::size_t payload_bytes, std::size_t guard_bytes)
     : payload_(payload_bytes), guard_(guard_bytes), buffer_(payload_bytes + 2 * guard_bytes) {
   check(cudaMemset(buffer_.data(), canary, buffer_.bytes()), "cudaMemset (guard canary)");
+  wait_for_legacy_stream("cudaStreamSynchronize (after cudaMemset of the guard canary)");
 }
 
 void GuardedBuffer::upload(const void* host) {
-  if (payload_ > 0) check(cudaMemcpy(data(), host, payload_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  if (payload_ == 0) return;
+  check(cudaMemcpy(data(), host, payload_, cudaMemcpyHostToDevice), "cudaMemcpy (host to device)");
+  wait_for_legacy_stream("cudaStreamSynchronize (after cudaMemcpy host to device)");
 }
 
 void GuardedBuffer::download(void* host) const {
@@ -95,6 +111,20 @@ CublasHandle::CublasHandle() { check_cublas(cublasCreate(&handle_), "cublasCreat
 
 CublasHandle::~CublasHandle() {
   if (handle_) cublasDestroy(handle_);
+}
+
+void mark_written_by_library(void* ptr, std::size_t bytes, cudaStream_t stream) {
+  if (ptr == nullptr || bytes == 0) return;
+  static const nvtxDomainHandle_t domain = nvtxDomainCreateA("attnbench");
+  nvtxMemVirtualRangeDesc_t range{bytes, ptr};
+  nvtxMemMarkInitializedBatch_t batch{};
+  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+  batch.structSize = sizeof(batch);
+  batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+  batch.regionDescCount = 1;
+  batch.regionDescElementSize = sizeof(range);
+  batch.regionDescElements = &range;
+  nvtxMemCudaMarkInitialized(domain, stream, 0, &batch);
 }
 
 void require_written_and_finite(const Problem& p, const Tensor& out, const Tensor& lse, std::string_view implementation) {

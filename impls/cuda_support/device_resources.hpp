@@ -101,6 +101,13 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+// Tells compute-sanitizer's initcheck that a library (cuBLAS) wrote [ptr, ptr + bytes) on `stream`
+// (NVTX memory API; a no-op without a tool attached). cuBLAS's f16/bf16 GEMMs on sm_90 store
+// their output through the tensor memory accelerator, which initcheck does not see: a kernel that
+// reads such a GEMM's output would otherwise be reported reading uninitialised memory (measured
+// on an H200: every element of a bf16 -> f32 GEMM's output, none of an f32 one's).
+void mark_written_by_library(void* ptr, std::size_t bytes, cudaStream_t stream);
+
 // Throws unless every downloaded output element was written and is finite and every LSE value
 // was written and is not NaN or +inf (-inf is a fully masked row's): a kernel that skips work is
 // an error, not a fast result. `implementation` names it in the message.

@@ -251,6 +251,9 @@ json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* bas
     view->data = static_cast<char*>(allocations[t]) + canary;
     view->device = {ATTNBENCH_DL_CUDA, 0};
   }
+  // The copies up ran on the legacy default stream, and from pageable memory cudaMemcpy may return
+  // before they land: the plugin's non-blocking stream would not wait for them.
+  ok = ok && check(cudaStreamSynchronize(cudaStreamLegacy), "waiting for the copies up");
   call.abi.call().cuda_stream = stream;
   char error[1024] = {};
   auto* status = reinterpret_cast<StatusPage*>(base);
