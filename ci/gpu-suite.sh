@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite, on a machine with an NVIDIA GPU: build the gpu preset, record the device, run
 # the GPU-labelled tests, verify cuda_cublas and cuda_fused on the default case set (cuda_fused
-# also: properties, 250 identical runs, SASS), run the GPU test binaries under compute-sanitizer
-# (memcheck, racecheck; synccheck for cuda_fused), then benchmark on the GPU with the PyTorch peer.
+# also: properties, SASS), compute-sanitizer's memcheck, racecheck, synccheck and initcheck on small
+# problems of both, the Triton example compiled for the GPU, then cuda_fused's target benchmark
+# beside PyTorch's SDPA backends. Under 6 minutes on one H100, build included.
 #
 #   bash ci/gpu-suite.sh OUTDIR [--prefix PREFIX]
 #
@@ -65,36 +66,44 @@ jobs=$(nproc 2>/dev/null || echo 4)
   printf '%-26s %5s %8s  %s\n' step exit seconds log
 } >"$summary"
 
-failed=0 total=0 n=0 built=1 last_log=""
-# run_step NAME COMMAND...: runs COMMAND with its output in OUTDIR/NN-NAME.log (and on the
-# terminal), records exit code and duration in the summary.
+n=0 built=1 last_log=""
+# run_step NAME COMMAND...: runs COMMAND with its output in OUTDIR/NN-NAME.log (the last lines of
+# a failing step's also on the terminal), records exit code and duration in the summary. bg_step: the same in the background
+# (wait_steps waits for them): steps that share nothing run side by side, which is what keeps the
+# suite within its 6 minutes.
 run_step() {
-  local name=$1 log rc start secs cmdline note=""
-  shift
   n=$((n + 1))
-  log=$(printf '%s/%02d-%s.log' "$outdir" "$n" "$name")
-  total=$((total + 1))
+  run_numbered "$n" "$@"
+}
+bg_step() {
+  n=$((n + 1))
+  run_numbered "$n" "$@" &
+}
+wait_steps() { wait; }
+run_numbered() {
+  local index=$1 name=$2 log rc start secs cmdline note=""
+  shift 2
+  log=$(printf '%s/%02d-%s.log' "$outdir" "$index" "$name")
   cmdline=$(printf '%q ' "$@")
-  echo "== gpu-suite [$n] $name: $cmdline"
+  echo "== gpu-suite [$index] $name: $cmdline"
   start=$(date +%s)
   {
     echo "\$ $cmdline"
     "$@"
-  } 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
+  } >"$log" 2>&1
+  rc=$?
   last_log=$log
   secs=$(($(date +%s) - start))
-  [ "$rc" -eq 0 ] || failed=$((failed + 1))
   [ "$name" != gpu-tests ] || note=$(junit_note "$outdir/gpu-tests.xml")
+  [ "$rc" -ne 124 ] || note="  (timed out)"
   printf '%-26s %5s %8s  %s%s\n' "$name" "$rc" "$secs" "$(basename "$log")" "$note" >>"$summary"
-  echo "== gpu-suite [$n] $name: exit $rc in ${secs}s"
+  echo "== gpu-suite [$index] $name: exit $rc in ${secs}s"
+  [ "$rc" -eq 0 ] || tail -n 15 "$log" | sed "s/^/   [$name] /"
   return "$rc"
 }
 # skip_step NAME WHY: a step that could not run; it counts as failed.
 skip_step() {
   n=$((n + 1))
-  total=$((total + 1))
-  failed=$((failed + 1))
   printf '%-26s %5s %8s  %s\n' "$1" skip - "not run: $2" >>"$summary"
   echo "== gpu-suite [$n] $1: not run: $2"
 }
@@ -117,73 +126,71 @@ configure=(cmake --preset gpu)
 [ -z "$prefix" ] || configure+=("-DCMAKE_PREFIX_PATH=$prefix")
 run_step configure "${configure[@]}" || built=0
 if [ "$built" -eq 1 ]; then
-  run_step build cmake --build --preset gpu --parallel "$jobs" || built=0
+  # -k 0: a target that fails (the Python module, say) is named in the log without stopping the
+  # others; the steps below need attnbench and the GPU test binaries.
+  run_step build cmake --build --preset gpu --parallel "$jobs" -- -k 0
+  for needed in "$attnbench" "$bindir/tests/cuda_cublas_test" "$bindir/tests/cuda_fused_test"; do
+    [ -x "$needed" ] || built=0
+  done
 else
   skip_step build "configure failed"
   built=0
 fi
 
 # --- tests, verification, sanitizers, benchmarks ---------------------------------------------
+# Every step after the build runs under `timeout`: a step that hangs fails with exit 124, named in
+# the summary, and the suite goes on. The benchmark runs first and alone; the checks after it share
+# nothing and run side by side (16 cores and one GPU hold them all).
 if [ "$built" -eq 1 ]; then
-  run_step gpu-tests ctest --preset gpu -L gpu --output-junit "$outdir/gpu-tests.xml"
-  run_step verify-cuda_cublas "$attnbench" verify --impl cuda_cublas --cases default --json "$outdir/verify-gpu.json"
-  # cuda_fused: the default set in f16, bf16 and f32, the property suite, 250 identical runs (in
-  # cuda_fused_test), and the SASS check (HMMA in the main loop; also in the gpu-tests' unit run).
-  run_step verify-cuda_fused "$attnbench" verify --impl cuda_fused --cases default --json "$outdir/verify-fused.json"
-  run_step properties-cuda_fused "$attnbench" properties --impl cuda_fused
-  run_step validate-cuda_plugin "$attnbench" validate --plugin "$bindir/examples/cuda_plugin.so" --cases default --bench --out "$outdir/validate-cuda_plugin"
-  run_step determinism-cuda_fused "$bindir/tests/cuda_fused_test" --gtest_filter='*RepeatedRunsAreBitwiseIdentical*'
-  run_step sass-cuda_fused ctest --preset gpu -R '^cuda_fused_sass$' --output-on-failure
-
-  # The GPU test binaries: cuda_cublas_test, and every other executable that a gpu-labelled
-  # CTest test runs (its first command word, *_test).
-  binaries=("$bindir/tests/cuda_cublas_test" "$bindir/tests/cuda_fused_test")
-  while IFS= read -r b; do
-    dup=0
-    for have in "${binaries[@]}"; do
-      [ "$(readlink -f "$have")" != "$(readlink -f "$b")" ] || dup=1
-    done
-    [ "$dup" -eq 1 ] || binaries+=("$b")
-  done < <(ctest --preset gpu -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
-import json, sys
-try:
-    doc = json.load(sys.stdin)
-except ValueError:
-    sys.exit(0)
-seen = set()
-for t in doc.get("tests", []):
-    cmd = t.get("command") or []
-    if cmd and cmd[0].endswith("_test") and cmd[0] not in seen:
-        seen.add(cmd[0])
-        print(cmd[0])
-')
-  for b in "${binaries[@]}"; do
-    name=$(basename "$b")
-    tools=(memcheck racecheck)
-    [ "$name" != cuda_fused_test ] || tools+=(synccheck)
-    for tool in "${tools[@]}"; do
-      if [ -z "$sanitizer" ]; then
-        skip_step "$tool-$name" "compute-sanitizer not found"
-      elif [ ! -x "$b" ]; then
-        skip_step "$tool-$name" "$b was not built"
-      else
-        # The test binaries' own problems are small, which is what the sanitizers need.
-        run_step "$tool-$name" "$sanitizer" --tool "$tool" --error-exitcode 1 "$b"
-      fi
-    done
-  done
-
-  run_step bench-gpu "$attnbench" bench --impl cuda_cublas --dtype f32,f16,bf16 --json "$outdir/bench-gpu.json" \
+  # First, alone on the GPU: cuda_fused's target problem beside cuda_cublas and the PyTorch peers
+  # (flash, cuDNN, efficient, math) in one run: bf16, d = 128, h = 16, b = 2, n = 4096 and 8192, causal and not.
+  run_step bench-cuda_fused timeout 150 "$attnbench" bench --impl cuda_fused --impl cuda_cublas --dtype bf16 --d 128 --heads 16 --batch 2 \
+    --masks none,causal --min-n 4096 --max-n 8192 --fit-min-n 4096 --json "$outdir/bench-fused.json" \
     --peers 'python3 benchmarks/peers/torch_sdpa.py'
-  # cuda_fused's target problem beside the torch peer and cuda_cublas, the cuBLAS bf16 GEMM rate
-  # measured in the same run: bf16, d = 128, h = 16, b = 2, n up to 8192, causal and not.
-  run_step bench-cuda_fused "$attnbench" bench --impl cuda_fused --impl cuda_cublas --dtype bf16 --d 128 --heads 16 --batch 2 \
-    --masks none,causal --json "$outdir/bench-fused.json" --peers 'python3 benchmarks/peers/torch_sdpa.py'
+  # Then cuda_fused's kernels launched directly, side by side on the same problem (the wgmma
+  # kernel with S in one product or in two halves, and the mma.sync kernel).
+  run_step cuda_fused-variants timeout 60 "$bindir/benchmarks/cuda_fused_variants"
+  # The GPU tests; both implementations on the default set (the reference computed once per case);
+  # the property suite on cuda_fused; the SASS check; the Triton example compiled for the GPU
+  # through the Python package, on the quick set.
+  bg_step gpu-tests timeout 170 ctest --preset gpu -L gpu -j 2 --output-junit "$outdir/gpu-tests.xml"
+  bg_step verify timeout 170 "$attnbench" verify --impl cuda_cublas --impl cuda_fused --cases default --threads 6 --json "$outdir/verify-gpu.json"
+  bg_step properties-cuda_fused timeout 170 "$attnbench" properties --impl cuda_fused --property-cases 30 \
+    --json "$outdir/properties-fused.json"
+  # The SASS check calls its script itself: a second ctest in this build tree beside gpu-tests'
+  # races on gtest_discover_tests' files.
+  bg_step sass-cuda_fused bash "$root/tests/cuda_fused_sass.sh" "$bindir/impls/libattn_cuda_fused.a" "$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)"
+  bg_step python-triton-gpu timeout 170 env PYTHONPATH="$bindir/python" python3 -m pytest -q -p no:cacheprovider \
+    "$root/python/tests/test_real_kernels.py" -k triton
+  # compute-sanitizer on small problems built for it, ci/sanitizer-cases.txt (every kernel path of
+  # both implementations at sizes each tool finishes in seconds), each tool over both
+  # implementations through `attnbench verify`, which provokes no CUDA API error on purpose (the
+  # test binaries do: cuda_cublas_test's CudaErrorsBecomeExceptionsNamingTheCall); initcheck also
+  # on the quick set and a twelfth of the default set.
+  if [ -z "$sanitizer" ]; then
+    for s in memcheck racecheck synccheck initcheck initcheck-quick initcheck-default-sample; do skip_step "$s" "compute-sanitizer not found"; done
+  else
+    # --nvtx true: cuda_cublas marks what cuBLAS's GEMMs wrote (NVTX memory API), which initcheck
+    # cannot see through the tensor memory accelerator's stores.
+    san=("$sanitizer" --error-exitcode 1 --print-limit 20 --nvtx true)
+    small=(verify --impl cuda_cublas --impl cuda_fused --json '' --no-diagnosis --threads 1)
+    for tool in memcheck racecheck synccheck initcheck; do
+      bg_step "$tool" timeout 170 "${san[@]}" --tool "$tool" "$attnbench" "${small[@]}" --cases "$root/ci/sanitizer-cases.txt"
+    done
+    bg_step initcheck-quick timeout 170 "${san[@]}" --tool initcheck "$attnbench" "${small[@]}" --cases quick
+    bg_step initcheck-default-sample timeout 170 "${san[@]}" --tool initcheck "$attnbench" "${small[@]}" --cases default --shard 1/12
+  fi
+  wait_steps
+
 else
-  for s in gpu-tests verify-cuda_cublas verify-cuda_fused properties-cuda_fused determinism-cuda_fused sass-cuda_fused memcheck racecheck \
-    synccheck bench-gpu bench-cuda_fused; do skip_step "$s" "the build failed"; done
+  for s in bench-cuda_fused cuda_fused-variants gpu-tests verify properties-cuda_fused sass-cuda_fused python-triton-gpu memcheck racecheck synccheck initcheck \
+    initcheck-quick initcheck-default-sample; do
+    skip_step "$s" "the build failed"
+  done
 fi
 
+total=$(awk 'NR > 4 && NF >= 3' "$summary" | wc -l)
+failed=$(awk 'NR > 4 && NF >= 3 && $2 != "0"' "$summary" | wc -l)
 echo "# $failed of $total steps failed" >>"$summary"
 echo "== gpu-suite: summary ($summary)"
 cat "$summary"
