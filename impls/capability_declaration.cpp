@@ -30,8 +30,9 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 18> known_keys{"schema", "version", "summary", "operations", "dtypes", "role_dtypes",
-                                                      "layouts",      "masks",         "gqa",              "different_dk_dv",
+constexpr std::array<std::string_view, 20> known_keys{"schema",       "version",       "summary",          "operations",
+                                                      "dtypes",       "role_dtypes",   "layouts",          "masks",
+                                                      "causal_only",  "gqa",           "different_dk_dv",  "default_scale_only",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
                                                       "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
 
@@ -141,6 +142,11 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
     }
   }
 
+  bool restricted = false;
+  if (get("causal_only", restricted, is_bool, "true or false")) caps.masks.non_causal = !restricted;
+  if (caps.masks.non_causal == false && !caps.masks.causal_top_left && !caps.masks.causal_bottom_right)
+    throw fault("'causal_only' is true but 'masks' declares no causal mask (causal_top_left, causal_bottom_right)");
+  if (get("default_scale_only", restricted, is_bool, "true or false")) caps.custom_scale = !restricted;
   get("gqa", caps.gqa, is_bool, "true or false");
   get("different_dk_dv", caps.different_dk_dv, is_bool, "true or false");
   get("returns_lse", caps.returns_lse, is_bool, "true or false");
@@ -205,6 +211,8 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   }
   j["layouts"] = layouts;
   j["masks"] = masks;
+  if (!caps.masks.non_causal) j["causal_only"] = true;
+  if (!caps.custom_scale) j["default_scale_only"] = true;
   j["gqa"] = caps.gqa;
   j["different_dk_dv"] = caps.different_dk_dv;
   if (caps.head_dims.empty()) {

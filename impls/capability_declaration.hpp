@@ -14,6 +14,10 @@
 //    "layouts": ["bhsd"],
 //    "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query",
 //              "bool_mask", "bias", "window"],   (window: any window but causal or none)
+//    "causal_only": false,   (true: every problem it runs has a causal window; cases without one are
+//                             projected onto one, bottom-right where declared)
+//    "default_scale_only": false,   (true: the scale is 1/sqrt(d_k), built in; cases with another
+//                                    scale are projected onto the default)
 //    "gqa": true, "different_dk_dv": true,
 //    "head_dims": [64, 128]  or  "min_head_dim": 1, "max_head_dim": 256,
 //    "fully_masked": "zeros" | "nan" | "any",   (any: those rows, and their LSE, not judged)
@@ -22,7 +26,7 @@
 //    "matmul_unit_roundoff": 0 | 0.00048828125 (2^-11, TF32 or f16 products) | 0.00390625 (2^-8, bf16)}
 //
 // A key left out declares what attn::Capabilities declares by default (every mask, GQA, d_k !=
-// d_v, every head dim, BHSD, fully masked rows zeros, no LSE). An unknown key, a wrong type or an
+// d_v, every head dim, any scale, BHSD, fully masked rows zeros, no LSE). An unknown key, a wrong type or an
 // unknown name is an InputError naming the key, so a typo never declares everything silently.
 #include <filesystem>
 #include <string>

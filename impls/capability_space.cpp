@@ -164,6 +164,10 @@ void project_masks(const Capabilities& caps, Problem& p) {
   }
   if (p.bool_mask.enabled && !m.bool_mask) p.bool_mask = {};
   if (p.bias.enabled && !m.bias) p.bias = {};
+  if (p.window.is_none() && !m.non_causal && (m.causal_bottom_right || m.causal_top_left)) {
+    p.window = Window::of(m.causal_bottom_right ? Causal::bottom_right : Causal::top_left);
+    refit_padding(p, p.n_q);
+  }
 }
 
 // What changed between a case and its projection, for the console and the JSON.
@@ -182,10 +186,14 @@ std::string describe_changes(const Problem& from, const Problem& to) {
     };
     parts.push_back(fmt::format("padding {} -> {}", kind(from.padding), kind(to.padding)));
   }
+  if (from.scale != to.scale) parts.push_back(fmt::format("scale {:g} -> the default", from.effective_scale()));
   if (from.bool_mask.enabled && !to.bool_mask.enabled) parts.push_back("boolean mask dropped");
   if (from.bias.enabled && !to.bias.enabled) parts.push_back("bias dropped");
   return fmt::format("{}", fmt::join(parts, ", "));
 }
+
+// A scale other than the default 1/sqrt(d_k) (an explicit scale equal to it is the default).
+bool explicit_scale(const Problem& p) { return p.scale && *p.scale != 1.0 / std::sqrt(double(p.d_k)); }
 
 bool accepted(const Implementation& impl, const Capabilities& caps, const Problem& p) {
   try {
@@ -237,6 +245,9 @@ Support covers(const Capabilities& caps, const Problem& p) {
   if (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query) return Support::no("key padding per query not declared");
   if (p.bool_mask.enabled && !m.bool_mask) return Support::no("boolean mask not declared");
   if (p.bias.enabled && !m.bias) return Support::no("additive bias not declared");
+  if (p.window.is_none() && !m.non_causal) return Support::no("no causal mask: causal masks only declared");
+  if (!caps.custom_scale && explicit_scale(p))
+    return Support::no(fmt::format("scale {:g} not declared (the default 1/sqrt(d_k) only)", *p.scale));
   if (!contains(caps.layouts, p.layout)) return Support::no(fmt::format("layout {} not declared", to_string(p.layout)));
   return Support::yes();
 }
@@ -251,6 +262,7 @@ std::optional<Problem> project_onto(const Capabilities& caps, const Problem& pro
   if (!head_dim_declared(caps, p.d_k)) p.d_k = nearest_head_dim(caps, p.d_k);
   if (!head_dim_declared(caps, p.d_v)) p.d_v = nearest_head_dim(caps, p.d_v);
   if (!caps.different_dk_dv) p.d_v = p.d_k;
+  if (!caps.custom_scale && explicit_scale(p)) p.scale.reset();
   project_masks(caps, p);
   return p;
 }
@@ -352,7 +364,7 @@ std::vector<std::string> declared_features(const Capabilities& caps) {
   if (m.windows) f.emplace_back("window");
   if (caps.gqa) f.emplace_back("mqa"), f.emplace_back("gqa");
   if (caps.different_dk_dv) f.emplace_back("dk_ne_dv");
-  f.emplace_back("custom_scale");
+  if (caps.custom_scale) f.emplace_back("custom_scale");
   if (declares_mixed_dtypes(caps)) f.emplace_back("mixed_dtypes");
   f.emplace_back("nq_ne_nk");
   f.emplace_back("nk_1");

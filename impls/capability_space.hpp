@@ -32,7 +32,9 @@ Support covers(const Capabilities& caps, const Problem& problem);
 // (another window to per-query padding when it has no lower bound, else to the causal window of
 // its alignment when its right side is 0, else dropped; causal alignment to the other alignment;
 // causal or per-batch padding to per-query padding; per-query padding to per-batch padding
-// keeping each batch's first row; else dropped). Returns the problem unchanged when it is
+// keeping each batch's first row; else dropped), an explicit scale to the default where only the
+// default is declared, and no window to a causal one (bottom-right where declared) for a
+// causal-only kernel. Returns the problem unchanged when it is
 // covered; std::nullopt when no dtype or layout is declared, or when the problem's operation is
 // not (an operation is never projected).
 std::optional<Problem> project_onto(const Capabilities& caps, const Problem& problem);

@@ -26,6 +26,9 @@ struct MaskSupport {
   // Any other window (core/problem.hpp, Window): a lower bound (a sliding window) or a right side
   // other than 0 or unbounded, either alignment.
   bool windows = true;
+  // Problems whose window is none. False: a causal-only kernel (every problem it runs has a causal
+  // window; projection adds one, bottom-right where declared).
+  bool non_causal = true;
   bool any() const { return causal_top_left || causal_bottom_right || padding_per_batch || padding_per_query || bool_mask || bias || windows; }
 };
 
@@ -48,6 +51,9 @@ struct Capabilities {
   std::vector<Layout> layouts{Layout::bhsd};  // in all_layouts() order
   MaskSupport masks;
   bool gqa = true;                     // h_kv < h_q (GQA, MQA)
+  // Any scale. False: the default 1/sqrt(d_k) only (a kernel with the scale built in); projection
+  // drops a case's explicit scale.
+  bool custom_scale = true;
   bool different_dk_dv = true;
   // Head dimensions (d_k and d_v): the listed ones when non-empty, else [min_head_dim, max_head_dim].
   std::int64_t min_head_dim = 1, max_head_dim = std::int64_t{1} << 31;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "judge/judge.hpp"
+#include "impls/capability_space.hpp"
 #include "properties/property_detail.hpp"
 
 namespace attn::property_detail {
@@ -15,6 +16,8 @@ namespace attn::property_detail {
 
 Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) {
   const Capabilities caps = impl.describe();
+  if (Support s = covers(caps, p); !s.ok || !(s = impl.supports(p)).ok)
+    throw DerivedProblemRefused(fmt::format("the check runs {}, which {} refuses: {}", p.repro(), impl.name(), s.reason));
   Outputs o{make_output(p), make_lse(p), caps.returns_weights ? make_weights(p) : Tensor{}, {}};
   try {
     std::vector<std::byte> workspace(impl.workspace_bytes(p));

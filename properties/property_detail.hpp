@@ -4,6 +4,7 @@
 // on the helpers of check_support.cpp), the suite's table (property_suite.cpp) and the RapidCheck
 // driver (property_runner.cpp). Private to properties/.
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "core/inputs.hpp"
@@ -26,7 +27,16 @@ struct Outputs {
   std::string error;  // what it threw, if it did
 };
 
+// A check's own problem (a changed scale, the MHA form of a GQA case, ...) that the
+// implementation does not declare or refuses: the draw tests nothing, which is not a failure
+// (a fixed-scale kernel cannot be asked about another scale). The runner discards the draw.
+struct DerivedProblemRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Runs an implementation on fresh poisoned outputs; what it throws is kept in Outputs::error.
+// Every problem goes through covers() and supports() first, as verify's cases do: one refused
+// throws DerivedProblemRefused.
 Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in);
 // Extra randomness a check needs, drawn from the problem's seed (never from RapidCheck), so the
 // repro string alone reruns it.

@@ -98,7 +98,13 @@ PropertyVerdict check_property_on(const Property& property, const Implementation
     v.message = "unsupported problem: " + s.reason;
     return v;
   }
-  v.message = property.check(impl, problem);
+  try {
+    v.message = property.check(impl, problem);
+  } catch (const DerivedProblemRefused& refused) {
+    v.kind = PropertyVerdict::Kind::not_applicable;
+    v.message = refused.what();
+    return v;
+  }
   v.kind = v.message.empty() ? PropertyVerdict::Kind::held : PropertyVerdict::Kind::failed;
   v.cases = v.message.empty() ? 1 : 0;
   classify_failure(property, caps, v);
@@ -153,7 +159,14 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
       }
       moved = true;
     }
-    const std::string failure = property.check(impl, p);
+    std::string failure;
+    try {
+      failure = property.check(impl, p);
+    } catch (const DerivedProblemRefused& refused) {
+      ++discarded;
+      discard_reason = refused.what();
+      RC_DISCARD("the check needs a problem the implementation refuses");
+    }
     if (!failure.empty()) {
       last_failure = failure;
       last_failing = p;
@@ -209,7 +222,7 @@ PropertyVerdict check_property(const Property& property, const Implementation& i
       try {
         const Problem shrunk = parse_problem(v.repro);
         if (auto again = property.check(impl, shrunk); !again.empty()) v.message = again;
-      } catch (const std::exception&) {
+      } catch (const std::exception&) {  // an unparsable repro or a refused derived problem: keep the message
       }
     }
     classify_failure(property, caps, v);

@@ -24,6 +24,8 @@ void expect_same(const Capabilities& a, const Capabilities& b) {
   EXPECT_EQ(a.masks.bool_mask, b.masks.bool_mask);
   EXPECT_EQ(a.masks.bias, b.masks.bias);
   EXPECT_EQ(a.masks.windows, b.masks.windows);
+  EXPECT_EQ(a.masks.non_causal, b.masks.non_causal);
+  EXPECT_EQ(a.custom_scale, b.custom_scale);
   EXPECT_EQ(a.gqa, b.gqa);
   EXPECT_EQ(a.different_dk_dv, b.different_dk_dv);
   EXPECT_EQ(a.head_dims, b.head_dims);
@@ -59,6 +61,68 @@ TEST(CapabilityDeclaration, MeansWhatAPluginsDescriptionMeans) {
     const Problem p = parse_problem(repro);
     EXPECT_EQ(covers(from_json, p).ok, covers(from_plugin, p).ok) << repro;
     EXPECT_EQ(covers(from_json, p).reason, covers(from_plugin, p).reason) << repro;
+  }
+}
+
+// A kernel with its scale and its causal mask built in: the plugin's DEFAULT_SCALE_ONLY and
+// CAUSAL_ONLY and the file's "default_scale_only" and "causal_only" mean the same; covers()
+// refuses another scale and a problem without a causal mask, naming them; the projection runs
+// the case at the default scale under the declared causal mask (bottom-right where declared).
+TEST(CapabilityDeclaration, AFixedScaleAndCausalOnlyAreDeclaredAndProjectedOnto) {
+  plugin::PluginInfo info;
+  info.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);
+  info.dtypes = {{ATTNBENCH_ROLE_DATA, plugin::to_dl(DType::f32)}};
+  info.layouts = ATTNBENCH_ACCEPTS_BHSD;
+  info.features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT | ATTNBENCH_FEATURE_CAUSAL_ONLY |
+                  ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY;
+  const Capabilities from_plugin = plugin::to_capabilities(info);
+  const Capabilities caps = capabilities_from_json(nlohmann::json::parse(R"({
+      "dtypes": ["f32"], "masks": ["causal_top_left", "causal_bottom_right"], "causal_only": true, "default_scale_only": true})"),
+                                                   "test");
+  EXPECT_EQ(caps.custom_scale, from_plugin.custom_scale);
+  EXPECT_EQ(caps.masks.non_causal, from_plugin.masks.non_causal);
+  EXPECT_FALSE(caps.custom_scale);
+  EXPECT_FALSE(caps.masks.non_causal);
+  const nlohmann::json back = capabilities_to_json(caps);
+  EXPECT_EQ(back.at("causal_only"), true);
+  EXPECT_EQ(back.at("default_scale_only"), true);
+  expect_same(capabilities_from_json(back, "written back"), caps);
+
+  const Problem scaled = parse_problem("b=1 hq=2 hkv=2 nq=5 nk=9 dk=16 dv=16 dtype=f32 causal=top_left scale=0.3 regime=diffuse seed=1");
+  EXPECT_EQ(covers(caps, scaled).reason, "scale 0.3 not declared (the default 1/sqrt(d_k) only)");
+  const Problem unmasked = parse_problem("b=1 hq=2 hkv=2 nq=5 nk=9 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=1");
+  EXPECT_EQ(covers(caps, unmasked).reason, "no causal mask: causal masks only declared");
+  // An explicit scale equal to the default is the default.
+  EXPECT_TRUE(covers(caps, parse_problem("b=1 hq=2 hkv=2 nq=5 nk=9 dk=16 dv=16 dtype=f32 causal=top_left scale=0.25 regime=diffuse seed=1")).ok);
+
+  const std::optional<Problem> at_default = project_onto(caps, scaled);
+  ASSERT_TRUE(at_default.has_value());
+  EXPECT_FALSE(at_default->scale.has_value());
+  EXPECT_EQ(at_default->window, Window::of(Causal::top_left));
+  EXPECT_TRUE(covers(caps, *at_default).ok);
+  const std::optional<Problem> causal = project_onto(caps, unmasked);
+  ASSERT_TRUE(causal.has_value());
+  EXPECT_EQ(causal->window, Window::of(Causal::bottom_right));
+  EXPECT_TRUE(covers(caps, *causal).ok);
+
+  EXPECT_THROW(capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"], "masks": ["bias"], "causal_only": true})"), "test"),
+               InputError);
+  // A plugin declaring causal only and no causal mask is refused when it loads.
+  static const attnbench_role_dtype f32[] = {{ATTNBENCH_ROLE_DATA, {ATTNBENCH_DL_FLOAT, 32, 1}}};
+  attnbench_plugin_v2 description{};
+  description.abi_version = ATTNBENCH_ABI_VERSION;
+  description.struct_size = sizeof description;
+  description.name = "causal_only_without_causal";
+  description.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);
+  description.capabilities.features = ATTNBENCH_FEATURE_CAUSAL_ONLY;
+  description.capabilities.layouts = ATTNBENCH_ACCEPTS_BHSD;
+  description.capabilities.dtypes = f32;
+  description.capabilities.dtype_count = 1;
+  try {
+    plugin::read_plugin_info(description, "test");
+    ADD_FAILURE() << "a plugin declaring CAUSAL_ONLY without a causal mask loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("CAUSAL_ONLY but neither CAUSAL_TOP_LEFT nor CAUSAL_BOTTOM_RIGHT"), std::string::npos) << e.what();
   }
 }
 

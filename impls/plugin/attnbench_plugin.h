@@ -224,6 +224,12 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
 #define ATTNBENCH_FEATURE_DETERMINISTIC (1u << 11) /* bitwise identical results on repeated calls */
 /* Masked keys are kept out entirely: NaN or Inf in a masked K/V row never reaches an output. */
 #define ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE (1u << 12)
+/* Restrictions (a set bit narrows what the plugin computes; an older plugin sets neither):
+ * the scale is 1/sqrt(d_k) and built in (cases with another scale run as their projection onto
+ * the default); every problem has a causal window (cases without one run with one added,
+ * bottom-right where declared, else top-left; declare at least one causal feature). */
+#define ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY (1u << 13)
+#define ATTNBENCH_FEATURE_CAUSAL_ONLY (1u << 14)
 #define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* reserved */
 #define ATTNBENCH_FEATURE_SINK (1u << 17)      /* reserved */
 #define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* reserved */

@@ -32,6 +32,8 @@ const std::pair<std::uint32_t, const char*> feature_names[] = {
     {ATTNBENCH_FEATURE_BOOL_MASK, "boolean mask"},
     {ATTNBENCH_FEATURE_BIAS, "additive bias"},
     {ATTNBENCH_FEATURE_SLIDING_WINDOW, "sliding window"},
+    {ATTNBENCH_FEATURE_CAUSAL_ONLY, "causal only"},
+    {ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY, "the default scale only"},
     {ATTNBENCH_FEATURE_SOFTCAP, "soft-cap"},
     {ATTNBENCH_FEATURE_SINK, "sink"},
     {ATTNBENCH_FEATURE_DROPOUT, "dropout"},
@@ -82,6 +84,8 @@ PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string
     throw std::runtime_error("capabilities.dtypes is NULL with a positive dtype_count");
   for (std::int32_t i = 0; i < c.dtype_count; ++i) info.dtypes.push_back({c.dtypes[i].role, c.dtypes[i].dtype});
   if (info.data_dtypes().empty()) throw std::runtime_error("capabilities.dtypes declares no f64, f32, f16 or bf16 for all of q, k, v and o");
+  if (info.has(ATTNBENCH_FEATURE_CAUSAL_ONLY) && !info.has(ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT) && !info.has(ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT))
+    throw std::runtime_error("capabilities.features declares CAUSAL_ONLY but neither CAUSAL_TOP_LEFT nor CAUSAL_BOTTOM_RIGHT");
   if ((c.layouts & (ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED)) == 0)
     throw std::runtime_error("capabilities.layouts declares no layout");
   if (c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_AS_ZEROS && c.fully_masked_policy != ATTNBENCH_FULLY_MASKED_AS_NAN)
@@ -183,6 +187,8 @@ Capabilities to_capabilities(const PluginInfo& info) {
                 info.has(ATTNBENCH_FEATURE_PADDING_PER_BATCH), info.has(ATTNBENCH_FEATURE_PADDING_PER_QUERY),
                 info.has(ATTNBENCH_FEATURE_BOOL_MASK),         info.has(ATTNBENCH_FEATURE_BIAS),
                 info.has(ATTNBENCH_FEATURE_SLIDING_WINDOW)};
+  caps.masks.non_causal = !info.has(ATTNBENCH_FEATURE_CAUSAL_ONLY);
+  caps.custom_scale = !info.has(ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY);
   caps.gqa = info.has(ATTNBENCH_FEATURE_GQA);
   caps.different_dk_dv = info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV);
   caps.min_head_dim = info.min_head_dim;

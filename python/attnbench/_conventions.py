@@ -27,9 +27,11 @@ class Convention:
     """How to call a function and what it supports.
 
     ``call`` is one of ``"native"``, ``"torch_sdpa"``, ``"flash_attn"``, ``"described"``.
-    The declaration fields are those of a capabilities file; ``default_scale_only`` (the function
-    takes no scale), ``causal_only``, ``alibi_only`` (the only bias it takes is ALiBi slopes) and
-    ``alignment`` (the one causal/window diagonal it has) refuse the cases they cannot express.
+    The declaration fields are those of a capabilities file, ``default_scale_only`` (the function
+    takes no scale) and ``causal_only`` among them: a case outside them runs as its projection
+    onto them (the default scale; a causal mask added). ``alibi_only`` (the only bias it takes
+    is ALiBi slopes) and ``alignment`` (the one causal/window diagonal it has) refuse the cases
+    they cannot express.
     ``layout`` (``"bhsd"`` or ``"bshd"``) and ``mask_form`` (``"bool"``, ``"additive"`` or None)
     describe a ``"described"`` function's arguments: ``fn(q, k, v[, scale=][, causal=][, mask=])``.
     """
@@ -68,6 +70,8 @@ class Convention:
             "returns_lse": self.returns_lse,
             "deterministic": self.deterministic,
             "masked_nonfinite_safe": self.masked_nonfinite_safe,
+            "default_scale_only": self.default_scale_only,
+            "causal_only": self.causal_only,
         }
         if self.role_dtypes:
             d["role_dtypes"] = {role: list(v) for role, v in self.role_dtypes.items()}
@@ -80,8 +84,7 @@ class Convention:
         return d
 
     def limits(self) -> dict:
-        return {"default_scale_only": self.default_scale_only, "causal_only": self.causal_only,
-                "alibi_only": self.alibi_only, "alignment": self.alignment}
+        return {"alibi_only": self.alibi_only, "alignment": self.alignment}
 
     def with_(self, **changes) -> "Convention":
         """A copy with some fields changed: ``torch_sdpa().with_(fully_masked="nan")``."""

@@ -33,8 +33,6 @@ CallableImplementation::~CallableImplementation() {
 CallableImplementation::Limits CallableImplementation::Limits::from_json(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text);
   Limits l;
-  l.default_scale_only = j.value("default_scale_only", false);
-  l.causal_only = j.value("causal_only", false);
   l.alibi_only = j.value("alibi_only", false);
   if (j.contains("alignment") && !j.at("alignment").is_null()) {
     const std::string a = j.at("alignment").get<std::string>();
@@ -46,9 +44,6 @@ CallableImplementation::Limits CallableImplementation::Limits::from_json(const s
 }
 
 Support CallableImplementation::supports(const Problem& problem) const {
-  if (limits_.default_scale_only && problem.scale && *problem.scale != 1.0 / std::sqrt(double(problem.d_k)))
-    return Support::no("an explicit scale: the convention calls it with 1/sqrt(d_k) only");
-  if (limits_.causal_only && !problem.window.is_causal()) return Support::no("not causal: the convention computes causal attention only");
   if (limits_.alibi_only && problem.bias.enabled && problem.bias.kind != BiasSpec::Kind::alibi)
     return Support::no("a bias other than ALiBi: the convention passes ALiBi slopes only");
   if (limits_.alignment && !problem.window.is_none() && problem.window.align != *limits_.alignment && problem.n_q != problem.n_k)

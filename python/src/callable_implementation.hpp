@@ -22,11 +22,10 @@ class CallableImplementation final : public Implementation {
   // (it always uses 1/sqrt(d_k)), or computes causal attention only. Cases outside are skipped
   // with the reason (no projection adds or removes a scale or a causal mask).
   struct Limits {
-    bool default_scale_only = false;
-    bool causal_only = false;
     bool alibi_only = false;            // the only bias it takes is ALiBi's (slopes, FlashAttention's)
     std::optional<Align> alignment;     // the one diagonal alignment its windows have (matters where n_q != n_k)
-    // Reads {"default_scale_only": bool, "causal_only": bool, "alibi_only": bool, "alignment": "top_left"|"bottom_right"|null}.
+    // Reads {"alibi_only": bool, "alignment": "top_left"|"bottom_right"|null}. A fixed scale and
+    // causal-only are the declaration's ("default_scale_only", "causal_only"): projected onto.
     static Limits from_json(const std::string& text);
   };
   // `declaration`: what the callable supports, as a capabilities declaration (JSON text;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A kernel that supports one fixed scale and causal masks only (tests/plugins/fixed_scale_causal_plugin.c,
+# declared with ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY and ATTNBENCH_FEATURE_CAUSAL_ONLY) is checked
+# on what it computes, not skipped and not failed for what it does not: `attnbench validate` on
+# the default set exits 0 with at least 40 cases run (each the projection of a case onto the
+# default scale and a bottom-right causal mask) and no property failing for a problem it refuses;
+# each wrong variant (the built-in scale 1/d_k; the diagonal aligned top-left) exits 1 with the
+# diagnosis naming its mistake.
+# Usage: fixed_scale_causal_plugin.sh ATTNBENCH PLUGIN_DIR WORK_DIR
+set -uo pipefail
+bin=$(realpath "$1") plugins=$(realpath "$2") work=$3
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# cases_run DIR: how many cases ran (passed or failed) in DIR/verify.json.
+cases_run() {
+  python3 -c 'import json, sys; print(sum(r["status"] in ("pass", "fail") for r in json.load(open(sys.argv[1]))["records"]))' "$1/verify.json"
+}
+
+"$bin" validate --plugin "$plugins/fixed_scale_causal_plugin.so" --cases default --property-cases 10 --out correct >correct.out 2>&1
+rc=$?
+ran=$(cases_run correct 2>/dev/null || echo 0)
+echo "correct kernel: exit $rc, $ran default cases run"
+[ "$rc" -eq 0 ] || { fail "the correct kernel: exit $rc, not 0"; tail -n 30 correct.out; }
+[ "$ran" -ge 40 ] || fail "the correct kernel ran $ran default cases, not at least 40"
+grep -q "properties: 0 failed" correct.out || fail "a property failed on the correct kernel"
+
+for variant in scale_over_dk:"divided by d_k instead of sqrt(d_k)" top_left:"top-left causal mask where bottom-right was asked"; do
+  name=${variant%%:*} named=${variant#*:}
+  "$bin" validate --plugin "$plugins/fixed_scale_causal_$name.so" --cases default --property-cases 10 --out "$name" >"$name.out" 2>&1
+  rc=$?
+  echo "variant $name: exit $rc, $(cases_run "$name" 2>/dev/null || echo 0) cases run"
+  [ "$rc" -eq 1 ] || fail "the wrong variant $name: exit $rc, not 1"
+  grep -qF "$named" "$name.out" || fail "the diagnosis of $name does not say '$named'"
+done
+[ "$failures" -eq 0 ] && echo "fixed_scale_causal_plugin: all checks passed"
+[ "$failures" -eq 0 ]
