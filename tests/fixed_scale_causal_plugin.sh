@@ -5,7 +5,8 @@
 # the default set exits 0 with at least 40 cases run (each the projection of a case onto the
 # default scale and a bottom-right causal mask) and no property failing for a problem it refuses;
 # each wrong variant (the built-in scale 1/d_k; the diagonal aligned top-left) exits 1 with the
-# diagnosis naming its mistake.
+# diagnosis naming its mistake; a finding (property 13 on a kernel that multiplies masked keys in)
+# replayed with the command validate printed exits 0 reporting it.
 # Usage: fixed_scale_causal_plugin.sh ATTNBENCH PLUGIN_DIR WORK_DIR
 set -uo pipefail
 bin=$(realpath "$1") plugins=$(realpath "$2") work=$3
@@ -34,5 +35,26 @@ for variant in scale_over_dk:"divided by d_k instead of sqrt(d_k)" top_left:"top
   [ "$rc" -eq 1 ] || fail "the wrong variant $name: exit $rc, not 1"
   grep -qF "$named" "$name.out" || fail "the diagnosis of $name does not say '$named'"
 done
+# A finding replayed exits by a finding's rule (0), not as a run in which nothing ran: the
+# variant that multiplies masked keys in (0 * NaN) gets property 13's finding, and the rerun
+# command validate prints for it, run as printed, reports the finding again and exits 0.
+"$bin" validate --plugin "$plugins/fixed_scale_causal_masked_values_multiplied.so" --cases quick --property-cases 20 --out finding \
+  >finding.out 2>&1
+rc=$?
+echo "masked values multiplied in: exit $rc"
+[ "$rc" -eq 0 ] || fail "the kernel with a finding: exit $rc, not 0"
+rerun=$(grep -m1 -o "replay the finding: attnbench validate --plugin .*--property 13" finding.out)
+rerun=${rerun#replay the finding: }
+if [ -z "$rerun" ]; then
+  fail "no finding of property 13 with a rerun command"
+  grep -n "13 " finding.out | head -5
+else
+  eval "\"$bin\" ${rerun#attnbench } --out replay" >replay.out 2>&1
+  rc=$?
+  echo "the finding replayed: exit $rc"
+  [ "$rc" -eq 0 ] || { fail "the replayed finding: exit $rc, not 0"; tail -n 8 replay.out; }
+  grep -q "1 finding(s)" replay.out || fail "the replay does not report the finding"
+  grep -q "no case and no property ran" replay.out && fail "the replay says nothing ran"
+fi
 [ "$failures" -eq 0 ] && echo "fixed_scale_causal_plugin: all checks passed"
 [ "$failures" -eq 0 ]

@@ -10,6 +10,9 @@
  *   0  the correct kernel                                 (fixed_scale_causal_plugin)
  *   1  the built-in scale 1/d_k instead of 1/sqrt(d_k)     (fixed_scale_causal_scale_over_dk)
  *   2  the causal diagonal aligned top-left                 (fixed_scale_causal_top_left)
+ *   3  correct, but every key multiplied in, a masked one with weight exactly 0, so a NaN or Inf
+ *      in a masked key's V reaches the row as 0 * NaN (fixed_scale_causal_masked_values_multiplied):
+ *      not declared masked-non-finite-safe, so property 13 reports a finding, not a failure
  * Plain C11, like a third party's. */
 #include <math.h>
 #include <stdint.h>
@@ -58,9 +61,10 @@ static int fixed_run(const attnbench_call* p, char* error, size_t error_len) {
           if (e[j] > max) max = e[j];
         }
         for (int64_t j = 0; j < limit; ++j) sum += (e[j] = expl(e[j] - max));
+        const int64_t multiplied = FIXED_MISTAKE == 3 ? p->n_k : limit;
         for (int64_t c = 0; c < p->d_v; ++c) {
           long double acc = 0;
-          for (int64_t j = 0; j < limit; ++j) acc += e[j] * (long double)at(v, b, g, j, c);
+          for (int64_t j = 0; j < multiplied; ++j) acc += (j < limit ? e[j] : 0.0L) * (long double)at(v, b, g, j, c);
           row[c] = (float)(acc / sum);
         }
       }
