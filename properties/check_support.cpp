@@ -23,7 +23,7 @@ Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) 
     std::vector<std::byte> workspace(impl.workspace_bytes(p));
     impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr), workspace});
   } catch (const std::exception& e) {
-    o.error = fmt::format("run threw: {}", e.what());
+    o.error = fmt::format("{}{}", run_failed_prefix, e.what());
   }
   return o;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "core/inputs.hpp"
 #include "core/pass_rule.hpp"
@@ -24,8 +25,11 @@ bool masks_keys(const MaskSupport& m);
 
 struct Outputs {
   Tensor out, lse, weights;
-  std::string error;  // what it threw, if it did
+  std::string error;  // what it threw, if it did: run_failed_prefix and the message
 };
+// A check's message that starts with it reports a run that threw or crashed: a failure wherever
+// it happens, never a finding (a crash inside a check whose mismatch would be one is still a crash).
+inline constexpr std::string_view run_failed_prefix = "run threw: ";
 
 // A check's own problem (a changed scale, the MHA form of a GQA case, ...) that the
 // implementation does not declare or refuses: the draw tests nothing, which is not a failure

@@ -61,7 +61,8 @@ Start start(const Property& property, const Implementation& impl) {
 
 // A failure the implementation's declaration allows is a finding.
 void classify_failure(const Property& property, const Capabilities& caps, PropertyVerdict& v) {
-  if (v.kind == PropertyVerdict::Kind::failed && property.failure_is_finding && property.failure_is_finding(caps))
+  const bool run_failed = v.message.rfind(run_failed_prefix, 0) == 0;
+  if (v.kind == PropertyVerdict::Kind::failed && !run_failed && property.failure_is_finding && property.failure_is_finding(caps))
     v.kind = PropertyVerdict::Kind::finding;
 }
 

@@ -6,7 +6,8 @@
 # default scale and a bottom-right causal mask) and no property failing for a problem it refuses;
 # each wrong variant (the built-in scale 1/d_k; the diagonal aligned top-left) exits 1 with the
 # diagnosis naming its mistake; a finding (property 13 on a kernel that multiplies masked keys in)
-# replayed with the command validate printed exits 0 reporting it.
+# replayed with the command validate printed exits 0 reporting it; a crash inside that same check
+# (a variant aborting on a non-finite V) is a failure, exit 1.
 # Usage: fixed_scale_causal_plugin.sh ATTNBENCH PLUGIN_DIR WORK_DIR
 set -uo pipefail
 bin=$(realpath "$1") plugins=$(realpath "$2") work=$3
@@ -56,5 +57,12 @@ else
   grep -q "1 finding(s)" replay.out || fail "the replay does not report the finding"
   grep -q "no case and no property ran" replay.out && fail "the replay says nothing ran"
 fi
+# A crash is a failure wherever it happens: the variant that aborts on a non-finite V crashes in
+# property 13's check, whose mismatches would be findings; validate exits 1 with it failed.
+"$bin" validate --plugin "$plugins/fixed_scale_causal_crash_on_nonfinite.so" --cases quick --property-cases 20 --out crash >crash.out 2>&1
+rc=$?
+echo "crashes on a non-finite V: exit $rc"
+[ "$rc" -eq 1 ] || fail "the kernel that crashes in property 13: exit $rc, not 1"
+grep -qE "^ *13 FAILED" crash.out || { fail "property 13 is not reported failed for the crash"; grep -n "^ *13 " crash.out | head -3; }
 [ "$failures" -eq 0 ] && echo "fixed_scale_causal_plugin: all checks passed"
 [ "$failures" -eq 0 ]

@@ -13,6 +13,9 @@
  *   3  correct, but every key multiplied in, a masked one with weight exactly 0, so a NaN or Inf
  *      in a masked key's V reaches the row as 0 * NaN (fixed_scale_causal_masked_values_multiplied):
  *      not declared masked-non-finite-safe, so property 13 reports a finding, not a failure
+ *   4  correct, but crashes (abort) on a NaN or Inf anywhere in V: property 13's inputs make it
+ *      crash, a failure although that property's mismatches would be findings
+ *      (fixed_scale_causal_crash_on_nonfinite)
  * Plain C11, like a third party's. */
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +42,9 @@ static int fixed_run(const attnbench_call* p, char* error, size_t error_len) {
     snprintf(error, error_len, "out of memory for %lld scores", (long long)p->n_k);
     return 1;
   }
+  if (FIXED_MISTAKE == 4)
+    for (int64_t e_ = 0; e_ < p->batch * p->h_kv * p->n_k * p->d_v; ++e_)
+      if (!isfinite(((const float*)v->data)[e_])) abort();
   const long double scale = FIXED_MISTAKE == 1 ? 1.0L / (long double)p->d_k : 1.0L / sqrtl((long double)p->d_k);
   const int64_t shift = FIXED_MISTAKE == 2 ? 0 : p->n_k - p->n_q; /* bottom-right: row i sees keys j <= i + n_k - n_q */
   float* out = (float*)o->data;
