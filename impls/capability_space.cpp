@@ -287,33 +287,42 @@ Resolution resolve(const Implementation& impl, const Problem& problem) {
     r.skip_reason += " (it declares no dtype or no layout)";
     return r;
   }
-  // Cumulative: each step keeps the ones before it.
-  std::vector<Problem> candidates{*base};
-  auto then = [&](auto change) {
-    Problem next = candidates.back();
-    change(next);
-    if (!(next == candidates.back())) candidates.push_back(std::move(next));
+  // Cumulative: each step keeps the ones before it, and the record says every step in order (a
+  // top-left case at n_q != n_k moved to bottom-right onto the declared space, then run at equal
+  // lengths, would otherwise read as a top-left case run bottom-right).
+  struct Candidate {
+    Problem problem;
+    std::string steps;
   };
-  then([](Problem& p) {
+  std::vector<Candidate> candidates{{*base, describe_changes(problem, *base)}};
+  auto then = [&](const char* step, auto change) {
+    Problem next = candidates.back().problem;
+    change(next);
+    if (next == candidates.back().problem) return;
+    const std::string& before = candidates.back().steps;
+    std::string steps = fmt::format("{}{}{}: {}", before, before.empty() ? "" : "; then ", step, describe_changes(candidates.back().problem, next));
+    candidates.push_back({std::move(next), std::move(steps)});
+  };
+  then("equal sequence lengths", [](Problem& p) {
     const std::int64_t old_n_q = p.n_q;
     p.n_q = p.n_k = std::max(p.n_q, p.n_k);
     refit_padding(p, old_n_q);
   });
-  then([](Problem& p) { p.h_kv = p.h_q; });
-  then([](Problem& p) { p.d_v = p.d_k; });
-  then([](Problem& p) { p.role_dtypes.clear(); });
-  then([&](Problem& p) {
+  then("MHA", [](Problem& p) { p.h_kv = p.h_q; });
+  then("equal head dims", [](Problem& p) { p.d_v = p.d_k; });
+  then("one dtype", [](Problem& p) { p.role_dtypes.clear(); });
+  then("f32", [&](Problem& p) {
     if (contains(caps.dtypes, DType::f32)) p.dtype = DType::f32;
   });
-  then([](Problem& p) { p.bias = {}; });
-  then([](Problem& p) { p.bool_mask = {}; });
-  then([](Problem& p) { p.padding = {}; });
-  then([](Problem& p) { p.window = Window{}; });
-  for (const Problem& candidate : candidates)
-    if (accepted(impl, caps, candidate)) {
-      r.problem = candidate;
+  then("no bias", [](Problem& p) { p.bias = {}; });
+  then("no boolean mask", [](Problem& p) { p.bool_mask = {}; });
+  then("no padding", [](Problem& p) { p.padding = {}; });
+  then("no window", [](Problem& p) { p.window = Window{}; });
+  for (const Candidate& candidate : candidates)
+    if (accepted(impl, caps, candidate.problem)) {
+      r.problem = candidate.problem;
       r.projected = true;
-      r.changes = describe_changes(problem, candidate);
+      r.changes = candidate.steps;
       return r;
     }
   return r;

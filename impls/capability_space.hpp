@@ -47,7 +47,8 @@ std::optional<Problem> project_onto(const Capabilities& caps, const Problem& pro
 struct Resolution {
   std::optional<Problem> problem;  // what runs; nullopt: nothing the implementation accepts
   bool projected = false;          // problem differs from the case
-  std::string changes;             // "dtype f16 -> f32, GQA -> MHA": what the projection changed
+  // What the projection changed, step by step: "dtype f16 -> f32; then MHA: h_kv 1 -> 4".
+  std::string changes;
   std::string skip_reason;         // when nothing runs: the case's own refusal
 };
 Resolution resolve(const Implementation& impl, const Problem& problem);

@@ -126,6 +126,31 @@ TEST(CapabilityDeclaration, AFixedScaleAndCausalOnlyAreDeclaredAndProjectedOnto)
   }
 }
 
+// A projection in several steps says each, in order: a top-left case at n_q != n_k, onto a kernel
+// declaring bottom-right only whose supports() wants n_q = n_k, moves its diagonal onto the
+// declared space and then runs at equal lengths (where top-left and bottom-right agree) - not "a
+// top-left case run bottom-right".
+TEST(CapabilityDeclaration, AProjectionRecordsEveryStepInOrder) {
+  struct SquareBottomRight final : Implementation {
+    std::string name() const override { return "square_bottom_right"; }
+    Capabilities describe() const override {
+      Capabilities c;
+      c.dtypes = {DType::f32};
+      c.masks = {false, true, false, false, false, false, false};
+      return c;
+    }
+    Support supports(const Problem& p) const override { return p.n_q == p.n_k ? Support::yes() : Support::no("n_q != n_k"); }
+    std::size_t workspace_bytes(const Problem&) const override { return 0; }
+    void run(const RunArgs&) const override {}
+  } kernel;
+  const Resolution r = resolve(kernel, parse_problem("b=1 hq=2 hkv=2 nq=5 nk=9 dk=8 dv=8 dtype=f32 causal=top_left regime=diffuse seed=1"));
+  ASSERT_TRUE(r.problem.has_value()) << r.skip_reason;
+  EXPECT_EQ(r.problem->window, Window::of(Causal::bottom_right));
+  EXPECT_EQ(r.problem->n_q, 9);
+  EXPECT_EQ(r.changes.rfind("causal ", 0), 0u) << r.changes;
+  EXPECT_NE(r.changes.find("; then equal sequence lengths: n 5x9 -> 9x9"), std::string::npos) << r.changes;
+}
+
 // A window other than causal is a declared feature like any mask: a plugin's
 // ATTNBENCH_FEATURE_SLIDING_WINDOW and the file's "window" mean the same, covers() refuses it
 // undeclared naming it, and the projection keeps as much of it as the declaration can express.
