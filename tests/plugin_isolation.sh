@@ -109,5 +109,19 @@ expect_log wrong_abi "ABI version mismatch: the plugin describes itself as ABI v
 validate not_a_library "$cases" 2
 expect_log not_a_library "dlopen failed"
 
+# A memory limit below what the worker already holds with the plugin loaded is the user's mistake,
+# not the plugin's: exit 2 naming the limit and what it must be at least (where RLIMIT_AS applies;
+# sanitizer builds cannot set one and say so).
+"$attnbench" validate --plugin "$example" --cases "$cases" --plugin-memory-limit 1K --property-cases 1 --out "$work/tiny_limit" \
+  >"$work/tiny_limit.log" 2>&1
+rc=$?
+if grep -q "memory limit: none: not applied" "$work/tiny_limit.log"; then
+  echo "== tiny_limit: no address-space limit applies in this build (exit $rc)"
+else
+  echo "== tiny_limit: exit $rc"
+  [[ $rc == 2 ]] || { fail "tiny_limit: exit $rc, expected 2"; cat "$work/tiny_limit.log"; }
+  expect_log tiny_limit "--plugin-memory-limit 1 KiB leaves the worker no room"
+fi
+
 echo "$failures failure(s)"
 exit $((failures > 0))

@@ -321,7 +321,9 @@ json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginIn
   const ArenaLayout layout = request.at("layout").get<ArenaLayout>();
   void* mapped = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (mapped == MAP_FAILED) return {{"status", -1}, {"error", fmt::format("attnbench-plugin-host: mmap failed: {}", std::strerror(errno))}};
+  if (mapped == MAP_FAILED)  // the worker's own mapping, before the plugin runs: not the plugin's failure
+    return {{"status", -1}, {"harness_error", true},
+            {"error", fmt::format("attnbench-plugin-host: mapping the case's {} bytes of buffers failed: {}", layout.total, std::strerror(errno))}};
   auto* base = static_cast<std::byte*>(mapped);
   for (std::size_t g : layout.guards) mprotect(base + g, layout.page, PROT_NONE);
 
@@ -392,6 +394,9 @@ json apply_memory_limit(std::uint64_t bytes, bool cuda) {
   } else if (cuda) {
     memory["note"] = "not applied: a CUDA plugin (the CUDA driver reserves more address space than any useful limit)";
   } else {
+    // What this process (the worker and the loaded plugin) already holds: the limit has to leave
+    // room above it for each case's buffers, which the worker maps before the plugin runs.
+    memory["in_use_bytes"] = read_vm_peak_kib() * 1024;
     const rlimit limit{rlim_t(bytes), rlim_t(bytes)};
     if (setrlimit(RLIMIT_AS, &limit) != 0)
       memory["note"] = fmt::format("not applied: setrlimit(RLIMIT_AS) failed: {}", std::strerror(errno));

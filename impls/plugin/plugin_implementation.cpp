@@ -103,6 +103,14 @@ std::unique_ptr<PluginImplementation> PluginImplementation::load(const std::stri
   if (impl->info_.cuda && !hello.at("cuda").value("available", false)) impl->unavailable_ = hello.at("cuda").value("reason", std::string("no CUDA device"));
   const json memory = hello.value("memory_limit", json::object());
   impl->memory_limit_ = memory.value("bytes", std::uint64_t{0});
+  // A limit at or below what the worker already holds leaves no room for any case's buffers: the
+  // harness's own mappings would fail, and every case would read as the plugin's failure.
+  const std::uint64_t in_use = memory.value("in_use_bytes", std::uint64_t{0});
+  constexpr std::uint64_t room = std::uint64_t{64} << 20;
+  if (impl->memory_limit_ > 0 && in_use > 0 && impl->memory_limit_ < in_use + room)
+    throw InputError(fmt::format("plugin {}: --plugin-memory-limit {} leaves the worker no room: it already holds {} of address space "
+                                 "with the plugin loaded, and each case's buffers are mapped on top of that; give it at least {}",
+                                 path, format_bytes(impl->memory_limit_), format_bytes(in_use), format_bytes(in_use + room)));
   if (impl->memory_limit_ > 0)
     impl->memory_description_ = fmt::format("{} of address space per worker (RLIMIT_AS; {})", format_bytes(impl->memory_limit_), limit_basis);
   else if (*impl->options_.memory_limit_bytes == 0)
@@ -286,7 +294,11 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
     problems.push_back(x.reply.at("cuda_error").get<std::string>() + " (the worker restarts)");
     worker_.reset();
   }
-  if (const int status = x.reply.value("status", -1); status != 0)
+  if (x.reply.value("harness_error", false))
+    problems.push_back(fmt::format("the harness could not run the plugin on this case (the plugin did not run): {}{}",
+                                   x.reply.value("error", std::string()),
+                                   memory_limit_ > 0 ? fmt::format("; raise --plugin-memory-limit ({} now)", format_bytes(memory_limit_)) : ""));
+  else if (const int status = x.reply.value("status", -1); status != 0)
     problems.push_back(fmt::format("the plugin's run() returned status {}: {}", status,
                                    x.reply.value("error", std::string()).empty() ? "(no message)" : x.reply.value("error", std::string())));
   for (const auto& message : x.reply.value("problems", json::array())) problems.push_back(message.get<std::string>());
