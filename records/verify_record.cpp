@@ -197,7 +197,16 @@ json to_json(const VerifyRecord& r) {
   return j;
 }
 
-std::string VerifyRecord::dtype() const { return text_or_empty(problem, "dtype"); }
+std::string VerifyRecord::dtype() const {
+  std::string dtype = text_or_empty(problem, "dtype");
+  if (problem.is_object() && problem.contains("role_dtypes") && problem["role_dtypes"].is_object()) {
+    std::vector<std::string> own;
+    for (const auto& [role, d] : problem["role_dtypes"].items())
+      if (d.is_string()) own.push_back(fmt::format("{}: {}", role, d.get<std::string>()));
+    if (!own.empty()) dtype += fmt::format(" ({})", fmt::join(own, ", "));
+  }
+  return dtype;
+}
 
 double VerifyRecord::n_k() const {
   return problem.is_object() && problem.contains("n_k") && problem["n_k"].is_number() ? problem["n_k"].get<double>()
@@ -208,9 +217,16 @@ std::string VerifyRecord::mask() const {
   std::vector<std::string> parts;
   const std::string causal = text_or_empty(problem, "causal");
   if (!causal.empty() && causal != "none") parts.push_back("causal " + causal);
+  // A window other than causal: its sides (-1 unbounded) and alignment, as the repro string says it.
+  if (problem.is_object() && problem.contains("window") && problem["window"].is_object()) {
+    const json& w = problem["window"];
+    auto side = [&](const char* key) { return w.contains(key) && w[key].is_number_integer() ? w[key].get<long long>() : -1LL; };
+    parts.push_back(fmt::format("window {},{}@{}", side("left"), side("right"), text_or_empty(w, "align")));
+  }
   if (problem.is_object() && problem.contains("padding")) parts.push_back("pad " + text_or_empty(problem["padding"], "kind"));
   if (problem.is_object() && problem.contains("bool_mask")) parts.push_back("bool");
-  if (problem.is_object() && problem.contains("bias")) parts.push_back("bias");
+  if (problem.is_object() && problem.contains("bias"))
+    parts.push_back(text_or_empty(problem["bias"], "kind") == "alibi" ? "alibi" : "bias");
   if (parts.empty()) return "none";
   std::string out = parts.front();
   for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];

@@ -118,8 +118,9 @@ struct VerifyRecord {
   bool sampled() const { return reference && reference->sampled; }
   std::string diagnosis_summary() const { return diagnosis ? diagnosis->summary : std::string{}; }
   double baseline_max_ulps() const { return baseline ? baseline->metrics.ulps() : std::numeric_limits<double>::quiet_NaN(); }
-  // From the problem block: its dtype, n_k (NaN without one) and mask in words ("none",
-  // "causal top_left + pad right", "bool", ...).
+  // From the problem block: its dtype (with the roles in a dtype of their own: "f16 (o: f32)"),
+  // n_k (NaN without one) and mask in words ("none", "causal top_left + pad right", "window
+  // 3,0@bottom_right", "bool", "alibi", ...): the report groups its verdict table by them.
   std::string dtype() const;
   double n_k() const;
   std::string mask() const;
