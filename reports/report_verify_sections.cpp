@@ -61,6 +61,30 @@ Section context_section(const MergedResults& m) {
   return s;
 }
 
+// One line per implementation that skipped cases: how many, and why (each reason with its count,
+// the most frequent first).
+Table skipped_table(const MergedResults& m) {
+  std::map<std::string, std::map<std::string, int>> reasons;
+  for (const auto& r : m.verify_records)
+    if (r.status == "skip") ++reasons[r.implementation][r.skip_reason.empty() ? "(no reason recorded)" : r.skip_reason];
+  Table t{{"implementation", "skipped", "why (cases)"}, {}, {}, {1}};
+  for (const auto& [impl, why] : reasons) {
+    std::vector<std::pair<int, std::string>> ranked;
+    int total = 0;
+    for (const auto& [reason, n] : why) ranked.emplace_back(n, reason), total += n;
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::string> parts;
+    for (std::size_t i = 0; i < ranked.size() && i < 4; ++i) parts.push_back(fmt::format("{} ({})", ranked[i].second, ranked[i].first));
+    if (ranked.size() > 4) parts.push_back(fmt::format("{} other reasons ({} cases)", ranked.size() - 4, [&] {
+                                             int rest = 0;
+                                             for (std::size_t i = 4; i < ranked.size(); ++i) rest += ranked[i].first;
+                                             return rest;
+                                           }()));
+    t.rows.push_back({impl, std::to_string(total), fmt::format("{}", fmt::join(parts, "; "))});
+  }
+  return t;
+}
+
 Section verdict_section(const MergedResults& m) {
   Section s{"verdicts", "Verdicts per implementation × dtype × mask", {}};
   if (!m.has("verify")) {
@@ -92,14 +116,17 @@ Section verdict_section(const MergedResults& m) {
                        text(m.pass_rule, "floor_ulps"));
   s.blocks.emplace_back(Paragraph{fmt::format("**{} passed, {} failed, {} skipped** over {} records.{}", pass, fail, skip,
                                               m.verify_records.size(), rule)});
+  // Rows for what ran; the skips, which say nothing per dtype and mask, get one line per
+  // implementation below with their reasons.
   Table t{{"implementation", "dtype", "mask", "verdict", "pass", "fail", "skip", "worst ulps", "worst budget used"}, {}, {}, {4, 5, 6, 7, 8}};
   for (const auto& [key, c] : cells) {
+    if (c.pass + c.fail == 0) continue;
     const auto& [impl, dtype, mask] = key;
-    const std::string verdict = c.fail > 0 ? "FAIL" : c.pass > 0 ? "pass" : "skipped";
-    t.rows.push_back({impl, dtype, mask, verdict, std::to_string(c.pass), std::to_string(c.fail), std::to_string(c.skip),
+    t.rows.push_back({impl, dtype, mask, c.fail > 0 ? "FAIL" : "pass", std::to_string(c.pass), std::to_string(c.fail), std::to_string(c.skip),
                       c.worst_ulps < 0 ? "-" : fmt_num(c.worst_ulps, 7), c.worst_budget < 0 ? "-" : format_budget(c.worst_budget)});
   }
   s.blocks.emplace_back(std::move(t));
+  if (skip > 0) s.blocks.emplace_back(skipped_table(m));
   return s;
 }
 

@@ -439,6 +439,27 @@ TEST(Readers, IgnoreUnknownFields) {
   EXPECT_NE(report.markdown.find("## Verdicts per implementation"), std::string::npos);
 }
 
+// Skipped cases get one line per implementation with their reasons and counts, not a verdict row
+// "skipped 0 0 N" per dtype and mask.
+TEST(Report, SkippedCasesAreOneLinePerImplementationWithTheirReasons) {
+  json doc = verify_document(std::nullopt);
+  json skip = doc["records"][0];
+  skip["implementation"] = "narrow";
+  skip["status"] = "skip";
+  skip["skip_reason"] = "dtype f16 not declared";
+  skip.erase("metrics");
+  for (int i = 0; i < 3; ++i) {
+    skip["case_index"] = 100 + i;
+    doc["records"].push_back(skip);
+  }
+  skip["skip_reason"] = "no CUDA device";
+  skip["case_index"] = 103;
+  doc["records"].push_back(skip);
+  const Report report = render_report(merge_results({from_json("skips.json", doc)}));
+  EXPECT_NE(report.markdown.find("| narrow | 4 | dtype f16 not declared (3); no CUDA device (1) |"), std::string::npos) << report.markdown;
+  EXPECT_EQ(report.markdown.find("| skipped | 0 | 0 |"), std::string::npos) << report.markdown;
+}
+
 TEST(Merge, ShardsEqualTheUnshardedRun) {
   const json whole = verify_document(std::nullopt);
   std::vector<ResultFile> shards;
