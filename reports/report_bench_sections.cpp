@@ -163,26 +163,29 @@ Section chart_section(const MergedResults& m, const std::vector<BenchFamily>& fa
     }
     s.blocks.emplace_back(Chart{std::move(c)});
   }
-  // Max error in ulps vs n per dtype (verify), with the naive yardstick.
+  // The share of the error budget used vs n per dtype (verify): each case's worst error over its
+  // tolerance, the pass line at 1, with the naive yardstick's share beside it (its error over the
+  // same tolerance): raw ulps would show an f16 case that passes at 1.9e5 ulps.
   std::map<std::string, std::map<std::string, svg::Series>> by_dtype;
   for (const auto& r : m.verify_records) {
-    if (!r.measured()) continue;
-    const double u = ulps_value(r);
+    if (!r.measured() || !r.budget_used) continue;
     auto& series = by_dtype[r.dtype()];
     auto& mine = series[r.implementation];
     mine.name = r.implementation;
     mine.joined = false;
-    if (std::isfinite(u)) mine.points.emplace_back(r.n_k(), u);
-    if (!std::isnan(r.baseline_max_ulps())) {
+    if (std::isfinite(*r.budget_used)) mine.points.emplace_back(r.n_k(), *r.budget_used);
+    if (r.baseline && r.tolerance > 0) {
       auto& naive = series["~naive yardstick"];
-      naive.name = "naive in the same precision (yardstick)";
+      naive.name = "naive, same precision";
       naive.joined = false;
-      if (std::isfinite(r.baseline_max_ulps())) naive.points.emplace_back(r.n_k(), r.baseline_max_ulps());
+      const double share = r.baseline->metrics.max_abs / r.tolerance;
+      if (std::isfinite(share)) naive.points.emplace_back(r.n_k(), share);
     }
   }
   for (auto& [dtype, series] : by_dtype) {
-    svg::Chart c{"Max error vs n, " + dtype, "n_k", "max error (ulps of " + dtype + ")", true, true, 2, 0.5, "", {}, {}};
+    svg::Chart c{"Error budget used vs n, " + dtype, "n_k", "max error / tolerance", true, true, 2, 1e-3, "", {}, {}};
     for (auto& [name, sr] : series) c.series.push_back(std::move(sr));
+    c.lines.push_back({1.0, "pass line: error = tolerance"});
     s.blocks.emplace_back(Chart{std::move(c)});
   }
   // Workspace vs n.

@@ -570,7 +570,7 @@ TEST(Report, HasEverySectionAndSelfContainedHtml) {
   EXPECT_NE(r.markdown.find("`b=1 hq=1 hkv=1 nq=3 nk=5"), std::string::npos);              // a repro string
   EXPECT_NE(r.markdown.find("| 512 |"), std::string::npos);                                // the d_k = 512 row
   for (const char* part : {"<!DOCTYPE html>", "cpu_naive: time vs n", "slope 2.00", "Throughput vs n under the measured peak",
-                           "measured CPU peak (roofline) 90.0 GFLOP/s", "Max error vs n, f16", "Workspace vs n", "<svg", "</html>"})
+                           "measured CPU peak (roofline) 90.0 GFLOP/s", "Error budget used vs n, f16", "pass line: error = tolerance", "Workspace vs n", "<svg", "</html>"})
     EXPECT_NE(r.html.find(part), std::string::npos) << part;
   EXPECT_EQ(r.html.find("http://"), std::string::npos);
   EXPECT_EQ(r.html.find("https://"), std::string::npos);
