@@ -7,7 +7,8 @@
 # each wrong variant (the built-in scale 1/d_k; the diagonal aligned top-left) exits 1 with the
 # diagnosis naming its mistake; a finding (property 13 on a kernel that multiplies masked keys in)
 # replayed with the command validate printed exits 0 reporting it; a crash inside that same check
-# (a variant aborting on a non-finite V) is a failure, exit 1.
+# (a variant aborting on a non-finite V) is a failure, exit 1; a crash on GQA cases only is blamed
+# on the head mapping.
 # Usage: fixed_scale_causal_plugin.sh ATTNBENCH PLUGIN_DIR WORK_DIR
 set -uo pipefail
 bin=$(realpath "$1") plugins=$(realpath "$2") work=$3
@@ -64,5 +65,12 @@ rc=$?
 echo "crashes on a non-finite V: exit $rc"
 [ "$rc" -eq 1 ] || fail "the kernel that crashes in property 13: exit $rc, not 1"
 grep -qE "^ *13 FAILED" crash.out || { fail "property 13 is not reported failed for the crash"; grep -n "^ *13 " crash.out | head -3; }
+# Blame where it belongs: a kernel that crashes on GQA cases only (query head h reads kv head h,
+# past the end of K) fails them saying that the same case as MHA passes, naming the head mapping.
+"$bin" validate --plugin "$plugins/fixed_scale_causal_gqa_reads_head_h.so" --cases quick --property-cases 2 --out gqa >gqa.out 2>&1
+rc=$?
+echo "GQA head h read as kv head h: exit $rc"
+[ "$rc" -eq 1 ] || fail "the kernel that crashes on GQA: exit $rc, not 1"
+grep -q "(MHA) runs and passes: the failure is in its GQA head mapping" gqa.out || fail "no GQA crash names the head mapping"
 [ "$failures" -eq 0 ] && echo "fixed_scale_causal_plugin: all checks passed"
 [ "$failures" -eq 0 ]

@@ -155,6 +155,28 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   return ctx;
 }
 
+// A run that fails on a GQA or MQA case: the same case with one kv head per query head (MHA, fresh
+// inputs), run and judged. When that passes, the failure is in the kernel's head mapping, and the
+// record says so with the mapping it was asked for; "" otherwise (or where MHA is not accepted).
+std::string gqa_blame(const Implementation& impl, const Capabilities& caps, const Problem& p, const VerifyOptions& options) {
+  if (p.h_kv >= p.h_q) return "";
+  Problem mha = p;
+  mha.h_kv = mha.h_q;
+  if (!covers(caps, mha).ok || !impl.supports(mha).ok) return "";
+  try {
+    const CaseInputs in = generate_inputs(mha);
+    const Output o = run_once(impl, mha, in, caps.returns_lse);
+    const Judgement judged =
+        judge_case(mha, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
+    if (!judged.verdict.pass) return "";
+  } catch (const std::exception&) {
+    return "";  // it fails without GQA too: nothing to say about the head mapping
+  }
+  return fmt::format("the same case with h_kv = h_q = {} (MHA) runs and passes: the failure is in its GQA head mapping (query head h "
+                     "reads kv head h / {}, {} query heads per kv head)",
+                     p.h_q, p.h_q / p.h_kv, p.h_q / p.h_kv);
+}
+
 void run_record(Record& record, const Implementation& impl, const Capabilities& caps, Prepared& prepared, const VerifyOptions& options,
                 int& diagnosed) {
   const CaseContext& context = *prepared.context;
@@ -204,6 +226,9 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.seconds = seconds_since(start);
     record.verdict.pass = false;
     record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
+    if (!prepared.given_out) {
+      if (std::string where = gqa_blame(impl, caps, p, options); !where.empty()) record.verdict.reasons.push_back(std::move(where));
+    }
     // judge_output gives every verdict this reason; the run (or the diagnosis) may have thrown before or after it.
     auto& reasons = record.verdict.reasons;
     if (!context.baseline_problem.empty() && std::find(reasons.begin(), reasons.end(), context.baseline_problem) == reasons.end())

@@ -16,6 +16,8 @@
  *   4  correct, but crashes (abort) on a NaN or Inf anywhere in V: property 13's inputs make it
  *      crash, a failure although that property's mismatches would be findings
  *      (fixed_scale_causal_crash_on_nonfinite)
+ *   5  query head h reads kv head h, not h / (h_q / h_kv): past the end of K and V under GQA, a
+ *      crash on the guard page after them; MHA cases right (fixed_scale_causal_gqa_reads_head_h)
  * Plain C11, like a third party's. */
 #include <math.h>
 #include <stdint.h>
@@ -51,7 +53,7 @@ static int fixed_run(const attnbench_call* p, char* error, size_t error_len) {
   for (int64_t b = 0; b < p->batch; ++b)
     for (int64_t h = 0; h < p->h_q; ++h)
       for (int64_t i = 0; i < p->n_q; ++i) {
-        const int64_t g = h / (p->h_q / p->h_kv);
+        const int64_t g = FIXED_MISTAKE == 5 ? h : h / (p->h_q / p->h_kv);
         int64_t limit = i + 1 + shift;
         if (limit > p->n_k) limit = p->n_k;
         float* row = out + ((b * p->h_q + h) * p->n_q + i) * p->d_v;
