@@ -183,6 +183,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
   const CaseInputs& in = prepared.inputs();
   const Problem& p = context.problem;
   const auto start = std::chrono::steady_clock::now();
+  const int timeouts_before = impl.timed_out_calls();
   try {
     // Given outputs are borrowed where they lie (a 1 GiB capture is not copied or shadowed by a poisoned one).
     const bool given = prepared.given_out.has_value();
@@ -226,7 +227,8 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.seconds = seconds_since(start);
     record.verdict.pass = false;
     record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
-    if (!prepared.given_out) {
+    // A crash or an error, not a hang: another call to a kernel that hangs would cost another timeout.
+    if (!prepared.given_out && impl.timed_out_calls() == timeouts_before) {
       if (std::string where = gqa_blame(impl, caps, p, options); !where.empty()) record.verdict.reasons.push_back(std::move(where));
     }
     // judge_output gives every verdict this reason; the run (or the diagnosis) may have thrown before or after it.
