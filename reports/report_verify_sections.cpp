@@ -74,12 +74,13 @@ Table skipped_table(const MergedResults& m) {
     for (const auto& [reason, n] : why) ranked.emplace_back(n, reason), total += n;
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<std::string> parts;
-    for (std::size_t i = 0; i < ranked.size() && i < 4; ++i) parts.push_back(fmt::format("{} ({})", ranked[i].second, ranked[i].first));
-    if (ranked.size() > 4) parts.push_back(fmt::format("{} other reasons ({} cases)", ranked.size() - 4, [&] {
-                                             int rest = 0;
-                                             for (std::size_t i = 4; i < ranked.size(); ++i) rest += ranked[i].first;
-                                             return rest;
-                                           }()));
+    int rest = 0;
+    for (std::size_t i = 0; i < ranked.size(); ++i)
+      if (i < 4)
+        parts.push_back(fmt::format("{} ({})", ranked[i].second, ranked[i].first));
+      else
+        rest += ranked[i].first;
+    if (ranked.size() > 4) parts.push_back(fmt::format("{} other reasons ({} cases)", ranked.size() - 4, rest));
     t.rows.push_back({impl, std::to_string(total), fmt::format("{}", fmt::join(parts, "; "))});
   }
   return t;

@@ -131,20 +131,24 @@ __device__ __forceinline__ void load_tile(unsigned char* smem, const void* globa
 }
 
 // The softmax steps on a slice of S in wgmma's accumulator layout: kKeys keys, element 4 j + 2 hh + e
-// = row g + 8 hh of the warp's 16, key 8 j + 2 tq + e of the slice.
-template <int kKeys>
-__device__ __forceinline__ void scale_and_mask(float (&s)[kKeys / 2], float scale_log2, bool masked, const int (&limit)[2], int first_key,
-                                               int tq) {
+// = row g + 8 hh of the warp's 16, key 8 j + 2 tq + e of the slice. visit(index, hh, key) runs on
+// each of this thread's elements.
+template <int kKeys, class Visit>
+__device__ __forceinline__ void for_each_score(int tq, Visit visit) {
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float x = s[4 * j + 2 * hh + e] * scale_log2;
-        if (masked && first_key + 8 * j + 2 * tq + e >= limit[hh]) x = -INFINITY;
-        s[4 * j + 2 * hh + e] = x;
-      }
+      for (int e = 0; e < 2; ++e) visit(4 * j + 2 * hh + e, hh, 8 * j + 2 * tq + e);
+}
+template <int kKeys>
+__device__ __forceinline__ void scale_and_mask(float (&s)[kKeys / 2], float scale_log2, bool masked, const int (&limit)[2], int first_key,
+                                               int tq) {
+  for_each_score<kKeys>(tq, [&](int i, int hh, int key) {
+    const float x = s[i] * scale_log2;
+    s[i] = masked && first_key + key >= limit[hh] ? -INFINITY : x;
+  });
 }
 template <int kKeys>
 __device__ __forceinline__ void max_into(const float (&s)[kKeys / 2], float (&m)[2]) {
@@ -158,16 +162,10 @@ __device__ __forceinline__ void max_into(const float (&s)[kKeys / 2], float (&m)
 template <class Elem, int kKeys>
 __device__ __forceinline__ void exponentiate_and_pack(float (&s)[kKeys / 2], const float (&m_use)[2], float (&sum)[2],
                                                       std::uint32_t (&pa)[kKeys / 16][4]) {
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = exp2f(s[4 * j + 2 * hh + e] - m_use[hh]);
-        s[4 * j + 2 * hh + e] = p;
-        sum[hh] += p;
-      }
+  for_each_score<kKeys>(0, [&](int i, int hh, int) {
+    s[i] = exp2f(s[i] - m_use[hh]);
+    sum[hh] += s[i];
+  });
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     pa[kk][0] = Elem::pack(s[8 * kk + 0], s[8 * kk + 1]);
