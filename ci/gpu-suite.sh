@@ -150,11 +150,14 @@ if [ "$built" -eq 1 ]; then
   # Then cuda_fused's kernels launched directly, side by side on the same problem (the wgmma
   # kernel with S in one product or in two halves, and the mma.sync kernel).
   run_step cuda_fused-variants timeout 60 "$bindir/benchmarks/cuda_fused_variants"
-  # The GPU tests; both implementations on the default set (the reference computed once per case);
+  # The GPU tests; both implementations on the default set (the reference computed once per case)
+  # and on the cases GPU runs once got wrong (ci/gpu-regression-cases.txt);
   # the property suite on cuda_fused; the SASS check; the Triton example compiled for the GPU
   # through the Python package, on the quick set.
   bg_step gpu-tests timeout 170 ctest --preset gpu -L gpu -j 2 --output-junit "$outdir/gpu-tests.xml"
   bg_step verify timeout 170 "$attnbench" verify --impl cuda_cublas --impl cuda_fused --cases default --threads 6 --json "$outdir/verify-gpu.json"
+  bg_step verify-regressions timeout 170 "$attnbench" verify --impl cuda_cublas --impl cuda_fused --cases "$root/ci/gpu-regression-cases.txt" \
+    --threads 2 --json "$outdir/verify-gpu-regressions.json"
   bg_step properties-cuda_fused timeout 170 "$attnbench" properties --impl cuda_fused --property-cases 30 \
     --json "$outdir/properties-fused.json"
   # The SASS check calls its script itself: a second ctest in this build tree beside gpu-tests'
@@ -183,7 +186,7 @@ if [ "$built" -eq 1 ]; then
   wait_steps
 
 else
-  for s in bench-cuda_fused cuda_fused-variants gpu-tests verify properties-cuda_fused sass-cuda_fused python-triton-gpu memcheck racecheck synccheck initcheck \
+  for s in bench-cuda_fused cuda_fused-variants gpu-tests verify verify-regressions properties-cuda_fused sass-cuda_fused python-triton-gpu memcheck racecheck synccheck initcheck \
     initcheck-quick initcheck-default-sample; do
     skip_step "$s" "the build failed"
   done

@@ -1,10 +1,11 @@
 // cuda_fused's host side on the CPU (no device needed): the plan's rejections with their reasons
-// (d = 48, d_k != d_v, f64), the parameters it fills (strides, GQA group, scale, mask flags, tile
+// (d past 256, f64), the zero padding of other head dimensions and of d_k != d_v, the parameters it fills (strides, GQA group, scale, mask flags, tile
 // shapes, shared memory), the causal key limits against the end of Mask::key_range, the key tiles a query
 // tile visits under both causal alignments with n_q != n_k and with padding (every visible pair
 // in a visited tile, every skipped tile fully masked, every unmasked tile fully visible), and the
 // grid decomposition (b * h = 70000, and past 2^31 - 1 blocks). Also registration, and every case
 // skipped with the reason where no device is.
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -31,22 +32,46 @@ Problem shape(std::int64_t b, std::int64_t h_q, std::int64_t h_kv, std::int64_t 
   return p;
 }
 
-TEST(CudaFusedPlan, RejectsHeadDimensionsWithoutAKernelNamingThem) {
-  const FusedPlanResult r = make_fused_plan(shape(1, 2, 2, 16, 16, 48));
+TEST(CudaFusedPlan, RejectsHeadDimensionsPastTheLargestKernelNamingThem) {
+  Problem p = shape(1, 2, 2, 16, 16, 64);
+  p.d_v = 300;
+  const FusedPlanResult r = make_fused_plan(p);
   ASSERT_FALSE(r.plan.has_value());
-  EXPECT_NE(r.reason.find("head dimension 48"), std::string::npos) << r.reason;
-  EXPECT_NE(r.reason.find("32, 64, 96, 128, 256"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("d_k = 64, d_v = 300"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("d = 256"), std::string::npos) << r.reason;
 }
 
-TEST(CudaFusedPlan, RejectsF64AndUnequalHeadDimensions) {
+TEST(CudaFusedPlan, RejectsF64) {
   const FusedPlanResult f64 = make_fused_plan(shape(1, 1, 1, 8, 8, 64, DType::f64));
   ASSERT_FALSE(f64.plan.has_value());
   EXPECT_NE(f64.reason.find("f64"), std::string::npos) << f64.reason;
-  Problem p = shape(1, 1, 1, 8, 8, 64);
-  p.d_v = 32;
-  const FusedPlanResult dv = make_fused_plan(p);
-  ASSERT_FALSE(dv.plan.has_value());
-  EXPECT_NE(dv.reason.find("d_k = 64 and d_v = 32"), std::string::npos) << dv.reason;
+}
+
+// Head dimensions without a kernel, and d_k != d_v, run on the next instantiated d, zero-padded:
+// Q and K where d_k is smaller, V and O where d_v is. The strides are the padded buffers'.
+TEST(CudaFusedPlan, PadsOtherHeadDimensionsToTheNextKernel) {
+  struct Expect {
+    std::int64_t d_k, d_v, kernel;
+    bool pad_q_k, pad_v_o;
+  };
+  for (const Expect e : {Expect{48, 48, 64, true, true}, Expect{128, 64, 128, false, true}, Expect{16, 40, 64, true, true},
+                         Expect{64, 96, 96, true, false}, Expect{1, 1, 32, true, true}, Expect{200, 256, 256, true, false}}) {
+    Problem p = shape(2, 4, 2, 100, 77, e.d_k);
+    p.d_v = e.d_v;
+    const FusedPlanResult r = make_fused_plan(p);
+    ASSERT_TRUE(r.plan.has_value()) << e.d_k << "/" << e.d_v << ": " << r.reason;
+    const FusedParams& k = r.plan->params;
+    EXPECT_EQ(k.head_dim, e.kernel) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(r.plan->pad_q_k, e.pad_q_k) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(r.plan->pad_v_o, e.pad_v_o) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(k.q_row_stride, e.kernel);
+    EXPECT_EQ(k.v_head_stride, 77 * e.kernel);
+    EXPECT_EQ(k.o_batch_stride, 4 * 100 * e.kernel);
+    EXPECT_FLOAT_EQ(k.scale, float(1.0 / std::sqrt(double(e.d_k))));  // the scale of the real d_k, not the kernel's
+  }
+  Problem mla = shape(2, 4, 2, 300, 77, 128);
+  mla.d_v = 64;
+  EXPECT_TRUE(make_fused_plan(mla, true).plan->params.wgmma);  // padded to d = 128: the Hopper kernel
 }
 
 // The kernels compute causal windows and padding only: any other window is refused, naming it.

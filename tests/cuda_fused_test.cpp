@@ -1,6 +1,7 @@
 // cuda_fused on a GPU (label gpu). Every test skips, with the reason, where no device is. With
 // one: verify on the quick case set in f32, f16 and bf16 passes; edge shapes and every mask kind
-// in every head dimension pass against the reference; 250 repeated runs are bitwise identical;
+// in every head dimension pass against the reference, and so do other head dimensions and d_k !=
+// d_v (zero-padded), whose bits are the unpadded kernel's; 250 repeated runs are bitwise identical;
 // b * h_q > 65535 runs (a 1-D grid); a NaN or Inf in a masked key's V changes no output bit
 // while a visible one reaches exactly its rows; a prepared run checks its output and holds a
 // workspace independent of n. Small sizes, so that compute-sanitizer (memcheck, racecheck,
@@ -97,6 +98,54 @@ TEST_F(CudaFused, EdgeShapesAndEveryMaskKindPass) {
         cases.push_back(p);
       }
   expect_pass(*impl_, cases);
+}
+
+// Head dimensions without a kernel of their own and d_k != d_v run zero-padded on the next kernel
+// up: every dtype, both kernels (128/64 pads to the wgmma kernel's d on an H100 or H200), with masks.
+TEST_F(CudaFused, PaddedHeadDimensionsPass) {
+  std::vector<Problem> cases;
+  std::uint64_t seed = 100;
+  for (DType dtype : {DType::f16, DType::bf16, DType::f32})
+    for (auto [d_k, d_v] : {std::pair<std::int64_t, std::int64_t>{128, 64}, {192, 128}, {16, 40}, {48, 48}, {64, 96}, {8, 8}, {80, 80}})
+      for (auto [n_q, n_k] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {129, 63}, {65, 200}}) {
+        Problem p = edge(dtype, d_k, n_q, n_k, seed++);
+        p.d_v = d_v;
+        cases.push_back(p);
+        p.window = Window::of(Causal::bottom_right), p.seed = seed++;
+        cases.push_back(p);
+        p.bias = BiasSpec{true, 2.0, Broadcast::per_head}, p.seed = seed++;
+        cases.push_back(p);
+      }
+  expect_pass(*impl_, cases);
+}
+
+// Padding is exact: a 128/64 problem's O and LSE are bit for bit the first 64 columns and the LSE
+// of the 128/128 problem whose V starts with the same 64 columns (same kernel, same scores, output
+// columns independent of each other).
+TEST_F(CudaFused, PaddedValuesGiveTheUnpaddedKernelsBits) {
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    Problem full = edge(dtype, 128, 150, 170, 21);
+    full.window = Window::of(Causal::bottom_right);
+    Problem narrow = full;
+    narrow.d_v = 64;
+    const CaseInputs full_in = generate_inputs(full);
+    CaseInputs narrow_in = generate_inputs(narrow);
+    narrow_in.q = full_in.q, narrow_in.k = full_in.k;
+    for (std::int64_t h = 0; h < narrow.h_kv; ++h)
+      for (std::int64_t b = 0; b < narrow.batch; ++b)
+        for (std::int64_t j = 0; j < narrow.n_k; ++j)
+          for (std::int64_t c = 0; c < 64; ++c) narrow_in.v.set_bits(narrow_in.v.offset(b, h, j, c), full_in.v.bits(full_in.v.offset(b, h, j, c)));
+    Tensor full_out = make_output(full), full_lse = make_lse(full), narrow_out = make_output(narrow), narrow_lse = make_lse(narrow);
+    impl_->run(RunArgs{full, full_in, RoleTensors::forward(full_in, full_out, &full_lse), {}});
+    impl_->run(RunArgs{narrow, narrow_in, RoleTensors::forward(narrow_in, narrow_out, &narrow_lse), {}});
+    ASSERT_TRUE(narrow_lse == full_lse) << to_string(dtype);
+    for (std::int64_t b = 0; b < narrow.batch; ++b)
+      for (std::int64_t h = 0; h < narrow.h_q; ++h)
+        for (std::int64_t i = 0; i < narrow.n_q; ++i)
+          for (std::int64_t c = 0; c < 64; ++c)
+            ASSERT_EQ(narrow_out.bits(narrow_out.offset(b, h, i, c)), full_out.bits(full_out.offset(b, h, i, c)))
+                << to_string(dtype) << " b=" << b << " h=" << h << " i=" << i << " c=" << c;
+  }
 }
 
 TEST_F(CudaFused, RepeatedRunsAreBitwiseIdentical) {

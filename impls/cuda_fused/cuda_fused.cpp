@@ -58,6 +58,22 @@ class FusedRun final : public DeviceRun {
 
     FusedParams& k = plan_.params;
     k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.o = out_.data();
+    // Head dimensions without a kernel of their own: zero-padded copies at the kernel's d. Their
+    // padding columns are zeroed once; each run copies the d_k (d_v) real columns in.
+    const std::int64_t d = k.head_dim;
+    if (plan_.pad_q_k) {
+      q_padded_ = zeroed(std::size_t(p.batch * p.h_q * p.n_q * d) * eb);
+      k_padded_ = zeroed(std::size_t(p.batch * p.h_kv * p.n_k * d) * eb);
+      k.q = q_padded_.data(), k.k = k_padded_.data();
+    }
+    if (plan_.pad_v_o) {
+      v_padded_ = zeroed(std::size_t(p.batch * p.h_kv * p.n_k * d) * eb);
+      Tensor o_padded(p.dtype, {p.batch, p.h_q, p.n_q, d});
+      o_padded.poison();  // an element the kernel leaves unwritten comes back poisoned
+      o_padded_ = DeviceBuffer(o_padded.bytes());
+      o_padded_.upload(o_padded.data());
+      k.v = v_padded_.data(), k.o = o_padded_.data();
+    }
     k.lse = static_cast<float*>(lse_.data());
     // The mask: each row's key limit where padding needs one per (b, i) (causality alone the kernel
     // works out itself), the boolean flags and the bias as f32, at the strides of the tensors
@@ -74,7 +90,14 @@ class FusedRun final : public DeviceRun {
 
   void enqueue(void* stream) override {
     stream_ = static_cast<cudaStream_t>(stream);
+    const Problem& p = plan_.problem;
+    if (plan_.pad_q_k) {
+      copy_columns(q_padded_, plan_.params.head_dim, q_, p.d_k, p.batch * p.h_q * p.n_q);
+      copy_columns(k_padded_, plan_.params.head_dim, k_, p.d_k, p.batch * p.h_kv * p.n_k);
+    }
+    if (plan_.pad_v_o) copy_columns(v_padded_, plan_.params.head_dim, v_, p.d_v, p.batch * p.h_kv * p.n_k);
     launch_forward(plan_.params, stream_);
+    if (plan_.pad_v_o) copy_columns(out_.data(), p.d_v, o_padded_.data(), plan_.params.head_dim, p.d_v, p.rows());
   }
 
   void download(Tensor& out, Tensor* lse) {
@@ -98,12 +121,31 @@ class FusedRun final : public DeviceRun {
   }
 
   std::size_t workspace_bytes() const override {
-    return mask_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes());
+    return mask_.bytes() + 2 * (out_.guard_bytes() + lse_.guard_bytes()) + q_padded_.bytes() + k_padded_.bytes() + v_padded_.bytes() +
+           o_padded_.bytes();
   }
 
  private:
+  static DeviceBuffer zeroed(std::size_t bytes) {
+    DeviceBuffer buffer(bytes);
+    buffer.zero();
+    return buffer;
+  }
+  // rows rows of `columns` elements from a buffer of row length `from_width` into one of row
+  // length `to_width` (elements), on the run's stream.
+  void copy_columns(void* to, std::int64_t to_width, const void* from, std::int64_t from_width, std::int64_t columns, std::int64_t rows) {
+    const std::size_t eb = std::size_t(bytes_per_element(plan_.problem.dtype));
+    cuda::check(cudaMemcpy2DAsync(to, std::size_t(to_width) * eb, from, std::size_t(from_width) * eb, std::size_t(columns) * eb,
+                                  std::size_t(rows), cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpy2DAsync");
+  }
+  void copy_columns(DeviceBuffer& to, std::int64_t to_width, const DeviceBuffer& from, std::int64_t width, std::int64_t rows) {
+    copy_columns(to.data(), to_width, from.data(), width, width, rows);
+  }
+
   FusedPlan plan_;
   DeviceBuffer q_, k_, v_;
+  DeviceBuffer q_padded_, k_padded_, v_padded_, o_padded_;  // only where the plan pads (pad_q_k, pad_v_o)
   DeviceMask mask_;
   GuardedBuffer out_, lse_;
   cudaStream_t stream_ = nullptr;
@@ -116,13 +158,15 @@ class FusedAttention final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     c.summary = "fused flash-style kernel on the GPU: online softmax, K/V tiles through shared memory; f16/bf16 on tensor cores "
-                "(mma.sync, f32 accumulation), f32 on FMA units";
+                "(wgmma on sm_90 at d = 128, mma.sync elsewhere; f32 accumulation), f32 on FMA units; kernels for d = 32, 64, 96, 128, "
+                "256, other head dimensions and d_k != d_v zero-padded to the next one (the copies timed)";
     c.device = "cuda";
     c.dtypes = {DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
     c.deterministic = true;  // no atomics; every row's keys are visited in one fixed order
     c.fully_masked = FullyMaskedPolicy::zeros;
     c.masks.windows = false;  // one key limit per row: causal windows and padding only
+    c.max_head_dim = 256;     // the largest kernel; smaller head dimensions pad up to the next one
     return c;
   }
 

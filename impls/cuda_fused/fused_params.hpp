@@ -17,7 +17,8 @@ struct FusedParams {
   void* o = nullptr;
   float* lse = nullptr;
 
-  // Shapes: Q[b, h_q, n_q, d], K and V [b, h_kv, n_k, d], O[b, h_q, n_q, d]; d = d_k = d_v.
+  // Shapes: Q[b, h_q, n_q, d], K and V [b, h_kv, n_k, d], O[b, h_q, n_q, d]; d = head_dim, an
+  // instantiated one (the run pads problems whose d_k or d_v is smaller: FusedPlan::pad_q_k).
   std::int64_t batch = 0, h_q = 0, h_kv = 0, n_q = 0, n_k = 0, head_dim = 0;
   std::int64_t group = 1;  // h_q / h_kv: query head h reads kv head h / group
   // Strides in elements (the last dimension is contiguous).

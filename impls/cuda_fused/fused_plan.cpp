@@ -22,17 +22,18 @@ FusedPlanResult make_fused_plan(const Problem& p, bool hopper) {
   if (!p.window.as_causal())
     return no(fmt::format("window {} is not supported: the fused kernel computes causal windows and key padding only (no lower bound)",
                           to_string(p.window)));
-  if (p.d_k != p.d_v) return no(fmt::format("d_k = {} and d_v = {} differ: the fused kernel needs d_k = d_v", p.d_k, p.d_v));
-  if (!is_supported_head_dim(p.d_k))
-    return no(fmt::format("head dimension {} is not one of 32, 64, 96, 128, 256 (the instantiated kernels)", p.d_k));
+  const std::int64_t d = kernel_head_dim(p.d_k, p.d_v);
+  if (d == 0)
+    return no(fmt::format("head dimensions d_k = {}, d_v = {}: the largest instantiated kernel is d = 256", p.d_k, p.d_v));
 
   FusedPlan plan;
   plan.problem = p;
   FusedParams& k = plan.params;
-  k.batch = p.batch, k.h_q = p.h_q, k.h_kv = p.h_kv, k.n_q = p.n_q, k.n_k = p.n_k, k.head_dim = p.d_k;
+  k.batch = p.batch, k.h_q = p.h_q, k.h_kv = p.h_kv, k.n_q = p.n_q, k.n_k = p.n_k, k.head_dim = d;
   k.group = p.h_q / p.h_kv;
-  const std::int64_t d = p.d_k;
-  // Dense row-major BHSD, the harness's layout.
+  plan.pad_q_k = p.d_k != d;
+  plan.pad_v_o = p.d_v != d;
+  // Dense row-major BHSD, the harness's layout (or the run's padded copies of it, d columns).
   k.q_row_stride = d, k.q_head_stride = p.n_q * d, k.q_batch_stride = p.h_q * p.n_q * d;
   k.k_row_stride = d, k.k_head_stride = p.n_k * d, k.k_batch_stride = p.h_kv * p.n_k * d;
   k.v_row_stride = d, k.v_head_stride = p.n_k * d, k.v_batch_stride = p.h_kv * p.n_k * d;

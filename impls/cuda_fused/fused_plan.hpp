@@ -15,6 +15,11 @@ struct FusedPlan {
   Problem problem;
   FusedParams params;       // pointers null; the run fills them
   bool upload_key_limit = false;  // key padding: the end of Mask::key_range per (b, i) goes to the device
+  // The kernel's head dimension (params.head_dim, kernel_head_dim) exceeds d_k: the run copies Q
+  // and K into zero-padded buffers; exceeds d_v: V likewise, and O comes back through a padded
+  // buffer. The copies are part of each timed run.
+  bool pad_q_k = false;
+  bool pad_v_o = false;
 };
 
 struct FusedPlanResult {

@@ -14,11 +14,22 @@
 
 namespace attn::cuda_fused {
 
-// The head dimensions the kernels are instantiated for (d_k = d_v).
+// The head dimensions the kernels are instantiated for (one d for Q, K, V and O).
 inline constexpr int supported_head_dims[] = {32, 64, 96, 128, 256};
 
 ATTN_HD constexpr bool is_supported_head_dim(std::int64_t d) {
   return d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
+}
+
+// The kernel a problem with head dimensions d_k and d_v runs on: the smallest instantiated d at
+// least both (0 past 256). Where it differs from d_k or d_v, the run pads with zero columns: zero
+// columns of Q and K add exact zeros to every score, and O's extra columns (from V's zero ones)
+// are dropped.
+ATTN_HD constexpr std::int64_t kernel_head_dim(std::int64_t d_k, std::int64_t d_v) {
+  const std::int64_t d = d_k > d_v ? d_k : d_v;
+  for (int candidate : supported_head_dims)
+    if (d <= candidate) return candidate;
+  return 0;
 }
 
 // One thread block's tile: block_m queries, key tiles of block_n keys, threads per block.

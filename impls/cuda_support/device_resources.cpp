@@ -54,6 +54,12 @@ void DeviceBuffer::upload(const void* host) {
   wait_for_legacy_stream("cudaStreamSynchronize (after cudaMemcpy host to device)");
 }
 
+void DeviceBuffer::zero() {
+  if (bytes_ == 0) return;
+  check(cudaMemset(data_, 0, bytes_), "cudaMemset");
+  wait_for_legacy_stream("cudaStreamSynchronize (after cudaMemset)");
+}
+
 void DeviceBuffer::download(void* host) const {
   if (bytes_ > 0) check(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
 }

@@ -32,9 +32,10 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
-  // Synchronous copies of the whole buffer (bytes() bytes).
+  // Synchronous copies of the whole buffer (bytes() bytes), and all bytes to zero.
   void upload(const void* host);
   void download(void* host) const;
+  void zero();
 
  private:
   void* data_ = nullptr;
