@@ -17,6 +17,7 @@ attn_library_packages=(
   libcli11-dev          # CLI11 (the attnbench command line)
   nlohmann-json3-dev    # JSON results and problem serialisation
   libfmt-dev            # formatting
+  libseccomp-dev        # the plugin worker's seccomp filter (impls/sandbox)
 )
 
 # Test-time tools, optional to the build: bench-smoke loads our JSON in Google Benchmark's

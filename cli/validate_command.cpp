@@ -92,6 +92,12 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
                        "The worker's address-space limit (RLIMIT_AS), e.g. 8G or 512M (binary units), or none; a runaway allocation "
                        "then fails its case, naming the limit (default: half of this machine's memory)")
       ->type_name("SIZE");
+  command_->add_option("--sandbox", sandbox_,
+                       "on: the worker runs the plugin in the sandbox (its own PID and network namespaces, seccomp, Landlock: no "
+                       "signal to another process, no new process, no network, writes only to a scratch directory; each refused "
+                       "call fails its case, named); off: with the harness's rights, for a kernel that needs more")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   command_->add_option("--out", out_dir_, "Directory for verify.json, properties.json, bench.json and report.{md,html}")->capture_default_str();
   command_->add_flag("--allow-empty", allow_empty_, "Exit 0 even when no case and no property ran (default: that fails)");
   command_->add_flag("--masked-nonfinite-safe", masked_nonfinite_safe_,
@@ -109,6 +115,7 @@ std::string ValidateCommand::rerun_prefix() const {
   if (matmul_unit_roundoff_ != 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
   if (timeout_seconds_ != 60) command += fmt::format(" --timeout {}", timeout_seconds_);
   if (!memory_limit_.empty()) command += fmt::format(" --plugin-memory-limit {}", memory_limit_);
+  if (sandbox_ == "off") command += " --sandbox=off";
   return command;
 }
 
@@ -144,6 +151,7 @@ int ValidateCommand::run() const {
     if (!options.memory_limit_bytes)
       throw InputError(fmt::format("--plugin-memory-limit {}: not a size (e.g. 8G, 512M, 1073741824, or none)", memory_limit_));
   }
+  options.sandbox = sandbox_ != "off";
   const auto plugin = plugin::PluginImplementation::load(plugin_path_, options);
   const plugin::PluginInfo& info = plugin->info();
   fmt::print("attnbench validate: plugin {} {} (ABI version {}) from {}\n  {}\n", info.name, info.version, info.abi_version, info.path,
@@ -152,11 +160,13 @@ int ValidateCommand::run() const {
   if (!plugin->unavailable_reason().empty()) fmt::print("  unavailable here: {} (every case is skipped)\n", plugin->unavailable_reason());
   fmt::print("  isolation: each call in a worker process (attnbench-plugin-host) leading its own process group, timeout {:g} s "
              "(after {} in a row the plugin gets no more calls), guard pages after every buffer, its output kept on failure\n"
-             "  memory limit: {}\n\n",
-             timeout_seconds_, plugin::timeouts_before_giving_up, plugin->memory_limit_description());
+             "  memory limit: {}\n"
+             "  sandbox: {}\n\n",
+             timeout_seconds_, plugin::timeouts_before_giving_up, plugin->memory_limit_description(), plugin->sandbox_description());
   std::fflush(stdout);
 
-  const auto context = run_context(default_thread_count());
+  auto context = run_context(default_thread_count());
+  context["plugin_worker"] = {{"sandbox", plugin->sandbox_json()}, {"memory_limit", plugin->memory_limit_description()}};
   std::vector<std::string> written;
   bool all_held = true;
   int ran = 0;  // verify cases and property draws that ran: none is not a pass

@@ -142,6 +142,10 @@ class Implementation {
   // timed out is never run again, neither while shrinking nor to confirm the counterexample, as
   // each such run costs a whole timeout.
   virtual int timed_out_calls() const { return 0; }
+  // What showed only after the last run() returned, asked once its output has been judged: a
+  // plugin whose call left a thread writing into the output (its worker is then restarted). ""
+  // when nothing did; in-process implementations have nothing to say.
+  virtual std::string late_problems() const { return {}; }
 };
 
 // Weights and LSE tensors in the working precision of a problem, poisoned.

@@ -196,6 +196,11 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                                     JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
     record.metrics = judged.metrics;
     record.verdict = std::move(judged.verdict);
+    if (!given)
+      if (std::string late = impl.late_problems(); !late.empty()) {
+        record.verdict.pass = false;
+        record.verdict.reasons.push_back(std::move(late));
+      }
     const double scale = precision_scale(working_dtype(p.numerics()), caps.matmul_precision);
     const bool diagnosed_before = prepared.diagnosed_by.contains(impl.name());
     const bool diagnose_this = !diagnosed_before && (options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases);
@@ -218,6 +223,10 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
         if (!given) rerun = run_once(impl, p, in, caps.returns_lse);
       } catch (const std::exception&) {  // the first run's failure is what is diagnosed
       }
+      // The second run's late writes are this case's too, not the next case's.
+      if (std::string late = rerun ? impl.late_problems() : std::string(); !late.empty())
+        if (std::find(record.verdict.reasons.begin(), record.verdict.reasons.end(), late) == record.verdict.reasons.end())
+          record.verdict.reasons.push_back("in the diagnosis's second run: " + late);
       record.diagnosis = diagnose(p, in, o.out,
                                   DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale, caps.fully_masked,
                                                    record.metrics, lse_agrees, rerun ? &rerun->out : nullptr},

@@ -33,7 +33,9 @@ struct FaultRecord {
   std::int32_t access = 0;   // 0 unknown, 1 read, 2 write
 };
 // What the worker was doing, also in the status page (after the FaultRecord): a crash names it.
-enum class Phase : std::int32_t { idle = 0, supports = 1, run = 2, bench = 3 };
+// returned: the call returned and its buffers are read-only in the worker; a fault recorded then
+// is a write after run() returned (a thread of the call that outlived it).
+enum class Phase : std::int32_t { idle = 0, supports = 1, run = 2, bench = 3, returned = 4 };
 // The memory evidence a failure under the worker's memory limit is read from: the worker's peak
 // address space (VmPeak, written after each call and by its SIGSEGV/SIGBUS/SIGABRT handlers and
 // at exit), and whether an operator new failed in it.
@@ -42,6 +44,9 @@ struct StatusPage {
   Phase phase = Phase::idle;
   std::int32_t allocation_failed = 0;
   std::uint64_t vm_peak_kib = 0;
+  // The calls the sandbox refused during this call ("; "-separated, NUL-terminated): the harness
+  // reads them when the worker died before it could reply.
+  char refusals[1024] = {};
 };
 
 struct ArenaBuffer {

@@ -22,6 +22,7 @@
 // address space (RLIMIT_AS) once the plugin is loaded; its stdout and stderr are a pipe the
 // harness drains into a bounded buffer, flushed after each call so the output of a call arrives
 // before its reply.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -51,6 +52,7 @@
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/plugin/worker_channel.hpp"
 #include "impls/plugin/worker_process.hpp"
+#include "impls/sandbox/sandbox.hpp"
 
 #if ATTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -173,6 +175,15 @@ std::string kill_leftovers(const char* after) {
   while ((reaped = waitpid(-1, nullptr, WNOHANG)) > 0) {
   }
   if (reaped < 0) return "";
+  // Process 1 of a PID namespace (the sandbox's): every other process in it is the plugin's, and
+  // /proc here is the harness's, where these process IDs mean nothing.
+  if (attn::sandbox::is_namespace_init()) {
+    const int killed = attn::sandbox::kill_namespace_members();
+    if (killed == 0) return "";
+    return fmt::format("the plugin left {} process(es) running after {} (killed; a plugin must wait for every process it starts "
+                       "before its call returns)",
+                       killed, after);
+  }
   std::vector<pid_t> live = attn::plugin::children_of(getpid());
   if (live.empty()) return "";
   std::vector<std::string> shown;
@@ -316,7 +327,27 @@ json run_on_device(const attnbench_plugin_v2& plugin, Call& call, std::byte* bas
 }
 #endif
 
+// The previous call's arena stays mapped until the next call: a thread of that call that still
+// writes into its output then writes where the harness sees it (and names it), not into an
+// unmapped page that would crash the next, innocent call.
+std::byte* previous_arena = nullptr;
+std::size_t previous_arena_bytes = 0;
+
+// Threads of this process now (entries of /proc/self/task).
+int thread_count() {
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (const dirent* entry = ::readdir(dir))
+    if (entry->d_name[0] != '.') ++n;
+  ::closedir(dir);
+  return n;
+}
+
 json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginInfo& info, const json& request, int fd) {
+  arena_base = nullptr;  // the previous call's: no longer watched
+  if (previous_arena != nullptr) munmap(previous_arena, previous_arena_bytes);
+  previous_arena = nullptr;
   if (fd < 0) return {{"status", -1}, {"error", "attnbench-plugin-host: a run request came without its arena"}};
   const ArenaLayout layout = request.at("layout").get<ArenaLayout>();
   void* mapped = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -338,6 +369,8 @@ json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginIn
   const int warmup = request.value("warmup", 0), iterations = request.value("iterations", 0);
 
   json result;
+  auto* status_page = reinterpret_cast<StatusPage*>(base);
+  attn::sandbox::mirror_refusals(status_page->refusals, sizeof status_page->refusals);
 #if ATTN_HAVE_CUDA
   if (info.cuda) result = run_on_device(plugin, call, base, warmup, iterations);
 #endif
@@ -348,6 +381,7 @@ json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginIn
     char error[1024] = {};
     result = {{"status", 0}, {"error", ""}, {"problems", json::array()}, {"times", json::array()}};
     status->phase = iterations > 0 ? Phase::bench : Phase::run;
+    const int threads_before = thread_count();
     for (int i = 0; i < calls(warmup, iterations); ++i) {
       const auto start = std::chrono::steady_clock::now();
       const int rc = call_plugin(plugin, call, error, sizeof error);
@@ -359,13 +393,21 @@ json run_request(const attnbench_plugin_v2& plugin, const attn::plugin::PluginIn
       }
       if (iterations > 0 && i >= warmup) result["times"].push_back(seconds);
     }
-    status->phase = Phase::idle;
     record_vm_peak();
-    arena_base = nullptr;
+    // The buffers read-only from here on (the guard pages stay inaccessible): a thread of the call
+    // still writing faults, and the fault handler records it in this arena's status page, where
+    // the harness finds it (arena_base stays set until the next call).
+    status->phase = Phase::returned;
+    mprotect(base + layout.page, layout.total - layout.page, PROT_READ);
+    for (std::size_t g : layout.guards) mprotect(base + g, layout.page, PROT_NONE);
+    if (const int left = thread_count() - threads_before; left > 0) result["threads_left"] = left;
   }
   flush_output();
+  attn::sandbox::mirror_refusals(nullptr, 0);
+  for (const std::string& refused : attn::sandbox::take_refusals()) result["problems"].push_back(refused);
   if (std::string left = kill_leftovers(iterations > 0 ? "a timed run()" : "run()"); !left.empty()) result["problems"].push_back(left);
-  munmap(base, layout.total);
+  previous_arena = base;
+  previous_arena_bytes = layout.total;
   return result;
 }
 
@@ -408,9 +450,21 @@ json apply_memory_limit(std::uint64_t bytes, bool cuda) {
 
 int main(int argc, char** argv) {
   std::uint64_t memory_limit = 0;
-  if (argc == 4 && std::strcmp(argv[2], "--memory-limit") == 0) memory_limit = std::strtoull(argv[3], nullptr, 10);
-  if (argc != 2 && argc != 4) {
-    std::fprintf(stderr, "usage: attnbench-plugin-host PLUGIN.so [--memory-limit BYTES] (started by attnbench, with its socket on descriptor 3)\n");
+  const char* scratch = nullptr;  // --sandbox: confined to it (impls/sandbox)
+  bool usage_ok = argc >= 2;
+  for (int i = 2; usage_ok && i < argc; i += 2) {
+    if (i + 1 >= argc)
+      usage_ok = false;
+    else if (std::strcmp(argv[i], "--memory-limit") == 0)
+      memory_limit = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (std::strcmp(argv[i], "--sandbox") == 0)
+      scratch = argv[i + 1];
+    else
+      usage_ok = false;
+  }
+  if (!usage_ok) {
+    std::fprintf(stderr, "usage: attnbench-plugin-host PLUGIN.so [--memory-limit BYTES] [--sandbox SCRATCH_DIR] (started by attnbench, with "
+                         "its socket on descriptor 3)\n");
     return 2;
   }
   install_fault_handlers();
@@ -426,6 +480,11 @@ int main(int argc, char** argv) {
     reply({{"ok", false}, {"error", why}});
     return exit_load_failed;
   };
+  // Confined before the plugin's first instruction (its constructors run in dlopen).
+  json sandbox_bounds = json::array();
+  if (scratch != nullptr)
+    for (const auto& b : attn::sandbox::confine({scratch, socket_fd}))
+      sandbox_bounds.push_back({{"name", b.name}, {"applied", b.applied}, {"detail", b.detail}});
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) return fail(fmt::format("dlopen failed: {}", dlerror()));
   void* symbol = dlsym(library, ATTNBENCH_PLUGIN_ENTRY_POINT);
@@ -462,8 +521,11 @@ int main(int argc, char** argv) {
   if (info.cuda) attn::plugin::cuda_launch_watch::start(library);
 #endif
   const json memory = apply_memory_limit(memory_limit, info.cuda);
+  const json cuda = info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}};
+  if (const auto refused = attn::sandbox::take_refusals(); !refused.empty())
+    return fail(fmt::format("while loading: {}", fmt::join(refused, "; ")));
   flush_output();
-  reply({{"ok", true}, {"info", info}, {"cuda", info.cuda ? cuda_status() : json{{"available", false}, {"reason", ""}}}, {"memory_limit", memory}});
+  reply({{"ok", true}, {"info", info}, {"cuda", cuda}, {"memory_limit", memory}, {"sandbox", sandbox_bounds}});
 
   for (;;) {
     std::string text;
@@ -481,7 +543,9 @@ int main(int argc, char** argv) {
         const int ok = plugin->supports != nullptr ? plugin->supports(&abi.call(), why, sizeof why) : 1;
         response = {{"supported", ok != 0}, {"why", terminated(why, sizeof why)}};
         flush_output();
-        if (std::string left = kill_leftovers("supports()"); !left.empty()) response["leftover"] = left;
+        std::vector<std::string> failures = attn::sandbox::take_refusals();
+        if (std::string left = kill_leftovers("supports()"); !left.empty()) failures.push_back(left);
+        if (!failures.empty()) response["leftover"] = fmt::format("in supports(): {}", fmt::join(failures, "; "));
       } else if (op == "run") {
         response = run_request(*plugin, info, request, fd);
         fd = -1;

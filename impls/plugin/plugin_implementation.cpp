@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +36,7 @@ std::string phase_name(Phase phase) {
     case Phase::supports: return "supports()";
     case Phase::run: return "run()";
     case Phase::bench: return "a timed run()";
+    case Phase::returned: return "the worker, after run() returned";
     case Phase::idle: break;
   }
   return "the worker";
@@ -71,7 +75,7 @@ std::unique_ptr<PluginImplementation> PluginImplementation::load(const std::stri
     impl->options_.memory_limit_bytes = d.bytes;
     limit_basis = d.basis + "; --plugin-memory-limit sets it";
   }
-  auto worker = std::make_unique<Worker>(impl->options_.host_path, impl->path_, *impl->options_.memory_limit_bytes);
+  auto worker = std::make_unique<Worker>(impl->options_.host_path, impl->path_, *impl->options_.memory_limit_bytes, impl->options_.sandbox);
   std::string text;
   const auto got = worker->wait_for_message(options.timeout_seconds, text);
   if (got == Received::timed_out)
@@ -117,9 +121,24 @@ std::unique_ptr<PluginImplementation> PluginImplementation::load(const std::stri
     impl->memory_description_ = "none (--plugin-memory-limit none)";
   else
     impl->memory_description_ = fmt::format("none: {}", memory.value("note", std::string("the worker did not apply it")));
+  // The sandbox: the namespaces the harness made, then what the worker set up inside them.
+  impl->sandbox_bounds_ = worker->spawn_bounds();
+  for (const json& b : hello.value("sandbox", json::array()))
+    impl->sandbox_bounds_.push_back({b.value("name", std::string()), b.value("applied", false), b.value("detail", std::string())});
   impl->worker_ = std::move(worker);
   impl->workers_started_ = 1;
   return impl;
+}
+
+std::string PluginImplementation::sandbox_description() const {
+  if (!options_.sandbox) return "off (--sandbox=off: the plugin runs with the harness's rights, processes and network)";
+  return sandbox::describe(sandbox_bounds_);
+}
+
+json PluginImplementation::sandbox_json() const {
+  json bounds = json::array();
+  for (const auto& b : sandbox_bounds_) bounds.push_back({{"bound", b.name}, {"applied", b.applied}, {"detail", b.detail}});
+  return {{"enabled", options_.sandbox}, {"bounds", bounds}};
 }
 
 PluginImplementation::PluginImplementation(std::string path, PluginOptions options) : path_(std::move(path)), options_(std::move(options)) {}
@@ -164,7 +183,7 @@ std::string PluginImplementation::memory_note(std::int32_t allocation_failed, st
 Worker& PluginImplementation::worker() const {
   if (worker_) return *worker_;
   if (!given_up_.empty()) throw std::runtime_error(given_up_);
-  auto w = std::make_unique<Worker>(options_.host_path, path_, *options_.memory_limit_bytes);
+  auto w = std::make_unique<Worker>(options_.host_path, path_, *options_.memory_limit_bytes, options_.sandbox);
   std::string text;
   const auto got = w->wait_for_message(options_.timeout_seconds, text);
   if (got != Received::message) {
@@ -247,6 +266,12 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
   }
   if (!unavailable_.empty()) throw std::runtime_error(unavailable_);
   if (!given_up_.empty()) throw std::runtime_error(given_up_);
+  if (std::string late = written_after_return(); !late.empty()) {
+    worker_.reset();  // with the thread that wrote
+    last_call_.reset();
+    throw std::runtime_error(fmt::format("before this call: {} (this case did not run)", late));
+  }
+  last_call_.reset();
   const Problem& p = a.problem;
   const std::optional<Layout> layout = handover_layout(info_, p);
   if (!layout) throw std::runtime_error("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
@@ -256,7 +281,8 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
 
   std::vector<ArenaBuffer> wanted;
   for (const auto& it : items) wanted.push_back({it.name, 0, item_bytes(it), 0, it.element});
-  SharedArena arena(ArenaLayout::plan(wanted, std::size_t(sysconf(_SC_PAGESIZE))));
+  auto arena_owner = std::make_unique<SharedArena>(ArenaLayout::plan(wanted, std::size_t(sysconf(_SC_PAGESIZE))));
+  SharedArena& arena = *arena_owner;
   for (const auto& it : items) copy_in(it, arena.data(arena.layout().buffer(it.name)));
   const json request = {{"op", "run"},        {"call", describe_call(p)}, {"tensors", specs}, {"layout", arena.layout()},
                         {"warmup", warmup},   {"iterations", iterations}};
@@ -286,6 +312,8 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
         message += fmt::format(": faulted inside the arena at byte {} (not a guard page)", fault.offset);
     }
     if (!memory.empty()) message += "; " + memory;
+    if (const std::string refused(status.refusals, strnlen(status.refusals, sizeof status.refusals)); !refused.empty())
+      message += "; before that, " + refused;
     throw std::runtime_error(with_output(message, x.output));
   }
 
@@ -320,9 +348,57 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
     if (!memory.empty()) problems.push_back(memory);
     throw std::runtime_error(with_output(fmt::format("{}", fmt::join(problems, "; ")), x.output));
   }
+  LastCall last{std::move(arena_owner), {}, p.repro(), x.reply.value("threads_left", 0) > 0};
+  for (const auto& it : items)
+    if (it.destination != nullptr) {
+      const ArenaBuffer& b = last.arena->layout().buffer(it.name);
+      const std::byte* bytes = last.arena->data(b);
+      last.outputs.emplace_back(it.name, std::vector<std::byte>(bytes, bytes + b.bytes));
+    }
+  last_call_ = std::move(last);
   std::vector<double> times;
   for (const auto& t : x.reply.value("times", json::array())) times.push_back(t.get<double>());
   return times;
+}
+
+std::string PluginImplementation::written_after_return() const {
+  if (!last_call_) return "";
+  const ArenaLayout& layout = last_call_->arena->layout();
+  const StatusPage& status = last_call_->arena->status();
+  if (status.phase == Phase::returned && status.fault.magic == FaultRecord::valid) {
+    std::string where = fmt::format("byte {} of the call's buffers", status.fault.offset);
+    for (const ArenaBuffer& b : layout.buffers)
+      if (status.fault.offset >= b.offset && status.fault.offset < b.offset + std::max<std::size_t>(b.bytes, 1))
+        where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" ? "output" : "buffer", b.name,
+                            (status.fault.offset - b.offset) / std::max<std::size_t>(b.element_bytes, 1));
+    return fmt::format("the plugin {} {} after its run() returned (the call of case '{}'): a thread of that call outlived it; the worker, "
+                       "which keeps a returned call's buffers read-only, died of it and was restarted",
+                       status.fault.access == 1 ? "read" : "wrote into", where, last_call_->repro);
+  }
+  for (const auto& [name, read] : last_call_->outputs) {
+    const ArenaBuffer& b = last_call_->arena->layout().buffer(name);
+    const std::byte* now = last_call_->arena->data(b);
+    for (std::size_t i = 0; i < read.size(); ++i)
+      if (now[i] != read[i])
+        return fmt::format("the plugin wrote into its output '{}' after its run() returned (element {} changed after the harness had read "
+                           "it; the call of case '{}'): a thread of that call outlived it; the worker was restarted",
+                           name, i / std::max<std::size_t>(b.element_bytes, 1), last_call_->repro);
+  }
+  return "";
+}
+
+std::string PluginImplementation::late_problems() const {
+  std::lock_guard lock(mutex_);
+  // A call that left threads of its own running (a thread pool's first call, or a thread still
+  // at work) gets a moment for a late write to show.
+  if (last_call_ && last_call_->threads_left)
+    for (int i = 0; i < 20 && written_after_return().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::string late = written_after_return();
+  if (!late.empty()) {
+    worker_.reset();
+    last_call_.reset();
+  }
+  return late;
 }
 
 }  // namespace attn::plugin

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "impls/implementation.hpp"
+#include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
+#include "impls/sandbox/sandbox.hpp"
 
 namespace attn::plugin {
 
@@ -37,6 +39,9 @@ struct PluginOptions {
   std::optional<MatmulPrecision> matmul_precision;
   // The worker's address-space limit in bytes: nullopt, default_memory_limit(); 0, none.
   std::optional<std::uint64_t> memory_limit_bytes;
+  // The worker in the sandbox (impls/sandbox): no signal outside, no process, no network, writes
+  // only to a scratch directory. false: --sandbox=off, for a kernel that needs more.
+  bool sandbox = true;
 };
 
 // Consecutive timed-out calls after which a plugin gets no more calls.
@@ -63,6 +68,10 @@ class PluginImplementation : public Implementation {
   int workers_started() const { return workers_started_; }
   // "11.7 GiB per worker (address space, RLIMIT_AS: half of ...)", or why there is none.
   const std::string& memory_limit_description() const { return memory_description_; }
+  // "pid namespace, network namespace, landlock, seccomp" (and any bound that could not be set up,
+  // with its reason), or "off (...)"; the same as JSON for the result files.
+  std::string sandbox_description() const;
+  nlohmann::json sandbox_json() const;
   // Why the plugin gets no more calls (it timed out twice in a row), or empty. Once set,
   // supports() refuses every problem with it and run() throws it.
   std::string given_up_reason() const;
@@ -79,6 +88,9 @@ class PluginImplementation : public Implementation {
   // the plugin's alone; the last call's output is checked as run's. Throws like run.
   bool times_itself() const override { return true; }
   std::vector<double> timed_runs(const Problem& problem, const CaseInputs& inputs, int warmup, int iterations) const override;
+  // The last call's output buffers compared with what the harness read when it returned (the
+  // worker keeps them mapped until the next call): a change is a write after run() returned.
+  std::string late_problems() const override;
 
  private:
   PluginImplementation(std::string path, PluginOptions options);
@@ -97,6 +109,16 @@ class PluginImplementation : public Implementation {
   mutable std::string pending_failure_;  // supports() crashed: the next run reports it
   std::uint64_t memory_limit_ = 0;       // as the worker applied it (0: none)
   std::string memory_description_;
+  std::vector<sandbox::Bound> sandbox_bounds_;
+  // The last call's arena, kept with the bytes of its outputs as read, until the next call.
+  struct LastCall {
+    std::unique_ptr<SharedArena> arena;
+    std::vector<std::pair<std::string, std::vector<std::byte>>> outputs;  // buffer name, bytes read
+    std::string repro;
+    bool threads_left = false;  // the worker saw threads started in the call still running after it
+  };
+  mutable std::optional<LastCall> last_call_;
+  std::string written_after_return() const;  // "" or the late write, naming buffer and element
   mutable int timeouts_ = 0, consecutive_timeouts_ = 0;
   mutable std::string given_up_;
 };

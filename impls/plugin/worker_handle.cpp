@@ -84,7 +84,8 @@ std::string OutputCapture::describe() const {
 
 
 
-Worker::Worker(const std::string& host, const std::string& plugin, std::uint64_t memory_limit) {
+Worker::Worker(const std::string& host, const std::string& plugin, std::uint64_t memory_limit, bool sandboxed) {
+  if (sandboxed) scratch_ = sandbox::make_scratch_directory();
   int sockets[2], output[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0)
     throw std::runtime_error(fmt::format("socketpair failed: {}", std::strerror(errno)));
@@ -105,20 +106,30 @@ Worker::Worker(const std::string& host, const std::string& plugin, std::uint64_t
   const char* asan = std::getenv("ASAN_OPTIONS");
   env_strings.push_back(fmt::format("ASAN_OPTIONS={}{}handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=0",
                                     asan != nullptr ? asan : "", asan != nullptr && *asan != '\0' ? ":" : ""));
+  // The plugin's temporary files go to its scratch directory, the only place it may write.
+  if (sandboxed)
+    for (const char* name : {"TMPDIR", "CUDA_CACHE_PATH"}) {
+      std::erase_if(env_strings, [&](const std::string& e) { return e.rfind(std::string(name) + "=", 0) == 0; });
+      env_strings.push_back(fmt::format("{}={}", name, scratch_));
+    }
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string host_arg = host, plugin_arg = plugin, limit_flag = "--memory-limit", limit_arg = std::to_string(memory_limit);
-  char* argv[] = {host_arg.data(), plugin_arg.data(), limit_flag.data(), limit_arg.data(), nullptr};
+  std::string host_arg = host, plugin_arg = plugin, limit_flag = "--memory-limit", limit_arg = std::to_string(memory_limit),
+              sandbox_flag = "--sandbox", sandbox_arg = scratch_;
+  char* argv[] = {host_arg.data(), plugin_arg.data(), limit_flag.data(), limit_arg.data(),
+                  sandboxed ? sandbox_flag.data() : nullptr, sandbox_arg.data(), nullptr};
   const int child_socket = sockets[1], child_output = output[1];
+  const char* scratch_dir = scratch_.c_str();
 
-  pid_ = fork();
+  pid_ = sandboxed ? sandbox::spawn_sandboxed(spawn_bounds_) : fork();
   if (pid_ < 0) {
     const int e = errno;
     for (int fd : {sockets[0], sockets[1], output[0], output[1], null_input}) ::close(fd);
     throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(e)));
   }
   if (pid_ == 0) {
+    if (sandboxed && chdir(scratch_dir) != 0) _exit(127);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness
     if (null_input >= 0) dup2(null_input, 0);
@@ -144,6 +155,7 @@ Worker::~Worker() {
   ::close(socket_);
   kill_now();
   if (output_ >= 0) ::close(output_);
+  sandbox::remove_scratch_directory(scratch_);
 }
 
 // Waits up to the timeout for a message, draining the output pipe meanwhile (a plugin that

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "impls/plugin/worker_channel.hpp"
+#include "impls/sandbox/sandbox.hpp"
 
 namespace attn::plugin {
 
@@ -40,8 +42,10 @@ class OutputCapture {
 // killing it kills the group and every process below it (kill_process_tree).
 class Worker {
  public:
-  // Starts `host PLUGIN --memory-limit BYTES` with the socket on descriptor 3.
-  Worker(const std::string& host, const std::string& plugin, std::uint64_t memory_limit);
+  // Starts `host PLUGIN --memory-limit BYTES [--sandbox SCRATCH]` with the socket on descriptor 3:
+  // with `sandboxed`, in new namespaces (impls/sandbox) with a scratch directory of its own as its
+  // working directory and TMPDIR, removed when the worker goes.
+  Worker(const std::string& host, const std::string& plugin, std::uint64_t memory_limit, bool sandboxed);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -57,6 +61,9 @@ class Worker {
   // group goes with it before the worker is reaped, while its process ID still names the group.
   std::string reap();
   void kill_now();
+  // The bounds set up on the harness's side (the namespaces); the worker reports its own.
+  const std::vector<sandbox::Bound>& spawn_bounds() const { return spawn_bounds_; }
+  const std::string& scratch_directory() const { return scratch_; }
 
  private:
   // Reads what the pipe holds now, at most `budget` bytes (a writer that never stops is cut off
@@ -66,6 +73,8 @@ class Worker {
   pid_t pid_ = -1;
   int socket_ = -1;
   int output_ = -1;
+  std::string scratch_;
+  std::vector<sandbox::Bound> spawn_bounds_;
   OutputCapture capture_;
 };
 

@@ -1,0 +1,546 @@
+#include "impls/sandbox/sandbox.hpp"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <linux/landlock.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#if ATTN_HAVE_SECCOMP
+#include <seccomp.h>
+#endif
+
+namespace attn::sandbox {
+namespace {
+
+// ---- the refusals: recorded by the SIGSYS handler (async-signal-safe), read between calls ----
+
+constexpr int kKinds = 16;          // distinct refusals kept per call; more are counted only
+constexpr std::size_t kText = 320;  // each one's message
+
+struct Refusal {
+  long key = 0;  // syscall number and, for signals, the signal: repeats of one attack are one line
+  long count = 0;
+  char text[kText] = {};
+};
+
+Refusal refusals[kKinds];
+std::atomic<int> refusal_kinds{0};
+std::atomic<long> refusals_dropped{0};
+std::atomic_flag refusal_lock = ATOMIC_FLAG_INIT;
+char* mirror = nullptr;
+std::size_t mirror_size = 0;
+char scratch_path[512] = {};
+int channel_descriptor = -1;
+long bypass = 0;  // the 6th argument with which the handler re-issues a trapped open (random)
+
+// A tiny appender for the handler (no allocation, no stdio).
+struct Text {
+  char* out;
+  std::size_t size;
+  std::size_t n = 0;
+  void add(const char* s) {
+    while (s != nullptr && *s != '\0' && n + 1 < size) out[n++] = *s++;
+    out[n] = '\0';
+  }
+  void add_long(long v) {
+    char digits[24];
+    int i = 0;
+    const bool negative = v < 0;
+    unsigned long u = negative ? 0ul - static_cast<unsigned long>(v) : static_cast<unsigned long>(v);
+    do {
+      digits[i++] = char('0' + u % 10);
+      u /= 10;
+    } while (u != 0 && i < 22);
+    if (negative) digits[i++] = '-';
+    char reversed[24];
+    for (int j = 0; j < i; ++j) reversed[j] = digits[i - 1 - j];
+    reversed[i] = '\0';
+    add(reversed);
+  }
+  // A string from the plugin's memory, bounded and printable.
+  void add_user_string(const char* s, std::size_t limit = 160) {
+    if (s == nullptr) return add("(null)");
+    std::size_t k = 0;
+    for (; s[k] != '\0' && k < limit && n + 1 < size; ++k) {
+      const auto c = static_cast<unsigned char>(s[k]);
+      out[n++] = c >= 0x20 && c < 0x7f ? char(c) : '?';
+    }
+    out[n] = '\0';
+    if (s[k] != '\0') add("...");
+  }
+};
+
+const char* signal_name(long sig) {
+  switch (sig) {
+    case 0: return "signal 0";
+    case SIGKILL: return "SIGKILL";
+    case SIGSTOP: return "SIGSTOP";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGTSTP: return "SIGTSTP";
+    case SIGCONT: return "SIGCONT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return nullptr;
+  }
+}
+
+void record(long key, const char* text) {
+  while (refusal_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  const int kinds = refusal_kinds.load(std::memory_order_relaxed);
+  int at = -1;
+  for (int i = 0; i < kinds; ++i)
+    if (refusals[i].key == key) at = i;
+  if (at < 0 && kinds < kKinds) {
+    at = kinds;
+    refusals[at].key = key;
+    refusals[at].count = 0;
+    Text t{refusals[at].text, kText};
+    t.add(text);
+    refusal_kinds.store(kinds + 1, std::memory_order_relaxed);
+    if (mirror != nullptr && mirror_size > 0) {
+      Text m{mirror, mirror_size, ::strnlen(mirror, mirror_size - 1)};
+      if (m.n > 0) m.add("; ");
+      m.add(text);
+    }
+  }
+  if (at >= 0)
+    ++refusals[at].count;
+  else
+    refusals_dropped.fetch_add(1, std::memory_order_relaxed);
+  refusal_lock.clear(std::memory_order_release);
+}
+
+void describe_signal(Text& t, const char* call, long target, long sig, bool group_semantics) {
+  t.add("the sandbox refused the plugin's ");
+  t.add(call);
+  t.add("(");
+  t.add_long(target);
+  t.add(", ");
+  if (const char* name = signal_name(sig))
+    t.add(name);
+  else
+    t.add_long(sig);
+  t.add(")");
+  if (group_semantics && target == 0) t.add(" (pid 0: its process group)");
+  if (group_semantics && target == -1) t.add(" (pid -1: every process it may signal)");
+  if (group_semantics && target < -1) t.add(" (a process group)");
+  t.add(": a plugin may signal only itself");
+}
+
+long raw(long nr, long a0, long a1, long a2, long a3, long a4, long a5) {
+  const long r = ::syscall(nr, a0, a1, a2, a3, a4, a5);
+  return r < 0 ? -errno : r;
+}
+
+#if defined(__x86_64__)
+void on_sigsys(int, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  auto* uc = static_cast<ucontext_t*>(context);
+  greg_t* r = uc->uc_mcontext.gregs;
+  const long nr = info->si_syscall;
+  const long a0 = r[REG_RDI], a1 = r[REG_RSI], a2 = r[REG_RDX], a3 = r[REG_R10], a4 = r[REG_R8];
+  long result = -EPERM;
+  char buffer[kText];
+  Text t{buffer, sizeof buffer};
+  long key = nr;
+  switch (nr) {
+    case SYS_open:
+    case SYS_openat:
+    case SYS_creat: {
+      // Re-issued past the trap: Landlock decides; a refusal by it is reported with the path.
+      result = raw(nr, a0, a1, a2, a3, a4, bypass);
+      if (result != -EACCES && result != -EPERM) break;
+      const char* path = reinterpret_cast<const char*>(nr == SYS_openat ? a1 : a0);
+      t.add("the sandbox refused the plugin's open of ");
+      t.add_user_string(path);
+      if (path != nullptr && path[0] != '/') {
+        char cwd[256];
+        if (::syscall(SYS_getcwd, cwd, sizeof cwd) > 0) {
+          t.add(" (relative to ");
+          t.add(cwd);
+          t.add(")");
+        }
+      }
+      t.add(" for writing: only its scratch directory ");
+      t.add(scratch_path);
+      t.add(" is writable");
+      key = nr * 1000 + 1;
+      record(key, buffer);
+      break;
+    }
+    case SYS_kill:
+      describe_signal(t, "kill", a0, a1, true);
+      key = nr * 1000 + a1;
+      record(key, buffer);
+      break;
+    case SYS_tgkill:
+      describe_signal(t, "tgkill", a0, a2, false);
+      key = nr * 1000 + a2;
+      record(key, buffer);
+      break;
+    case SYS_tkill:
+      describe_signal(t, "tkill", a0, a1, false);
+      key = nr * 1000 + a1;
+      record(key, buffer);
+      break;
+    case SYS_rt_sigqueueinfo:
+    case SYS_rt_tgsigqueueinfo:
+      describe_signal(t, nr == SYS_rt_sigqueueinfo ? "rt_sigqueueinfo" : "rt_tgsigqueueinfo", a0, nr == SYS_rt_sigqueueinfo ? a1 : a2, false);
+      record(key, buffer);
+      break;
+    case SYS_pidfd_send_signal:
+    case SYS_pidfd_open:
+      t.add("the sandbox refused the plugin's ");
+      t.add(nr == SYS_pidfd_open ? "pidfd_open(" : "pidfd_send_signal(");
+      t.add_long(a0);
+      t.add("): a plugin may signal only itself");
+      record(key, buffer);
+      break;
+    case SYS_ptrace:
+    case SYS_process_vm_readv:
+    case SYS_process_vm_writev:
+      t.add("the sandbox refused the plugin's ");
+      t.add(nr == SYS_ptrace ? "ptrace" : nr == SYS_process_vm_readv ? "process_vm_readv" : "process_vm_writev");
+      t.add("(): no tracing or reading of other processes");
+      record(key, buffer);
+      break;
+    case SYS_clone:
+    case SYS_fork:
+    case SYS_vfork:
+      t.add("the sandbox refused the plugin's ");
+      t.add(nr == SYS_clone ? "clone" : nr == SYS_fork ? "fork" : "vfork");
+      t.add("() of a new process (fork, posix_spawn, system, popen): a plugin runs no new process (threads are allowed; "
+            "--sandbox=off lifts this)");
+      key = SYS_clone;  // fork, vfork and clone are one attack
+      record(key, buffer);
+      result = -EAGAIN;
+      break;
+    case SYS_execve:
+    case SYS_execveat:
+      t.add("the sandbox refused the plugin's execve of ");
+      t.add_user_string(reinterpret_cast<const char*>(nr == SYS_execve ? a0 : a1));
+      t.add(": a plugin runs no other program");
+      record(key, buffer);
+      break;
+    case SYS_socket:
+      t.add("the sandbox refused the plugin's socket(");
+      if (a0 == AF_INET)
+        t.add("AF_INET");
+      else if (a0 == AF_INET6)
+        t.add("AF_INET6");
+      else if (a0 == AF_NETLINK)
+        t.add("AF_NETLINK");
+      else if (a0 == AF_PACKET)
+        t.add("AF_PACKET");
+      else
+        t.add_long(a0);
+      t.add("): no network in the sandbox");
+      key = nr * 1000 + a0;
+      record(key, buffer);
+      result = -EACCES;
+      break;
+    case SYS_close:
+    case SYS_close_range:
+    case SYS_dup2:
+    case SYS_dup3:
+      t.add("the sandbox refused the plugin's ");
+      t.add(nr == SYS_close ? "close" : nr == SYS_close_range ? "close_range" : nr == SYS_dup2 ? "dup2" : "dup3");
+      t.add(nr == SYS_close || nr == SYS_close_range ? " of descriptor " : " onto descriptor ");
+      t.add_long(channel_descriptor);
+      t.add(" (the worker's channel to attnbench): a plugin closes only what it opened");
+      key = SYS_close;
+      record(key, buffer);
+      if (nr == SYS_close_range) {  // the rest of the range is closed, the channel kept
+        if (a0 < channel_descriptor) raw(SYS_close_range, a0, channel_descriptor - 1, a2, 0, 0, 0);
+        if (a1 > channel_descriptor) raw(SYS_close_range, channel_descriptor + 1, a1, a2, 0, 0, 0);
+        result = 0;
+      } else {
+        result = nr == SYS_close ? 0 : -EBADF;
+      }
+      break;
+    default:
+      t.add("the sandbox refused the plugin's system call ");
+      t.add_long(nr);
+      record(key, buffer);
+      break;
+  }
+  r[REG_RAX] = result;
+  errno = saved_errno;
+}
+#endif
+
+bool write_whole(const char* path, const char* text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const std::size_t n = std::strlen(text);
+  const bool ok = ::write(fd, text, n) == static_cast<ssize_t>(n);
+  ::close(fd);
+  return ok;
+}
+
+// ---- Landlock (raw system calls: Debian 12 has no library for it) ----
+
+Bound apply_landlock(const std::string& scratch) {
+  Bound b{"landlock", false, ""};
+  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 0) {
+    b.detail = errno == ENOSYS       ? "unavailable: this kernel has no Landlock"
+               : errno == EOPNOTSUPP ? "unavailable: Landlock is disabled on this kernel (boot option lsm=)"
+                                     : fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
+    return b;
+  }
+  std::uint64_t writes = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
+                         LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+                         LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+                         LANDLOCK_ACCESS_FS_MAKE_SYM;
+  constexpr std::uint64_t refer = 1ull << 13, truncate = 1ull << 14;  // ABI 2 and 3 (newer than Debian 12's header)
+  if (abi >= 2) writes |= refer;
+  if (abi >= 3) writes |= truncate;
+  struct {
+    std::uint64_t handled_access_fs;
+  } attr{writes};
+  const int ruleset = int(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
+  if (ruleset < 0) {
+    b.detail = fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
+    return b;
+  }
+  auto allow = [&](const char* path, std::uint64_t access) {
+    landlock_path_beneath_attr rule{};
+    rule.allowed_access = access;
+    rule.parent_fd = ::open(path, O_PATH | O_CLOEXEC);
+    if (rule.parent_fd < 0) return std::string(fmt::format("{}: {}", path, std::strerror(errno)));
+    const long r = ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+    const int e = errno;
+    ::close(rule.parent_fd);
+    return r == 0 ? std::string() : fmt::format("landlock_add_rule({}): {}", path, std::strerror(e));
+  };
+  // Device files are opened for writing (/dev/null, a GPU's /dev/nvidia*), never created.
+  std::string failed = allow(scratch.c_str(), writes);
+  if (failed.empty()) failed = allow("/dev", LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? truncate : 0));
+  if (failed.empty() && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
+    failed = fmt::format("landlock_restrict_self: {}", std::strerror(errno));
+  ::close(ruleset);
+  if (!failed.empty()) {
+    b.detail = "unavailable: " + failed;
+    return b;
+  }
+  b.applied = true;
+  b.detail = fmt::format("writes only under {} (and to device files under /dev); reads anywhere (Landlock ABI {})", scratch, abi);
+  return b;
+}
+
+// ---- seccomp (libseccomp) ----
+
+Bound apply_seccomp(int channel) {
+  Bound b{"seccomp", false, ""};
+#if !ATTN_HAVE_SECCOMP
+  (void)channel;
+  b.detail = "unavailable: this attnbench was built without libseccomp (Debian: libseccomp-dev)";
+  return b;
+#elif !defined(__x86_64__)
+  (void)channel;
+  b.detail = "unavailable: the refusal handler is written for x86-64 only";
+  return b;
+#else
+  struct sigaction action{};
+  action.sa_sigaction = on_sigsys;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGSYS, &action, nullptr) != 0) {
+    b.detail = fmt::format("unavailable: sigaction(SIGSYS): {}", std::strerror(errno));
+    return b;
+  }
+  if (getrandom(&bypass, sizeof bypass, 0) != sizeof bypass || bypass == 0) bypass = 0x5eedbeefL ^ long(getpid());
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) {
+    b.detail = "unavailable: seccomp_init failed";
+    return b;
+  }
+  const std::uint64_t self = std::uint64_t(getpid());
+  int rc = 0;
+  auto trap = [&](int nr, unsigned count, auto... conditions) {
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, nr, count, conditions...);
+  };
+  // Signals: only to this process itself (raise, abort, pthread_kill use tgkill on it).
+  trap(SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_NE, self));
+  trap(SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_NE, self));
+  trap(SCMP_SYS(tkill), 0);
+  trap(SCMP_SYS(rt_sigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, self));
+  trap(SCMP_SYS(rt_tgsigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, self));
+  trap(SCMP_SYS(pidfd_send_signal), 0);
+  trap(SCMP_SYS(pidfd_open), 0);
+  trap(SCMP_SYS(ptrace), 0);
+  trap(SCMP_SYS(process_vm_readv), 0);
+  trap(SCMP_SYS(process_vm_writev), 0);
+  // Processes: threads only (clone with CLONE_THREAD); clone3's arguments are out of a filter's
+  // reach, so it answers ENOSYS and glibc falls back to clone.
+  trap(SCMP_SYS(fork), 0);
+  trap(SCMP_SYS(vfork), 0);
+  trap(SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  trap(SCMP_SYS(execve), 0);
+  trap(SCMP_SYS(execveat), 0);
+  // Network: local sockets only.
+  trap(SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+  // The channel to the harness stays open and stays itself.
+  const auto fd = std::uint64_t(channel);
+  trap(SCMP_SYS(close), 1, SCMP_A0(SCMP_CMP_EQ, fd));
+  trap(SCMP_SYS(close_range), 2, SCMP_A0(SCMP_CMP_LE, fd), SCMP_A1(SCMP_CMP_GE, fd));
+  trap(SCMP_SYS(dup2), 1, SCMP_A1(SCMP_CMP_EQ, fd));
+  trap(SCMP_SYS(dup3), 1, SCMP_A1(SCMP_CMP_EQ, fd));
+  // Opens for writing go through the handler, which re-issues them (Landlock decides) and names
+  // the path Landlock refused; openat2's flags are out of reach: ENOSYS, glibc does not need it.
+  const auto key = std::uint64_t(bypass);
+  for (const std::uint64_t flag : {std::uint64_t(O_WRONLY), std::uint64_t(O_RDWR), std::uint64_t(O_CREAT)}) {
+    trap(SCMP_SYS(open), 2, SCMP_A1(SCMP_CMP_MASKED_EQ, flag, flag), SCMP_A5(SCMP_CMP_NE, key));
+    trap(SCMP_SYS(openat), 2, SCMP_A2(SCMP_CMP_MASKED_EQ, flag, flag), SCMP_A5(SCMP_CMP_NE, key));
+  }
+  trap(SCMP_SYS(creat), 1, SCMP_A5(SCMP_CMP_NE, key));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
+  if (rc == 0) rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc != 0) {
+    b.detail = fmt::format("unavailable: libseccomp failed: {}", std::strerror(-rc));
+    return b;
+  }
+  b.applied = true;
+  b.detail = "no signal to another process, no tracing, no new process or program (threads allowed), no socket but AF_UNIX, the "
+             "channel descriptor kept; each refused call is named in the case's failure";
+  return b;
+#endif
+}
+
+}  // namespace
+
+std::string describe(const std::vector<Bound>& bounds) {
+  std::vector<std::string> on, off;
+  for (const Bound& b : bounds) (b.applied ? on : off).push_back(b.applied ? b.name : fmt::format("{} ({})", b.name, b.detail));
+  if (on.empty() && off.empty()) return "off";
+  std::string text = on.empty() ? "none" : fmt::format("{}", fmt::join(on, ", "));
+  if (!off.empty()) text += fmt::format("; unavailable: {}", fmt::join(off, "; "));
+  return text;
+}
+
+pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
+  // Everything the child writes is formatted here: between fork and exec only async-signal-safe calls.
+  char uid_map[64], gid_map[64];
+  std::snprintf(uid_map, sizeof uid_map, "0 %u 1\n", unsigned(getuid()));
+  std::snprintf(gid_map, sizeof gid_map, "0 %u 1\n", unsigned(getgid()));
+  const long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNET;
+  // The raw system call with no stack of its own: a fork into new namespaces.
+  long pid = ::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
+  const int privileged_errno = pid < 0 ? errno : 0;
+  bool user = false;
+  if (pid < 0) {
+    pid = ::syscall(SYS_clone, flags | CLONE_NEWUSER, nullptr, nullptr, nullptr, nullptr);
+    user = true;
+  }
+  if (pid == 0) {
+    if (user) {
+      write_whole("/proc/self/setgroups", "deny");
+      write_whole("/proc/self/uid_map", uid_map);
+      write_whole("/proc/self/gid_map", gid_map);
+    }
+    return 0;
+  }
+  if (pid > 0) {
+    bounds.push_back({"pid namespace", true, "process 1 of its own PID namespace: what it starts dies with it; no process outside is visible"});
+    bounds.push_back({"network namespace", true, "no network interface but a loopback that is down"});
+    if (user) bounds.push_back({"user namespace", true, fmt::format("mapped to uid {} (needed: {})", getuid(), std::strerror(privileged_errno))});
+    return pid_t(pid);
+  }
+  const int e = errno;
+  bounds.push_back({"pid namespace", false, fmt::format("clone(CLONE_NEWPID) failed: {}; with a user namespace too: {}",
+                                                       std::strerror(privileged_errno), std::strerror(e))});
+  bounds.push_back({"network namespace", false, "needs the same clone"});
+  return ::fork();
+}
+
+std::string make_scratch_directory() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = fmt::format("{}/attnbench-sandbox-XXXXXX", base != nullptr && *base != '\0' ? base : "/tmp");
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw std::runtime_error(fmt::format("cannot create the plugin worker's scratch directory {}: {}", pattern, std::strerror(errno)));
+  return pattern;
+}
+
+void remove_scratch_directory(const std::string& path) {
+  if (path.empty()) return;
+  ::nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);
+        return 0;  // on with the rest
+      },
+      16,
+      FTW_DEPTH | FTW_PHYS);
+}
+
+std::vector<Bound> confine(const Policy& policy) {
+  std::vector<Bound> bounds;
+  std::snprintf(scratch_path, sizeof scratch_path, "%s", policy.scratch_dir.c_str());
+  channel_descriptor = policy.channel_fd;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    const std::string why = fmt::format("unavailable: prctl(PR_SET_NO_NEW_PRIVS): {}", std::strerror(errno));
+    return {{"landlock", false, why}, {"seccomp", false, why}};
+  }
+  bounds.push_back(apply_landlock(policy.scratch_dir));
+  bounds.push_back(apply_seccomp(policy.channel_fd));
+  return bounds;
+}
+
+std::vector<std::string> take_refusals() {
+  std::vector<std::string> out;
+  while (refusal_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  const int kinds = refusal_kinds.load(std::memory_order_relaxed);
+  for (int i = 0; i < kinds; ++i)
+    out.push_back(refusals[i].count > 1 ? fmt::format("{} ({} times)", refusals[i].text, refusals[i].count) : std::string(refusals[i].text));
+  if (const long dropped = refusals_dropped.exchange(0); dropped > 0) out.push_back(fmt::format("and {} more refused calls", dropped));
+  refusal_kinds.store(0, std::memory_order_relaxed);
+  if (mirror != nullptr && mirror_size > 0) mirror[0] = '\0';
+  refusal_lock.clear(std::memory_order_release);
+  return out;
+}
+
+void mirror_refusals(char* buffer, std::size_t size) {
+  while (refusal_lock.test_and_set(std::memory_order_acquire)) {
+  }
+  mirror = buffer;
+  mirror_size = size;
+  if (mirror != nullptr && size > 0) mirror[0] = '\0';
+  refusal_lock.clear(std::memory_order_release);
+}
+
+bool is_namespace_init() { return getpid() == 1; }
+
+int kill_namespace_members() {
+  ::kill(-1, SIGKILL);  // from process 1 of a PID namespace: every other process in it
+  int reaped = 0;
+  while (::waitpid(-1, nullptr, 0) > 0) ++reaped;
+  return reaped;
+}
+
+}  // namespace attn::sandbox

@@ -1,0 +1,67 @@
+#pragma once
+// The sandbox every worker that runs untrusted code (a plugin, a file-route program) lives in.
+// Two halves, because the bounds are set up on both sides of the fork:
+//   - spawn_sandboxed (the harness): the child in a PID namespace (it is process 1 there: what it
+//     starts cannot outlive it, and nothing outside is visible to signal) and a network namespace
+//     (no interface but a down loopback), with a user namespace where the harness is not root;
+//   - confine (the child, before it loads untrusted code): Landlock (write only to the scratch
+//     directory and to device files), seccomp (no signal to another process, no tracing, no new
+//     process, no socket but AF_UNIX, the channel descriptor kept), each refused call reported.
+// A bound that cannot be set up on the machine is listed with its reason, never dropped silently.
+// README.md in this folder states the policy and what each bound does.
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace attn::sandbox {
+
+// One bound and whether it holds.
+struct Bound {
+  std::string name;    // "pid namespace", "seccomp", ...
+  bool applied = false;
+  std::string detail;  // what it does, or why it could not be set up
+};
+
+// The bounds a worker runs under, in one line: "pid namespace, network namespace, seccomp,
+// landlock; unavailable: user namespace (...)". "off (--sandbox=off)" when disabled.
+std::string describe(const std::vector<Bound>& bounds);
+
+// The harness side: fork() into new PID and network namespaces (a user namespace too where the
+// harness lacks CAP_SYS_ADMIN). Returns as fork does (0 in the child, which must exec or
+// _exit and call only async-signal-safe functions before), the namespaces' bounds in `bounds`.
+// Where namespaces cannot be made, a plain fork, with the reason in `bounds`.
+pid_t spawn_sandboxed(std::vector<Bound>& bounds);
+
+// A scratch directory for one worker (mkdtemp under TMPDIR or /tmp) and its removal.
+std::string make_scratch_directory();
+void remove_scratch_directory(const std::string& path);
+
+// What the child confines itself to. channel_fd: its descriptor to the harness, which no call may
+// close or replace.
+struct Policy {
+  std::string scratch_dir;
+  int channel_fd = -1;
+};
+
+// The child side, before loading untrusted code: no new privileges, Landlock, seccomp with a
+// SIGSYS handler that refuses and records each forbidden call. Returns the bounds it set.
+std::vector<Bound> confine(const Policy& policy);
+
+// The calls the sandbox refused since the last take (one message each, repeats counted), e.g.
+// "the sandbox refused the plugin's kill(0, SIGKILL) (pid 0: its own process group; a plugin may
+// signal only itself)". Not async-signal-safe: call it between calls.
+std::vector<std::string> take_refusals();
+
+// While a call runs, refusals are also copied here (a page the harness reads after a crash); null
+// to stop. The text is NUL-terminated and truncated to `size`.
+void mirror_refusals(char* buffer, std::size_t size);
+
+// Whether this process is process 1 of a PID namespace (a worker spawned by spawn_sandboxed).
+bool is_namespace_init();
+
+// Kills and reaps every other process of this PID namespace (kill(-1) from its process 1).
+// Returns how many were reaped.
+int kill_namespace_members();
+
+}  // namespace attn::sandbox
