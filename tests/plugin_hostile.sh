@@ -57,13 +57,18 @@ PY
 n17_case=$(grep -v '^#' "$cases" | sed -n 2p)
 
 if [[ $part == processes ]]; then
-  # A child left running after the call: killed, that call fails naming it, the next cases pass.
-  hostile fork fork 1 30 --cases "$cases" --timeout 10 --property-cases 0
+  # In the sandbox (the default) a plugin starts no process: the fork is refused, named.
+  hostile fork_sandboxed fork 1 30 --cases "$cases" --timeout 10 --property-cases 0
+  expect_record fork_sandboxed 1 fail "the sandbox refused the plugin's clone() of a new process"
+  for c in 0 2 3; do expect_record fork_sandboxed $c pass; done
+  # Without it (--sandbox=off): a child left running after the call is killed, that call fails
+  # naming it, the next cases pass.
+  hostile fork fork 1 30 --cases "$cases" --timeout 10 --property-cases 0 --sandbox=off
   expect_record fork 1 fail "the plugin left 1 process(es) running after run()" "(killed; a plugin must wait for every process"
   for c in 0 2 3; do expect_record fork $c pass; done
 
   # The same from a grandchild in a session of its own, outside the worker's process group.
-  hostile escape escape 1 30 --cases "$cases" --timeout 10 --property-cases 0
+  hostile escape escape 1 30 --cases "$cases" --timeout 10 --property-cases 0 --sandbox=off
   expect_record escape 1 fail "the plugin left 1 process(es) running after run()"
   for c in 0 2 3; do expect_record escape $c pass; done
 

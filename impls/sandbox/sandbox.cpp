@@ -5,6 +5,7 @@
 #include <linux/landlock.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -339,6 +340,8 @@ Bound apply_landlock(const std::string& scratch) {
   // Device files are opened for writing (/dev/null, a GPU's /dev/nvidia*), never created.
   std::string failed = allow(scratch.c_str(), writes);
   if (failed.empty()) failed = allow("/dev", LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? truncate : 0));
+  // Its own /proc entries: the CUDA driver names its threads (/proc/self/task/TID/comm).
+  if (failed.empty()) failed = allow("/proc/self", LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? truncate : 0));
   if (failed.empty() && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
     failed = fmt::format("landlock_restrict_self: {}", std::strerror(errno));
   ::close(ruleset);
@@ -448,7 +451,13 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
   char uid_map[64], gid_map[64];
   std::snprintf(uid_map, sizeof uid_map, "0 %u 1\n", unsigned(getuid()));
   std::snprintf(gid_map, sizeof gid_map, "0 %u 1\n", unsigned(getgid()));
-  const long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNET;
+  // The child says on this pipe whether its /proc is its own (one byte, before it goes on to exec).
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) {
+    bounds.push_back({"pid namespace", false, fmt::format("pipe2 failed: {}", std::strerror(errno))});
+    return ::fork();
+  }
+  const long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET;
   // The raw system call with no stack of its own: a fork into new namespaces.
   long pid = ::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
   const int privileged_errno = pid < 0 ? errno : 0;
@@ -458,23 +467,42 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
     user = true;
   }
   if (pid == 0) {
+    ::close(ready[0]);
     if (user) {
       write_whole("/proc/self/setgroups", "deny");
       write_whole("/proc/self/uid_map", uid_map);
       write_whole("/proc/self/gid_map", gid_map);
     }
+    // A /proc of its own PID namespace (in a mount namespace of its own, nothing propagating
+    // back): the process IDs the worker gets from the kernel then name its entries there, as the
+    // CUDA driver expects (it writes /proc/self/task/TID/comm; with the harness's /proc it fails
+    // with cudaErrorOperatingSystem, seen on an H200).
+    const bool own_proc = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                          ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
+    const char byte = own_proc ? 1 : 0;
+    if (::write(ready[1], &byte, 1) != 1 || !own_proc) ::_exit(125);
     return 0;
   }
-  if (pid > 0) {
-    bounds.push_back({"pid namespace", true, "process 1 of its own PID namespace: what it starts dies with it; no process outside is visible"});
+  ::close(ready[1]);
+  char byte = 0;
+  const bool own_proc = pid > 0 && ::read(ready[0], &byte, 1) == 1 && byte == 1;
+  ::close(ready[0]);
+  if (pid > 0 && own_proc) {
+    bounds.push_back({"pid namespace", true,
+                      "process 1 of its own PID namespace, with its own /proc: what it starts dies with it; no process outside is visible"});
     bounds.push_back({"network namespace", true, "no network interface but a loopback that is down"});
     if (user) bounds.push_back({"user namespace", true, fmt::format("mapped to uid {} (needed: {})", getuid(), std::strerror(privileged_errno))});
     return pid_t(pid);
   }
-  const int e = errno;
-  bounds.push_back({"pid namespace", false, fmt::format("clone(CLONE_NEWPID) failed: {}; with a user namespace too: {}",
-                                                       std::strerror(privileged_errno), std::strerror(e))});
-  bounds.push_back({"network namespace", false, "needs the same clone"});
+  std::string why;
+  if (pid > 0) {  // namespaces, but no /proc of its own: not a worker CUDA (or anything reading /proc) can run in
+    ::waitpid(pid_t(pid), nullptr, 0);
+    why = "mounting a /proc for the new PID namespace was refused";
+  } else {
+    why = fmt::format("clone(CLONE_NEWPID) failed: {}; with a user namespace too: {}", std::strerror(privileged_errno), std::strerror(errno));
+  }
+  bounds.push_back({"pid namespace", false, why});
+  bounds.push_back({"network namespace", false, "made with the same clone"});
   return ::fork();
 }
 
