@@ -47,6 +47,8 @@ std::atomic_flag refusal_lock = ATOMIC_FLAG_INIT;
 char* mirror = nullptr;
 std::size_t mirror_size = 0;
 char scratch_path[512] = {};
+char who_text[48] = "the sandbox refused the plugin's ";
+char off_switch[48] = "--sandbox=off";
 int channel_descriptor = -1;
 long bypass = 0;  // the 6th argument with which the handler re-issues a trapped open (random)
 
@@ -134,7 +136,7 @@ void record(long key, const char* text) {
 }
 
 void describe_signal(Text& t, const char* call, long target, long sig, bool group_semantics) {
-  t.add("the sandbox refused the plugin's ");
+  t.add(who_text);
   t.add(call);
   t.add("(");
   t.add_long(target);
@@ -147,7 +149,7 @@ void describe_signal(Text& t, const char* call, long target, long sig, bool grou
   if (group_semantics && target == 0) t.add(" (pid 0: its process group)");
   if (group_semantics && target == -1) t.add(" (pid -1: every process it may signal)");
   if (group_semantics && target < -1) t.add(" (a process group)");
-  t.add(": a plugin may signal only itself");
+  t.add(": it may signal only itself");
 }
 
 long raw(long nr, long a0, long a1, long a2, long a3, long a4, long a5) {
@@ -174,7 +176,8 @@ void on_sigsys(int, siginfo_t* info, void* context) {
       result = raw(nr, a0, a1, a2, a3, a4, bypass);
       if (result != -EACCES && result != -EPERM) break;
       const char* path = reinterpret_cast<const char*>(nr == SYS_openat ? a1 : a0);
-      t.add("the sandbox refused the plugin's open of ");
+      t.add(who_text);
+      t.add("open of ");
       t.add_user_string(path);
       if (path != nullptr && path[0] != '/') {
         char cwd[256];
@@ -213,16 +216,16 @@ void on_sigsys(int, siginfo_t* info, void* context) {
       break;
     case SYS_pidfd_send_signal:
     case SYS_pidfd_open:
-      t.add("the sandbox refused the plugin's ");
+      t.add(who_text);
       t.add(nr == SYS_pidfd_open ? "pidfd_open(" : "pidfd_send_signal(");
       t.add_long(a0);
-      t.add("): a plugin may signal only itself");
+      t.add("): it may signal only itself");
       record(key, buffer);
       break;
     case SYS_ptrace:
     case SYS_process_vm_readv:
     case SYS_process_vm_writev:
-      t.add("the sandbox refused the plugin's ");
+      t.add(who_text);
       t.add(nr == SYS_ptrace ? "ptrace" : nr == SYS_process_vm_readv ? "process_vm_readv" : "process_vm_writev");
       t.add("(): no tracing or reading of other processes");
       record(key, buffer);
@@ -230,23 +233,26 @@ void on_sigsys(int, siginfo_t* info, void* context) {
     case SYS_clone:
     case SYS_fork:
     case SYS_vfork:
-      t.add("the sandbox refused the plugin's ");
+      t.add(who_text);
       t.add(nr == SYS_clone ? "clone" : nr == SYS_fork ? "fork" : "vfork");
-      t.add("() of a new process (fork, posix_spawn, system, popen): a plugin runs no new process (threads are allowed; "
-            "--sandbox=off lifts this)");
+      t.add("() of a new process (fork, posix_spawn, system, popen): no new process in the sandbox (threads are allowed; ");
+      t.add(off_switch);
+      t.add(" lifts this)");
       key = SYS_clone;  // fork, vfork and clone are one attack
       record(key, buffer);
       result = -EAGAIN;
       break;
     case SYS_execve:
     case SYS_execveat:
-      t.add("the sandbox refused the plugin's execve of ");
+      t.add(who_text);
+      t.add("execve of ");
       t.add_user_string(reinterpret_cast<const char*>(nr == SYS_execve ? a0 : a1));
       t.add(": a plugin runs no other program");
       record(key, buffer);
       break;
     case SYS_socket:
-      t.add("the sandbox refused the plugin's socket(");
+      t.add(who_text);
+      t.add("socket(");
       if (a0 == AF_INET)
         t.add("AF_INET");
       else if (a0 == AF_INET6)
@@ -266,7 +272,7 @@ void on_sigsys(int, siginfo_t* info, void* context) {
     case SYS_close_range:
     case SYS_dup2:
     case SYS_dup3:
-      t.add("the sandbox refused the plugin's ");
+      t.add(who_text);
       t.add(nr == SYS_close ? "close" : nr == SYS_close_range ? "close_range" : nr == SYS_dup2 ? "dup2" : "dup3");
       t.add(nr == SYS_close || nr == SYS_close_range ? " of descriptor " : " onto descriptor ");
       t.add_long(channel_descriptor);
@@ -282,7 +288,8 @@ void on_sigsys(int, siginfo_t* info, void* context) {
       }
       break;
     default:
-      t.add("the sandbox refused the plugin's system call ");
+      t.add(who_text);
+      t.add("system call ");
       t.add_long(nr);
       record(key, buffer);
       break;
@@ -526,9 +533,26 @@ void remove_scratch_directory(const std::string& path) {
       FTW_DEPTH | FTW_PHYS);
 }
 
+Bound enter_network_namespace() {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (::unshare(CLONE_NEWNET) == 0) return {"network namespace", true, "no network interface but a loopback that is down"};
+  const int privileged_errno = errno;
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0)
+    return {"network namespace", false,
+            fmt::format("unshare(CLONE_NEWNET) failed: {}; with a user namespace too: {}", std::strerror(privileged_errno), std::strerror(errno))};
+  write_whole("/proc/self/setgroups", "deny");
+  write_whole("/proc/self/uid_map", fmt::format("0 {} 1\n", uid).c_str());
+  write_whole("/proc/self/gid_map", fmt::format("0 {} 1\n", gid).c_str());
+  return {"network namespace", true, fmt::format("no network interface but a loopback that is down (in a user namespace: {})",
+                                                 std::strerror(privileged_errno))};
+}
+
 std::vector<Bound> confine(const Policy& policy) {
   std::vector<Bound> bounds;
   std::snprintf(scratch_path, sizeof scratch_path, "%s", policy.scratch_dir.c_str());
+  std::snprintf(who_text, sizeof who_text, "the sandbox refused the %s's ", policy.who.c_str());
+  std::snprintf(off_switch, sizeof off_switch, "%s", policy.off_switch.c_str());
   channel_descriptor = policy.channel_fd;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     const std::string why = fmt::format("unavailable: prctl(PR_SET_NO_NEW_PRIVS): {}", std::strerror(errno));

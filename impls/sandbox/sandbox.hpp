@@ -42,11 +42,19 @@ void remove_scratch_directory(const std::string& path);
 struct Policy {
   std::string scratch_dir;
   int channel_fd = -1;
+  std::string who = "plugin";            // names the code in each refusal: "the sandbox refused the plugin's ..."
+  std::string off_switch = "--sandbox=off";  // how to run without it, named where a refusal may be the kernel's need
 };
 
 // The child side, before loading untrusted code: no new privileges, Landlock, seccomp with a
 // SIGSYS handler that refuses and records each forbidden call. Returns the bounds it set.
 std::vector<Bound> confine(const Policy& policy);
+
+// The child side for a worker that is a fork of the caller (the Python package's isolate=True),
+// which cannot be cloned into new namespaces: a network namespace of its own, entered with
+// unshare (with a user namespace where it may not do that itself). The process must be
+// single-threaded (a fresh fork is).
+Bound enter_network_namespace();
 
 // The calls the sandbox refused since the last take (one message each, repeats counted), e.g.
 // "the sandbox refused the plugin's kill(0, SIGKILL) (pid 0: its own process group; a plugin may

@@ -17,6 +17,16 @@ half of the machine's physical memory, so a runaway allocation fails inside the 
 of bringing in the OOM killer. ``memory_limit=0`` sets no limit (a CUDA callable: the driver
 reserves address space beyond any useful limit).
 
+The sandbox (impls/sandbox/README.md; ``isolate=True``): before the call the worker enters a
+network namespace of its own and confines itself with Landlock (writes only to a scratch directory,
+its working directory and TMPDIR, removed after the call) and seccomp (no signal to another
+process, no tracing, no new process or program, no socket but AF_UNIX, its result pipe kept open);
+every call the sandbox refused fails the case, named ("the sandbox refused the callable's
+socket(AF_INET): no network in the sandbox"). A bound the machine cannot set up is named in a
+warning, once. ``isolate="no-sandbox"`` keeps the worker and its other bounds without the sandbox,
+for a callable that needs processes (Triton's compiler runs ptxas) or the network. Being a fork,
+the worker has no PID namespace of its own: it leads its own process group instead.
+
 A fork copies only the calling thread: a callable that needs threads the parent's libraries
 started before the fork (JAX's, for one) may hang in the worker and is then killed at its
 timeout; such callables are best verified without isolation.
@@ -96,10 +106,31 @@ def _kill_left_behind():
     return left
 
 
-def isolated(invoke, timeout: float = 60.0, memory_limit=None):
+_warned_bounds = set()
+
+
+def _warn_unavailable(bounds):
+    """Once per bound and process: what the sandbox could not set up here, and why."""
+    import warnings
+    for name, applied, detail in bounds:
+        if not applied and name not in _warned_bounds:
+            _warned_bounds.add(name)
+            warnings.warn(f"attnbench isolate=True: sandbox bound {name} unavailable here: {detail}", RuntimeWarning, stacklevel=4)
+
+
+def isolated(invoke, timeout: float = 60.0, memory_limit=None, sandbox: bool = True):
     limit = half_the_memory() if memory_limit is None else int(memory_limit)
+    from . import _native
 
     def call(problem, inputs, want_lse):
+        scratch = _native._sandbox_scratch() if sandbox else None
+        try:
+            return run(problem, inputs, want_lse, scratch)
+        finally:
+            if scratch:
+                _native._sandbox_remove(scratch)
+
+    def run(problem, inputs, want_lse, scratch):
         data_r, data_w = os.pipe()
         out_r, out_w = os.pipe()
         parent = os.getpid()
@@ -125,6 +156,14 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None):
                     import resource
                     cap = _address_space_bytes() + limit
                     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+                bounds = []
+                if scratch:
+                    import tempfile
+                    sys.dont_write_bytecode = True  # a lazy import's .pyc would be a write outside the scratch directory
+                    os.chdir(scratch)
+                    os.environ["TMPDIR"] = scratch
+                    tempfile.tempdir = scratch
+                    bounds = _native._sandbox_confine(scratch, data_w)
                 try:
                     payload = ("ok", invoke(problem, inputs, want_lse))
                 except MemoryError:
@@ -132,10 +171,15 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None):
                                          f"interpreter's own; memory_limit=)", "")
                 except BaseException as e:  # noqa: BLE001 - everything the callable raises is its failure
                     payload = ("raised", f"{type(e).__name__}: {e}", traceback.format_exc(limit=-3))
+                refused = _native._sandbox_refusals() if scratch else []
+                if refused:
+                    said = "; ".join(refused)
+                    payload = ("raised", said, "") if payload[0] == "ok" else ("raised", f"{payload[1]}; {said}", payload[2])
                 left = _kill_left_behind()
                 if left and payload[0] == "ok":
                     payload = ("raised", f"the call left {len(left)} process(es) running (pids {', '.join(map(str, left[:8]))}), "
                                          f"killed: a callable must wait for what it starts", "")
+                payload = payload + (bounds,)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 with os.fdopen(data_w, "wb") as f:
@@ -190,10 +234,13 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None):
         if os.WEXITSTATUS(status) != 0 or not chunks:
             raise RuntimeError(f"the isolated call exited with status {os.WEXITSTATUS(status)} before returning{said}")
         payload = pickle.loads(b"".join(chunks))
+        call.sandbox_bounds = payload[-1]
+        _warn_unavailable(payload[-1])
         if payload[0] == "raised":
             raise RuntimeError(f"{payload[1]}{said}\n{payload[2]}")
         return payload[1]
 
+    call.sandbox_bounds = []
     return call
 
 

@@ -336,7 +336,9 @@ def _invoker(fn, convention: Convention, arrays, device, isolate, timeout, memor
     invoke = convention.invoker(fn, arrays, device)
     if isolate:
         from ._isolate import isolated
-        invoke = isolated(invoke, timeout=timeout, memory_limit=memory_limit)
+        if isolate not in (True, "no-sandbox"):
+            raise ValueError(f"isolate={isolate!r}: True (a worker in the sandbox), 'no-sandbox' (a worker without it) or False")
+        invoke = isolated(invoke, timeout=timeout, memory_limit=memory_limit, sandbox=isolate is True)
     return invoke
 
 

@@ -31,6 +31,7 @@
 #include "python/src/arrays.hpp"
 #include "python/src/bench_document.hpp"
 #include "python/src/callable_implementation.hpp"
+#include "impls/sandbox/sandbox.hpp"
 #include "records/context.hpp"
 #include "reference/reference.hpp"
 #include "reports/properties_report.hpp"
@@ -361,6 +362,22 @@ NB_MODULE(_native, m) {
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,
         "cases"_a, "seed"_a, "shrink"_a, "single_case"_a.none());
   m.def("_bench_document", &bench_document, "request"_a);
+  // The sandbox of the isolate=True worker (impls/sandbox/README.md): a scratch directory made
+  // and removed by the caller; in the forked worker, its network namespace, Landlock and seccomp,
+  // each bound as (name, applied, detail); the calls refused since the last ask.
+  m.def("_sandbox_scratch", &sandbox::make_scratch_directory);
+  m.def("_sandbox_remove", &sandbox::remove_scratch_directory, "path"_a);
+  m.def(
+      "_sandbox_confine",
+      [](const std::string& scratch, int channel) {
+        std::vector<sandbox::Bound> bounds{sandbox::enter_network_namespace()};
+        for (sandbox::Bound& b : sandbox::confine({scratch, channel, "callable", "isolate='no-sandbox'"})) bounds.push_back(std::move(b));
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const auto& b : bounds) out.emplace_back(b.name, b.applied, b.detail);
+        return out;
+      },
+      "scratch"_a, "channel"_a);
+  m.def("_sandbox_refusals", &sandbox::take_refusals);
   m.def("_property_names", [] {
     std::vector<std::pair<int, std::string>> names;
     for (const Property& p : property_suite()) names.emplace_back(p.number, p.name);

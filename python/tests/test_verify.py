@@ -222,7 +222,8 @@ def test_an_isolated_callable_is_bounded_in_memory_and_leaves_nothing_running():
     import subprocess
     cases = [p for p in attnbench.cases("quick")][:3]
     before = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
-    result = attnbench.verify(misbehaves_on_one_case, cases=cases, convention="torch_sdpa", isolate=True, timeout=60,
+    # Without the sandbox, which would refuse the process before the memory limit is reached.
+    result = attnbench.verify(misbehaves_on_one_case, cases=cases, convention="torch_sdpa", isolate="no-sandbox", timeout=60,
                               memory_limit=2 << 30)
     for r in result.records:
         if attnbench.Problem.parse(r["repro"]).n_q == 1:
@@ -232,3 +233,49 @@ def test_an_isolated_callable_is_bounded_in_memory_and_leaves_nothing_running():
             assert r["status"] == "pass", r
     after = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
     assert set(after) <= set(before), "a process the callable started outlived its call"
+
+
+def attacks_on_one_case(mode, outside):
+    """A correct kernel that, on the single-query cases, tries what the sandbox refuses."""
+    def kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if q.shape[2] == 1:
+            import socket
+            try:
+                if mode == "network":
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM).connect(("127.0.0.1", 9))
+                elif mode == "process":
+                    os.waitpid(os.fork(), 0)  # a child that exits at once, were it started
+                elif mode == "signal":
+                    os.kill(os.getppid(), 0)  # only a probe: harmless even were the sandbox missing
+                elif mode == "write":
+                    with open(outside, "w") as f:
+                        f.write("escaped")
+            except OSError:
+                pass  # careless code goes on; the sandbox still names what it refused
+        return numpy_kernels.sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                                  enable_gqa=enable_gqa)
+    return kernel
+
+
+@numpy_only_fork
+@pytest.mark.parametrize("mode, named", [("network", "socket(AF_INET): no network in the sandbox"),
+                                         ("process", "clone() of a new process"),
+                                         ("signal", "kill("),
+                                         ("write", "open of ")])
+def test_an_isolated_callable_runs_in_the_sandbox_and_each_refused_call_fails_its_case_named(mode, named, tmp_path):
+    outside = tmp_path / "outside.txt"
+    cases = [p for p in attnbench.cases("quick")][:6]
+    result = attnbench.verify(attacks_on_one_case(mode, str(outside)), cases=cases, convention="torch_sdpa", isolate=True, timeout=60)
+    for r in result.records:
+        if attnbench.Problem.parse(r["repro"]).n_q == 1:
+            why = " ".join(r["reasons"])
+            assert r["status"] == "fail" and "the sandbox refused the callable's " + named in why, r
+            assert mode != "write" or ("outside.txt for writing: only its scratch directory" in why), r
+        else:
+            assert r["status"] == "pass", r
+    assert not outside.exists(), "a write outside the scratch directory got through"
+    # Without the sandbox the same calls go through (the fork, the probe, the write), and pass.
+    if mode in ("process", "write"):
+        loose = attnbench.verify(attacks_on_one_case(mode, str(outside)), cases=cases, convention="torch_sdpa", isolate="no-sandbox",
+                                 timeout=60)
+        assert loose.passed, loose.summary()
