@@ -1,6 +1,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace attn {
 
@@ -10,5 +11,9 @@ class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// A token of the user's, quoted for an InputError's message: a long one (a file pasted by
+// mistake) is cut, its length said, so the message stays one readable line.
+std::string echoed(std::string_view text);
 
 }  // namespace attn

@@ -94,7 +94,7 @@ const std::vector<Layout>& all_layouts() {
 Layout parse_layout(std::string_view text) {
   for (Layout l : all_layouts())
     if (text == to_string(l)) return l;
-  throw InputError(fmt::format("layout: unknown value '{}' (expected bhsd, bshd or strided)", text));
+  throw InputError(fmt::format("layout: unknown value {} (expected bhsd, bshd or strided)", echoed(text)));
 }
 
 const std::vector<Regime>& all_regimes() {
@@ -106,7 +106,7 @@ const std::vector<Regime>& all_regimes() {
 Regime parse_regime(std::string_view text) {
   for (Regime r : all_regimes())
     if (text == to_string(r)) return r;
-  throw InputError(fmt::format("regime: unknown value '{}' (expected diffuse, peaked, saturated, large, sparse_int or uniform01)", text));
+  throw InputError(fmt::format("regime: unknown value {} (expected diffuse, peaked, saturated, large, sparse_int or uniform01)", echoed(text)));
 }
 
 std::string_view to_string(Operation operation) { return operation == Operation::forward ? "forward" : "backward"; }
@@ -114,7 +114,7 @@ std::string_view to_string(Operation operation) { return operation == Operation:
 Operation parse_operation(std::string_view text) {
   for (Operation o : {Operation::forward, Operation::backward})
     if (text == to_string(o)) return o;
-  throw InputError(fmt::format("op: unknown operation '{}' (expected forward or backward)", text));
+  throw InputError(fmt::format("op: unknown operation {} (expected forward or backward)", echoed(text)));
 }
 
 bool is_data_role(Role role) { return std::find(data_roles.begin(), data_roles.end(), role) != data_roles.end(); }

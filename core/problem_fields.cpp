@@ -18,15 +18,14 @@
 #include "core/problem.hpp"
 
 namespace attn {
-namespace {
 
-// A token of the user's, quoted for a message: a long one (a file pasted by mistake) is cut, its
-// length said, so the message stays one readable line.
 std::string echoed(std::string_view text) {
   constexpr std::size_t shown = 60;
   if (text.size() <= shown + 20) return fmt::format("'{}'", text);
   return fmt::format("'{}...' ({} characters)", text.substr(0, shown), text.size());
 }
+
+namespace {
 
 // Largest extent per dimension and largest tensor we accept: beyond these a typo, not a
 // problem anyone can run on one machine.

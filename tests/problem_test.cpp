@@ -549,7 +549,10 @@ TEST(ProblemFigures, BytesCountQKVAndOOnce) {
 TEST(ProblemParse, ALongBadTokenIsEchoedCut) {
   const std::string junk(10000, 'x');
   for (const std::string& repro : {"b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=" + junk + " regime=diffuse seed=1",
-                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1 " + junk}) {
+                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1 " + junk,
+                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=" + junk + " seed=1",
+                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1 layout=" + junk,
+                                   "b=1 hq=1 hkv=1 nq=1 nk=1 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1 op=" + junk}) {
     try {
       parse_problem(repro);
       ADD_FAILURE() << "accepted";
