@@ -226,10 +226,20 @@ Support covers(const Capabilities& caps, const Problem& p) {
   for (Role role : data_roles_of(p)) {
     if (role_dtype_declared(caps, p, role)) continue;
     if (!p.mixed()) return Support::no(fmt::format("dtype {} not declared", to_string(p.dtype)));
-    std::vector<std::string_view> accepted;
-    for (DType d : accepted_dtypes(caps, role)) accepted.push_back(to_string(d));
-    return Support::no(fmt::format("dtype {} of {} not declared ({} accepts: {})", to_string(p.dtype_of(role)), to_string(role), to_string(role),
-                                   accepted.empty() ? "none" : fmt::format("{}", fmt::join(accepted, ", "))));
+    const DType d = p.dtype_of(role);
+    if (d == p.dtype) {
+      std::vector<std::string_view> accepted;
+      for (DType a : accepted_dtypes(caps, role)) accepted.push_back(to_string(a));
+      return Support::no(fmt::format("dtype {} of {} not declared ({} accepts: {})", to_string(d), to_string(role), to_string(role),
+                                     accepted.empty() ? "none" : fmt::format("{}", fmt::join(accepted, ", "))));
+    }
+    // A role in a dtype of its own: the problem's dtypes say nothing about it.
+    std::vector<std::string_view> own;
+    for (DType o : own_dtypes(caps, role)) own.push_back(to_string(o));
+    const std::string_view problem = to_string(p.dtype);
+    return Support::no(fmt::format("dtype {} of {} in {} {} problem not declared ({} takes the problem's dtype; on its own: {})", to_string(d),
+                                   to_string(role), problem.front() == 'f' ? "an" : "a", problem, to_string(role),
+                                   own.empty() ? "none declared" : fmt::format("{}", fmt::join(own, ", "))));
   }
   const std::string dims = caps.head_dims.empty() ? fmt::format("{} to {}", caps.min_head_dim, caps.max_head_dim)
                                                   : fmt::format("{}", fmt::join(caps.head_dims, ", "));

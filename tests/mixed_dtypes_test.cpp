@@ -109,7 +109,7 @@ TEST(MixedDtypes, ADeclarationCoversARoleOnlyInTheDtypesDeclaredForIt) {
   const Problem mixed = parse_problem(f16_in_f32_out);
   Capabilities c = one_dtype_kernel();
   EXPECT_TRUE(covers(c, parse_problem(one_dtype)).ok);
-  EXPECT_EQ(covers(c, mixed).reason, "dtype f32 of o not declared (o accepts: f16, bf16)");
+  EXPECT_EQ(covers(c, mixed).reason, "dtype f32 of o in an f16 problem not declared (o takes the problem's dtype; on its own: none declared)");
   c.role_dtypes[Role::o] = {DType::f32};
   EXPECT_TRUE(covers(c, mixed).ok);
   EXPECT_TRUE(declares_mixed_dtypes(c));
@@ -122,7 +122,7 @@ TEST(MixedDtypes, ADeclarationCoversARoleOnlyInTheDtypesDeclaredForIt) {
   for (Role r : {Role::q, Role::k, Role::v, Role::o}) f16_listed_per_role.role_dtypes[r] = {DType::f16};
   EXPECT_FALSE(declares_mixed_dtypes(f16_listed_per_role));
   // Declaring f16 and bf16 problems is not declaring f16 queries with bf16 keys.
-  EXPECT_EQ(covers(c, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k not declared (k accepts: f16, bf16)");
+  EXPECT_EQ(covers(c, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k in an f16 problem not declared (k takes the problem's dtype; on its own: none declared)");
   // Every built-in CPU implementation reads each tensor in its own dtype; the mutants and the GPU ones declare one dtype.
   Registry registry;
   register_builtin_implementations(registry);
@@ -217,7 +217,7 @@ TEST(MixedDtypes, PluginsAndCapabilityFilesDeclarePerRoleDtypes) {
   bf16_to_f16.role_dtypes[Role::o] = DType::f16;
   EXPECT_TRUE(covers(caps, bf16_to_f16).ok);  // o lists f16 for itself
   // bf16 is a one-dtype declaration (ATTNBENCH_ROLE_DATA): no role takes it on its own.
-  EXPECT_EQ(covers(caps, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k not declared (k accepts: f16, bf16)");
+  EXPECT_EQ(covers(caps, parse_problem(std::string(one_dtype) + " dtypes=k:bf16")).reason, "dtype bf16 of k in an f16 problem not declared (k takes the problem's dtype; on its own: none declared)");
   const std::string described = plugin::describe_capabilities(info).front();
   EXPECT_NE(described.find("dtypes: f16, bf16 (o on its own: f32, f16; k fp8_e4m3fn (declared, not run))"), std::string::npos) << described;
 
