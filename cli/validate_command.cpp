@@ -107,12 +107,18 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
                        "Declare the unit roundoff of the kernel's matrix products when coarser than the dtype's: 0.00048828125 = "
                        "2^-11 (TF32 or f16 products) or 0.00390625 = 2^-8 (bf16 products); the pass rule and the properties' "
                        "tolerances scale by it (ABI version 1 has no field for it)");
+  command_->add_option("--accumulation-unit-roundoff", accumulation_unit_roundoff_,
+                       "Declare the unit roundoff of the kernel's accumulators when coarser than the working precision's (f32 for "
+                       "f16/bf16/f32 data): 0.00048828125 = 2^-11 (an f16 accumulator) or 0.00390625 = 2^-8 (bf16); the pass rule "
+                       "scales by the coarser of this and the products' (ABI version 1 has no field for it; version 2's "
+                       "accumulation_bits says it)");
 }
 
 std::string ValidateCommand::rerun_prefix() const {
   std::string command = fmt::format("attnbench validate --plugin {}", plugin_path_);
   if (masked_nonfinite_safe_) command += " --masked-nonfinite-safe";
   if (matmul_unit_roundoff_ != 0) command += fmt::format(" --matmul-unit-roundoff {}", matmul_unit_roundoff_);
+  if (accumulation_unit_roundoff_ != 0) command += fmt::format(" --accumulation-unit-roundoff {}", accumulation_unit_roundoff_);
   if (timeout_seconds_ != 60) command += fmt::format(" --timeout {}", timeout_seconds_);
   if (!memory_limit_.empty()) command += fmt::format(" --plugin-memory-limit {}", memory_limit_);
   if (sandbox_ == "off") command += " --sandbox=off";
@@ -128,6 +134,14 @@ int ValidateCommand::run() const {
       matmul_precision = matmul_precision_of(matmul_unit_roundoff_);
     } catch (const InputError& e) {
       throw InputError(fmt::format("--matmul-unit-roundoff: {}", e.what()));
+    }
+  }
+  std::optional<MatmulPrecision> accumulation_precision;
+  if (accumulation_unit_roundoff_ != 0) {
+    try {
+      accumulation_precision = matmul_precision_of(accumulation_unit_roundoff_);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--accumulation-unit-roundoff: {} (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)", e.what()));
     }
   }
   properties_numbered(properties_, "--properties");  // a bad number is bad input before the plugin loads
@@ -146,6 +160,7 @@ int ValidateCommand::run() const {
   options.timeout_seconds = timeout_seconds_;
   options.masked_nonfinite_safe = masked_nonfinite_safe_;
   options.matmul_precision = matmul_precision;
+  options.accumulation_precision = accumulation_precision;
   if (!memory_limit_.empty()) {
     options.memory_limit_bytes = plugin::parse_byte_size(memory_limit_);
     if (!options.memory_limit_bytes)

@@ -39,6 +39,7 @@ class ValidateCommand {
   std::string out_dir_ = "results/validate";
   bool allow_empty_ = false;
   double matmul_unit_roundoff_ = 0;
+  double accumulation_unit_roundoff_ = 0;
   std::string memory_limit_;  // --plugin-memory-limit as given; empty: the default
   std::string sandbox_ = "on";  // --sandbox on|off
   // `attnbench validate --plugin P` with every option that changes a verdict: the printed rerun

@@ -195,6 +195,8 @@ MatmulPrecision matmul_precision_of(double u) {
                                u));
 }
 
+MatmulPrecision coarser(MatmulPrecision a, MatmulPrecision b) { return unit_roundoff(a) >= unit_roundoff(b) ? a : b; }
+
 MatmulPrecision parse_matmul_precision(std::string_view text) {
   for (MatmulPrecision p : {MatmulPrecision::working, MatmulPrecision::tf32, MatmulPrecision::bf16})
     if (text == to_string(p)) return p;

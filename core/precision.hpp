@@ -28,6 +28,9 @@ decltype(auto) with_working_type(DType dtype, F&& f) {
 enum class MatmulPrecision { working, tf32, bf16 };
 
 double unit_roundoff(MatmulPrecision precision);  // 0 (the working precision's own), 2^-11, 2^-8
+// The one of the two with the larger unit roundoff. The enum also names an accumulator's
+// precision (Capabilities::accumulation_precision): 2^-11 is then an f16 accumulator, 2^-8 bf16.
+MatmulPrecision coarser(MatmulPrecision a, MatmulPrecision b);
 // The precision whose unit roundoff this is; throws InputError naming the accepted values otherwise.
 MatmulPrecision matmul_precision_of(double unit_roundoff);
 std::string_view to_string(MatmulPrecision precision);  // "working", "tf32", "bf16"

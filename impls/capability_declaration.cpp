@@ -30,11 +30,12 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 20> known_keys{"schema",       "version",       "summary",          "operations",
+constexpr std::array<std::string_view, 21> known_keys{"schema",       "version",       "summary",          "operations",
                                                       "dtypes",       "role_dtypes",   "layouts",          "masks",
                                                       "causal_only",  "gqa",           "different_dk_dv",  "default_scale_only",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
-                                                      "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff"};
+                                                      "returns_lse",  "deterministic", "masked_nonfinite_safe", "matmul_unit_roundoff",
+                                                      "accumulation_unit_roundoff"};
 
 constexpr std::array<FullyMaskedPolicy, 3> policies{FullyMaskedPolicy::zeros, FullyMaskedPolicy::nan, FullyMaskedPolicy::any};
 
@@ -183,6 +184,14 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
       throw fault(fmt::format("'matmul_unit_roundoff': {}", e.what()));
     }
   }
+  double accumulation_unit_roundoff = 0;
+  if (get("accumulation_unit_roundoff", accumulation_unit_roundoff, is_number, "a number")) {
+    try {
+      caps.accumulation_precision = matmul_precision_of(accumulation_unit_roundoff);
+    } catch (const InputError& e) {
+      throw fault(fmt::format("'accumulation_unit_roundoff': {} (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)", e.what()));
+    }
+  }
   return caps;
 }
 
@@ -226,6 +235,7 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   j["deterministic"] = caps.deterministic;
   j["masked_nonfinite_safe"] = caps.masked_nonfinite_safe;
   j["matmul_unit_roundoff"] = unit_roundoff(caps.matmul_precision);
+  j["accumulation_unit_roundoff"] = unit_roundoff(caps.accumulation_precision);
   return j;
 }
 

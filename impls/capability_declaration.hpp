@@ -23,7 +23,8 @@
 //    "fully_masked": "zeros" | "nan" | "any",   (any: those rows, and their LSE, not judged)
 //    "returns_lse": false, "deterministic": true,
 //    "masked_nonfinite_safe": false,
-//    "matmul_unit_roundoff": 0 | 0.00048828125 (2^-11, TF32 or f16 products) | 0.00390625 (2^-8, bf16)}
+//    "matmul_unit_roundoff": 0 | 0.00048828125 (2^-11, TF32 or f16 products) | 0.00390625 (2^-8, bf16),
+//    "accumulation_unit_roundoff": 0 | 0.00048828125 (2^-11, an f16 accumulator) | 0.00390625 (2^-8, bf16)}
 //
 // A key left out declares what attn::Capabilities declares by default (every mask, GQA, d_k !=
 // d_v, every head dim, any scale, BHSD, fully masked rows zeros, no LSE). An unknown key, a wrong type or an

@@ -70,6 +70,11 @@ struct Capabilities {
   // on f32 inputs): the pass rule's yardsticks and floor scale by the ratio of unit roundoffs
   // (core/pass_rule.hpp, precision_scale) and the bench's roofline is that GEMM's.
   MatmulPrecision matmul_precision = MatmulPrecision::working;
+  // Its accumulators' arithmetic when coarser than the working precision (an f16 accumulator,
+  // 2^-11; bf16, 2^-8): the pass rule scales by it like by the products' (the coarser of the
+  // two, judged_precision), the roofline does not.
+  MatmulPrecision accumulation_precision = MatmulPrecision::working;
+  MatmulPrecision judged_precision() const { return coarser(matmul_precision, accumulation_precision); }
 };
 
 // Every dtype, for one-dtype problems and for every role of a mixed-precision one: what an

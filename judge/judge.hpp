@@ -32,7 +32,7 @@ Yardstick make_yardstick(const Problem& problem, const CaseInputs& inputs, const
 struct JudgeOptions {
   PassRule rule;
   FullyMaskedPolicy fully_masked = FullyMaskedPolicy::zeros;  // what a row that sees no key holds
-  MatmulPrecision matmul_precision = MatmulPrecision::working;  // coarser matrix products (TF32)
+  MatmulPrecision matmul_precision = MatmulPrecision::working;  // coarser products or accumulation (Capabilities::judged_precision)
 };
 
 // The verdict is per role (verdict.roles: o, and lse when the output comes with one), each with

@@ -51,7 +51,7 @@ std::string first_bit_difference(const Problem& p, const Tensor& expected, const
 // the naive baseline's rows understates its error against an implementation's worst row.
 Verdict judge_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Outputs& o) {
   const Capabilities caps = impl.describe();
-  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.matmul_precision})
+  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.judged_precision()})
       .verdict;
 }
 
@@ -76,10 +76,10 @@ void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t 
 
 // The unit roundoff a property's rounding allowance is measured in: the dtype's accumulation
 // precision, coarsened as the pass rule coarsens it for an implementation whose matrix
-// products are coarser (Capabilities::matmul_precision, core/pass_rule.hpp).
+// products or accumulators are coarser (Capabilities::judged_precision, core/pass_rule.hpp).
 double unit_roundoff_for(const Implementation& impl, const Problem& p) {
   const DType working = working_dtype(p.numerics());
-  return accumulation_unit_roundoff(working) * precision_scale(working, impl.describe().matmul_precision);
+  return accumulation_unit_roundoff(working) * precision_scale(working, impl.describe().judged_precision());
 }
 
 // A rounding allowance derived from the pass rule: k times the naive algorithm's a-priori
@@ -88,7 +88,7 @@ double unit_roundoff_for(const Implementation& impl, const Problem& p) {
 // cannot be rejected by a property that allows this much.
 double allowance_from_pass_rule(const Implementation& impl, const Problem& p, DType ulp_dtype, double naive_bound, double magnitude) {
   const PassRule rule;
-  return rule.k * naive_bound + rule.floor_ulps * precision_scale(working_dtype(p.numerics()), impl.describe().matmul_precision) * ulp_at(ulp_dtype, magnitude);
+  return rule.k * naive_bound + rule.floor_ulps * precision_scale(working_dtype(p.numerics()), impl.describe().judged_precision()) * ulp_at(ulp_dtype, magnitude);
 }
 
 }  // namespace attn::property_detail

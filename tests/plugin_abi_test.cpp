@@ -195,6 +195,22 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
     EXPECT_NE(std::string(e.what()).find("capabilities.matmul_unit_roundoff: matmul unit roundoff 0.001: expected 0"), std::string::npos) << e.what();
   }
   d.capabilities.matmul_unit_roundoff = 0;
+  // An f16 accumulator (11 significand bits): judged at 2^-11, the products untouched; the pass
+  // rule takes the coarser of the two, and it survives the worker's JSON.
+  d.capabilities.accumulation_bits = 11;
+  const PluginInfo accumulating = read_plugin_info(d, "/x.so");
+  EXPECT_EQ(to_capabilities(accumulating).accumulation_precision, MatmulPrecision::tf32);
+  EXPECT_EQ(to_capabilities(accumulating).matmul_precision, MatmulPrecision::working);
+  EXPECT_EQ(to_capabilities(accumulating).judged_precision(), MatmulPrecision::tf32);
+  EXPECT_EQ(nlohmann::json(accumulating).get<PluginInfo>().accumulation_precision, MatmulPrecision::tf32);
+  d.capabilities.accumulation_bits = 5;
+  try {
+    read_plugin_info(d, "/x.so");
+    ADD_FAILURE() << "accumulation_bits 5 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("capabilities.accumulation_bits 5: expected 0"), std::string::npos) << e.what();
+  }
+  d.capabilities.accumulation_bits = 0;
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
             "operation forward not declared (declared: backward)");

@@ -167,7 +167,7 @@ std::string gqa_blame(const Implementation& impl, const Capabilities& caps, cons
     const CaseInputs in = generate_inputs(mha);
     const Output o = run_once(impl, mha, in, caps.returns_lse);
     const Judgement judged =
-        judge_case(mha, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
+        judge_case(mha, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()});
     if (!judged.verdict.pass) return "";
   } catch (const std::exception&) {
     return "";  // it fails without GQA too: nothing to say about the head mapping
@@ -193,7 +193,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                      : run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
     Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
-                                    JudgeOptions{options.rule, caps.fully_masked, caps.matmul_precision});
+                                    JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()});
     record.metrics = judged.metrics;
     record.verdict = std::move(judged.verdict);
     if (!given)
@@ -201,7 +201,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
         record.verdict.pass = false;
         record.verdict.reasons.push_back(std::move(late));
       }
-    const double scale = precision_scale(working_dtype(p.numerics()), caps.matmul_precision);
+    const double scale = precision_scale(working_dtype(p.numerics()), caps.judged_precision());
     const bool diagnosed_before = prepared.diagnosed_by.contains(impl.name());
     const bool diagnose_this = !diagnosed_before && (options.diagnosis.max_cases <= 0 || diagnosed < options.diagnosis.max_cases);
     if (!record.verdict.pass && options.diagnosis.enabled && diagnosed_before)

@@ -273,7 +273,11 @@ typedef struct {
   int32_t head_dim_count;
   const int32_t* head_dims;
   int32_t device_type; /* ATTNBENCH_DL_CPU or ATTNBENCH_DL_CUDA: where run's tensors live */
-  int32_t reserved;
+  /* Its accumulators' precision when coarser than the working precision's (f32 for f16/bf16/f32
+   * data, f64 for f64), as significand bits with the implicit one: 11 (an f16 accumulator) or 8
+   * (bf16); 0: the working precision's. The pass rule scales by the coarser of this and
+   * matmul_unit_roundoff. (This field was `reserved`, always 0, before: same layout.) */
+  int32_t accumulation_bits;
   /* The unit roundoff its matrix products round to when coarser than the dtype's (2^-11 for
    * TF32); 0: the dtype's own. The pass rule and the properties' tolerances scale by it. */
   double matmul_unit_roundoff;

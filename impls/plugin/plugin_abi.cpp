@@ -1,6 +1,7 @@
 #include "impls/plugin/plugin_abi.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <csignal>
 #include <cstring>
@@ -103,6 +104,12 @@ PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string
   } catch (const InputError& e) {
     throw std::runtime_error(fmt::format("capabilities.matmul_unit_roundoff: {}", e.what()));
   }
+  if (c.accumulation_bits == 11 || c.accumulation_bits == 8)
+    info.accumulation_precision = matmul_precision_of(std::ldexp(1.0, -c.accumulation_bits));
+  else if (c.accumulation_bits != 0)
+    throw std::runtime_error(fmt::format("capabilities.accumulation_bits {}: expected 0 (the working precision's), 11 (an f16 accumulator) "
+                                         "or 8 (bf16)",
+                                         c.accumulation_bits));
   if (c.device_type != ATTNBENCH_DL_CPU && c.device_type != ATTNBENCH_DL_CUDA)
     throw std::runtime_error(fmt::format("capabilities.device_type {} is neither CPU (1) nor CUDA (2)", c.device_type));
   info.cuda = c.device_type == ATTNBENCH_DL_CUDA;
@@ -128,6 +135,7 @@ void to_json(nlohmann::json& j, const PluginInfo& i) {
        {"max_head_dim", i.max_head_dim},
        {"head_dims", i.head_dims},
        {"matmul_precision", to_string(i.matmul_precision)},
+       {"accumulation_unit_roundoff", unit_roundoff(i.accumulation_precision)},
        {"device", i.cuda ? "cuda" : "cpu"},
        {"has_supports", i.has_supports}};
 }
@@ -149,6 +157,7 @@ void from_json(const nlohmann::json& j, PluginInfo& i) {
   j.at("max_head_dim").get_to(i.max_head_dim);
   j.at("head_dims").get_to(i.head_dims);
   i.matmul_precision = parse_matmul_precision(j.at("matmul_precision").get<std::string>());
+  i.accumulation_precision = matmul_precision_of(j.value("accumulation_unit_roundoff", 0.0));
   i.cuda = j.at("device").get<std::string>() == "cuda";
   j.at("has_supports").get_to(i.has_supports);
 }
@@ -198,6 +207,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.deterministic = info.has(ATTNBENCH_FEATURE_DETERMINISTIC);
   caps.masked_nonfinite_safe = info.has(ATTNBENCH_FEATURE_MASKED_NONFINITE_SAFE);
   caps.matmul_precision = info.matmul_precision;
+  caps.accumulation_precision = info.accumulation_precision;
   caps.fully_masked = info.fully_masked;
   return caps;
 }
@@ -237,6 +247,9 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
                                 info.matmul_precision != MatmulPrecision::working
                                     ? fmt::format("{} (unit roundoff {:g})", to_string(info.matmul_precision), unit_roundoff(info.matmul_precision))
                                     : std::string("the dtype's")));
+  if (info.accumulation_precision != MatmulPrecision::working)
+    lines.push_back(fmt::format("accumulators: coarser than the working precision (unit roundoff {:g}; the pass rule scales by it)",
+                                unit_roundoff(info.accumulation_precision)));
   return lines;
 }
 

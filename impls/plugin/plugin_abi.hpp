@@ -46,6 +46,7 @@ struct PluginInfo {
   std::int32_t min_head_dim = 0, max_head_dim = 0;
   std::vector<std::int32_t> head_dims;  // non-empty: only these
   MatmulPrecision matmul_precision = MatmulPrecision::working;
+  MatmulPrecision accumulation_precision = MatmulPrecision::working;  // from accumulation_bits
   bool cuda = false;                    // device_type CUDA
   bool has_supports = false;            // exports the optional supports()
 

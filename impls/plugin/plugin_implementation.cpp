@@ -203,6 +203,7 @@ Capabilities PluginImplementation::describe() const {
   Capabilities caps = to_capabilities(info_);
   caps.masked_nonfinite_safe = caps.masked_nonfinite_safe || options_.masked_nonfinite_safe;
   if (options_.matmul_precision) caps.matmul_precision = *options_.matmul_precision;
+  if (options_.accumulation_precision) caps.accumulation_precision = *options_.accumulation_precision;
   return caps;
 }
 

@@ -37,6 +37,7 @@ struct PluginOptions {
   // plugin's own declaration.
   bool masked_nonfinite_safe = false;
   std::optional<MatmulPrecision> matmul_precision;
+  std::optional<MatmulPrecision> accumulation_precision;  // the same for its accumulators
   // The worker's address-space limit in bytes: nullopt, default_memory_limit(); 0, none.
   std::optional<std::uint64_t> memory_limit_bytes;
   // The worker in the sandbox (impls/sandbox): no signal outside, no process, no network, writes

@@ -50,6 +50,10 @@ class Convention:
     returns_lse: bool = False
     deterministic: bool = True
     masked_nonfinite_safe: bool = False
+    # Coarser arithmetic than the working precision (f32 for f16/bf16/f32 data), as unit roundoffs:
+    # 2**-11 (TF32 or f16 products; an f16 accumulator) or 2**-8 (bf16); 0 for the working precision's.
+    matmul_unit_roundoff: float = 0.0
+    accumulation_unit_roundoff: float = 0.0
     default_scale_only: bool = False
     causal_only: bool = False
     alibi_only: bool = False
@@ -70,6 +74,8 @@ class Convention:
             "returns_lse": self.returns_lse,
             "deterministic": self.deterministic,
             "masked_nonfinite_safe": self.masked_nonfinite_safe,
+            "matmul_unit_roundoff": self.matmul_unit_roundoff,
+            "accumulation_unit_roundoff": self.accumulation_unit_roundoff,
             "default_scale_only": self.default_scale_only,
             "causal_only": self.causal_only,
         }

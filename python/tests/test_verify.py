@@ -279,3 +279,23 @@ def test_an_isolated_callable_runs_in_the_sandbox_and_each_refused_call_fails_it
         loose = attnbench.verify(attacks_on_one_case(mode, str(outside)), cases=cases, convention="torch_sdpa", isolate="no-sandbox",
                                  timeout=60)
         assert loose.passed, loose.summary()
+
+
+def f16_accumulating(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Scores and softmax in f32, but P·V summed key by key in an f16 accumulator (no mask: the cases below have none)."""
+    assert attn_mask is None and not is_causal
+    f32 = np.float32
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(f32), k.astype(f32)) * f32(scale if scale is not None else 1 / np.sqrt(q.shape[-1]))
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    terms = (p[..., :, None] * v.astype(f32)[:, :, None, :, :]).astype(np.float16)  # [b, h, q, k, d]
+    return np.add.accumulate(terms, axis=-2, dtype=np.float16)[..., -1, :]
+
+
+def test_a_kernel_accumulating_in_f16_fails_undeclared_and_passes_declared():
+    cases = [f"b=1 hq=2 hkv=2 nq=16 nk=1000 dk=64 dv=64 dtype=f16 causal=none regime={r} seed={s}"
+             for s, r in enumerate(["diffuse", "uniform01", "peaked"])]
+    undeclared = attnbench.verify(f16_accumulating, cases=cases, convention="torch_sdpa")
+    assert not undeclared.passed, undeclared.summary()
+    declared = attnbench.verify(f16_accumulating, cases=cases, convention=attnbench.torch_sdpa(accumulation_unit_roundoff=2**-11))
+    assert declared.passed, declared.summary()
