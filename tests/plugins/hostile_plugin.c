@@ -23,33 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char* mode(void) {
-  const char* m = getenv("ATTN_HOSTILE_MODE");
-  return m != NULL ? m : "";
-}
-
-static int is_mode(const char* m) { return strcmp(mode(), m) == 0; }
-
-/* A sleeper with the marker as its argv[0]: 10 minutes, far longer than any test. */
-static void become_sleeper(void) {
-  const char* marker = getenv("ATTN_HOSTILE_MARKER");
-  char* const argv[] = {(char*)(marker != NULL ? marker : "attn_hostile_sleeper"), (char*)"600", NULL};
-  execv("/bin/sleep", argv);
-  for (;;) pause();
-}
+#include "hostile/hostile_common.h"
 
 static void start_sleeper(void) {
   if (fork() == 0) become_sleeper();
-}
-
-static void start_escaped_sleeper(void) {
-  const pid_t child = fork();
-  if (child == 0) {
-    setsid();
-    if (fork() == 0) become_sleeper();
-    _exit(0);
-  }
-  if (child > 0) waitpid(child, NULL, 0);
 }
 
 static int flood(char* error, size_t error_len) {

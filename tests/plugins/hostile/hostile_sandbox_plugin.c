@@ -36,20 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char* mode(void) {
-  const char* m = getenv("ATTN_HOSTILE_MODE");
-  return m != NULL ? m : "";
-}
-
-static int is_mode(const char* m) { return strcmp(mode(), m) == 0; }
-
-/* A sleeper with the marker as its argv[0]: 10 minutes, far longer than any test. */
-static void become_sleeper(void) {
-  const char* marker = getenv("ATTN_HOSTILE_MARKER");
-  char* const argv[] = {(char*)(marker != NULL ? marker : "attn_hostile_sleeper"), (char*)"600", NULL};
-  execv("/bin/sleep", argv);
-  for (;;) pause();
-}
+#include "hostile_common.h"
 
 static void write_outside(void) {
   const char* path = getenv("ATTN_HOSTILE_FILE");
@@ -63,13 +50,7 @@ static void write_outside(void) {
 }
 
 static void setsid_crash(void) {
-  const pid_t child = fork();
-  if (child == 0) {
-    setsid();
-    if (fork() == 0) become_sleeper();
-    _exit(0);
-  }
-  if (child > 0) waitpid(child, NULL, 0);
+  start_escaped_sleeper();
   volatile int* volatile nowhere = NULL;
   *nowhere = 1; /* SIGSEGV */
 }
