@@ -98,3 +98,26 @@ def test_a_nan_where_it_reaches_an_output_is_bad_input_and_where_masked_it_is_no
     lens = np.array([5])
     ref = attnbench.reference(i["q"], i["k"], v, valid_lens=lens)
     assert np.all(np.isfinite(ref.o)) and attnbench.judge(i["q"], i["k"], v, ref.o, valid_lens=lens).passed
+
+
+def test_a_scale_whose_scores_overflow_the_working_precision_is_bad_input_not_an_unsound_oracle(tmp_path, attnbench_cli):
+    p = attnbench.Problem.parse("b=1 hq=2 hkv=1 nq=4 nk=6 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=2")
+    i = attnbench.make_inputs(p)
+    out = attnbench.reference(i["q"], i["k"], i["v"]).o
+    with pytest.raises(ValueError, match=r"the scale 1e\+300 is beyond the range of f32"):
+        attnbench.judge(i["q"], i["k"], i["v"], out, scale=1e300)
+    # A finite scale, but scores past f32's 3.4e38 for one pair: named with the pair.
+    q, k = i["q"].copy(), i["k"].copy()
+    q[0, 1, 2, :] = 30.0
+    k[0, 0, 4, :] = 30.0
+    with pytest.raises(ValueError, match=r"the score of query \(0, 1, 2\) and key 4 is 7.2e\+38"):
+        attnbench.judge(q, k, i["v"], out, scale=1e35)
+    # The same through check --inputs: exit 2 naming settings.json, never "the oracle is unsound".
+    directory = tmp_path / "overflow"
+    directory.mkdir()
+    for name, a in (("q", i["q"]), ("k", i["k"]), ("v", i["v"]), ("out", out)):
+        np.save(directory / f"{name}.npy", a)
+    (directory / "settings.json").write_text('{"scale": 1e300}')
+    cli = subprocess.run([attnbench_cli, "check", "--inputs", str(directory), "--json", ""], capture_output=True, text=True)
+    assert cli.returncode == 2, cli.stdout + cli.stderr
+    assert "settings.json: the scale 1e+300 is beyond the range of f32" in cli.stderr and "unsound" not in cli.stdout + cli.stderr
