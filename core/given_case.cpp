@@ -197,53 +197,6 @@ void check_finite_where_used(const Problem& p, const CaseInputs& in, const std::
       }
 }
 
-// The scores of a user's tensors and scale, q·k and scale·q·k for every visible pair, must lie in
-// the working precision's range: the naive baseline (the pass rule's yardstick) computes them
-// there, and an overflow would read as an unsound oracle, blaming the reference for the input.
-// A bound from the largest row norms first; the pairs one by one only when it does not hold.
-void check_scores_in_range(const Problem& p, const CaseInputs& in, const std::function<std::string(const char*)>& name,
-                           const std::string& scale_from) {
-  const DType working = working_dtype(p.numerics());
-  const double limit = working == DType::f64 ? std::numeric_limits<double>::max() : double(std::numeric_limits<float>::max());
-  const double scale = std::abs(p.effective_scale());
-  if (!(scale <= limit))
-    throw InputError(fmt::format("{}: the scale {:g} is beyond the range of {} (the working precision of these inputs, at most {:g})",
-                                 scale_from, p.effective_scale(), to_string(working), limit));
-  const std::int64_t group = p.h_q / p.h_kv;
-  auto row_norm = [](const Tensor& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d) {
-    double sum = 0;
-    for (std::int64_t c = 0; c < d; ++c) {
-      const double x = t.get(t.offset(b, h, i, c));
-      if (std::isfinite(x)) sum += x * x;  // non-finite ones are where no output reads them (checked before)
-    }
-    return std::sqrt(sum);
-  };
-  double q_norm = 0, k_norm = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    for (std::int64_t h = 0; h < p.h_q; ++h)
-      for (std::int64_t i = 0; i < p.n_q; ++i) q_norm = std::max(q_norm, row_norm(in.q, b, h, i, p.d_k));
-    for (std::int64_t h = 0; h < p.h_kv; ++h)
-      for (std::int64_t j = 0; j < p.n_k; ++j) k_norm = std::max(k_norm, row_norm(in.k, b, h, j, p.d_k));
-  }
-  if (q_norm * k_norm * std::max(scale, 1.0) <= limit / 2) return;
-  for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t h = 0; h < p.h_q; ++h)
-      for (std::int64_t i = 0; i < p.n_q; ++i) {
-        const auto [lo, hi] = in.mask.key_range(b, i);
-        for (std::int64_t j = lo; j < hi; ++j) {
-          if (!in.mask.visible(b, h, i, j)) continue;
-          double dot = 0;
-          for (std::int64_t c = 0; c < p.d_k; ++c) dot += in.q.get(in.q.offset(b, h, i, c)) * in.k.get(in.k.offset(b, h / group, j, c));
-          if (std::abs(dot) > limit || std::abs(dot * scale) > limit)
-            throw InputError(fmt::format("{} and {} with the scale from {}: the score of query ({}, {}, {}) and key {} is {:g} (q·k {:g}), beyond "
-                                         "the range of {} (the working precision of these inputs, at most {:g}), where the pass rule's "
-                                         "naive yardstick computes it",
-                                         name("q"), name("k"), scale_from, b, h, i, j, dot * p.effective_scale(), dot, to_string(working),
-                                         limit));
-        }
-      }
-}
-
 }  // namespace
 
 std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {

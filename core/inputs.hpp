@@ -2,6 +2,9 @@
 // Seeded generation of a case's inputs in every input regime. Values are drawn in double and
 // rounded once to its role's dtype (ProblemNumerics::dtype_of); the stored (rounded) values are the inputs every
 // implementation and the reference read. The same problem gives the same bits everywhere.
+#include <functional>
+#include <string>
+
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
@@ -16,6 +19,14 @@ struct CaseInputs {
 };
 
 CaseInputs generate_inputs(const Problem& problem);
+
+// The scores q·k and scale·q·k of every visible pair must lie in the working precision's range:
+// the naive baseline (the pass rule's yardstick) computes them there, and an overflow would read
+// as an unsound oracle, blaming the reference for the input. Throws InputError naming the scale's
+// source or the pair (name(role): each role's file or argument). A bound from the largest row
+// norms first; the pairs one by one only when it does not hold.
+void check_scores_in_range(const Problem& p, const CaseInputs& in, const std::function<std::string(const char*)>& name,
+                           const std::string& scale_from);
 
 // An output tensor [b, h_q, n_q, d_v] in o's dtype, poisoned.
 Tensor make_output(const Problem& problem);

@@ -136,6 +136,8 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
     ctx->inputs_from = std::move(given.from);
   } else {
     prepared.inputs_storage.emplace(generate_inputs(p));
+    // A scale that makes these scores overflow the working precision is the case's fault, not the oracle's.
+    check_scores_in_range(p, prepared.inputs(), [](const char* role) { return std::string(role); }, fmt::format("case '{}'", p.repro()));
   }
   ctx->index = number;
   ctx->problem = p;
