@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -345,6 +346,11 @@ const Field fields[] = {
      [](const Problem& p) {
        if (p.scale && !(std::isfinite(*p.scale) && *p.scale > 0.0))
          throw InputError(fmt::format("scale must be finite and positive (got {})", *p.scale));
+       // The naive yardstick multiplies by it in the working precision: beyond that range it is
+       // inf there, and the case would read as an unsound oracle.
+       if (p.scale && working_dtype(p.numerics()) != DType::f64 && *p.scale > double(std::numeric_limits<float>::max()))
+         throw InputError(fmt::format("scale {:g} is beyond the range of f32, the working precision of {} inputs (at most {:g})", *p.scale,
+                                      to_string(p.dtype), double(std::numeric_limits<float>::max())));
      },
      LabelSlot::none, no_label},
     // The data.

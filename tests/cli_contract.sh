@@ -159,6 +159,13 @@ bad_input zero_batch "b must be positive" verify --case "b=0 $shape dtype=f32 $r
 bad_input negative_sampling "--sample-rows-above must be a non-negative" verify --case "b=1 $shape dtype=f32 $rest" --sample-rows-above -5 --json ''
 bad_input heads "hq = 3 is not a multiple of hkv = 2" verify --case "b=1 hq=3 hkv=2 nq=4 nk=4 dk=8 dv=8 dtype=f32 $rest" --json ''
 bad_input garbage "'garbage'" verify --case 'garbage' --json ''
+# Scales whose scores overflow the working precision are the case's fault, never "the oracle is
+# unsound": beyond f32's range at all (refused before the run), or for one pair of the inputs.
+bad_input scale_range "scale 1e+300 is beyond the range of f32" verify --case "b=1 $shape dtype=f32 causal=none scale=1e300 regime=diffuse seed=1" --json ''
+run scores_overflow verify --impl cpu_naive --case "b=1 $shape dtype=f32 causal=none scale=1e30 regime=large seed=1" --json ''
+expect_rc 2
+expect_in err "beyond the range of f32 (the working precision of these inputs"
+checks=$((checks + 1))
 bad_input case_file_device "/dev/zero: not a regular file" verify --cases /dev/zero --json ''  # a device is refused, never read without end
 bad_input case_file_missing "nosuch.txt: no such case file" verify --cases nosuch.txt --json ''
 bad_input unknown_key "unknown repro key 'frobnicate'" verify --case "b=1 $shape dtype=f32 $rest frobnicate=2" --json ''
