@@ -69,7 +69,10 @@ struct ScoreRounding {
 // floor, for the output and the LSE, scale by unit_roundoff(matmul) / accumulation_unit_roundoff
 // (2^13 for TF32 on f32). The naive algorithm's error is, to first order, proportional to the unit
 // roundoff it runs in, so this is "k times the naive algorithm in that precision". 1 for the
-// working precision (Capabilities' default) or a unit not coarser than the dtype's.
+// working precision (Capabilities' default) or a unit not coarser than the dtype's. A declared
+// coarser accumulator (an f16 one: 2^-11) scales the same way, by the same first-order argument
+// (the naive algorithm's sums then round to that unit): the caller passes the coarser of the two
+// (Capabilities::judged_precision).
 // `working` is the problem's working dtype (working_dtype(numerics)).
 double precision_scale(DType working, MatmulPrecision matmul);
 
