@@ -347,7 +347,9 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   try {
     p.validate();
   } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", dir.string(), e.what()));
+    // A bad scale is settings.json's, the only place it comes from; anything else, the directory's.
+    const bool about_scale = std::string_view(e.what()).starts_with("scale ");
+    throw InputError(fmt::format("{}: {}", about_scale ? file("settings.json") : dir.string(), e.what()));
   }
 
   Tensor tq(p.dtype_of(Role::q), {p.batch, p.h_q, p.n_q, p.d_k}), tk(p.dtype_of(Role::k), {p.batch, p.h_kv, p.n_k, p.d_k}),
