@@ -128,22 +128,18 @@ std::string ValidateCommand::rerun_prefix() const {
 int ValidateCommand::run() const {
   if (!(timeout_seconds_ > 0)) throw InputError("--timeout must be positive");
   if (property_cases_ < 0) throw InputError("--property-cases must not be negative");
-  std::optional<MatmulPrecision> matmul_precision;
-  if (matmul_unit_roundoff_ != 0) {
+  // A declared unit roundoff (0: none given), read as a precision or refused naming the flag.
+  auto precision_flag = [](double u, std::string_view flag, std::string_view hint) -> std::optional<MatmulPrecision> {
+    if (u == 0) return std::nullopt;
     try {
-      matmul_precision = matmul_precision_of(matmul_unit_roundoff_);
+      return matmul_precision_of(u);
     } catch (const InputError& e) {
-      throw InputError(fmt::format("--matmul-unit-roundoff: {}", e.what()));
+      throw InputError(fmt::format("{}: {}{}", flag, e.what(), hint));
     }
-  }
-  std::optional<MatmulPrecision> accumulation_precision;
-  if (accumulation_unit_roundoff_ != 0) {
-    try {
-      accumulation_precision = matmul_precision_of(accumulation_unit_roundoff_);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("--accumulation-unit-roundoff: {} (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)", e.what()));
-    }
-  }
+  };
+  const std::optional<MatmulPrecision> matmul_precision = precision_flag(matmul_unit_roundoff_, "--matmul-unit-roundoff", "");
+  const std::optional<MatmulPrecision> accumulation_precision =
+      precision_flag(accumulation_unit_roundoff_, "--accumulation-unit-roundoff", " (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)");
   properties_numbered(properties_, "--properties");  // a bad number is bad input before the plugin loads
   std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   for (const auto& p : cases) {

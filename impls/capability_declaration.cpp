@@ -176,22 +176,18 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
     caps.fully_masked = *found;
   }
 
-  double matmul_unit_roundoff = 0;
-  if (get("matmul_unit_roundoff", matmul_unit_roundoff, is_number, "a number")) {
+  // A unit roundoff key, read as a precision or refused naming the key.
+  auto precision_key = [&](const char* key, MatmulPrecision& into, std::string_view hint) {
+    double u = 0;
+    if (!get(key, u, is_number, "a number")) return;
     try {
-      caps.matmul_precision = matmul_precision_of(matmul_unit_roundoff);
+      into = matmul_precision_of(u);
     } catch (const InputError& e) {
-      throw fault(fmt::format("'matmul_unit_roundoff': {}", e.what()));
+      throw fault(fmt::format("'{}': {}{}", key, e.what(), hint));
     }
-  }
-  double accumulation_unit_roundoff = 0;
-  if (get("accumulation_unit_roundoff", accumulation_unit_roundoff, is_number, "a number")) {
-    try {
-      caps.accumulation_precision = matmul_precision_of(accumulation_unit_roundoff);
-    } catch (const InputError& e) {
-      throw fault(fmt::format("'accumulation_unit_roundoff': {} (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)", e.what()));
-    }
-  }
+  };
+  precision_key("matmul_unit_roundoff", caps.matmul_precision, "");
+  precision_key("accumulation_unit_roundoff", caps.accumulation_precision, " (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)");
   return caps;
 }
 

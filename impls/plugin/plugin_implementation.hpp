@@ -89,8 +89,8 @@ class PluginImplementation : public Implementation {
   // the plugin's alone; the last call's output is checked as run's. Throws like run.
   bool times_itself() const override { return true; }
   std::vector<double> timed_runs(const Problem& problem, const CaseInputs& inputs, int warmup, int iterations) const override;
-  // The last call's output buffers compared with what the harness read when it returned (the
-  // worker keeps them mapped until the next call): a change is a write after run() returned.
+  // Whether a thread of the last call wrote into its buffers after run() returned (the worker
+  // keeps them mapped read-only until the next call, and records the fault).
   std::string late_problems() const override;
 
  private:
@@ -111,15 +111,15 @@ class PluginImplementation : public Implementation {
   std::uint64_t memory_limit_ = 0;       // as the worker applied it (0: none)
   std::string memory_description_;
   std::vector<sandbox::Bound> sandbox_bounds_;
-  // The last call's arena, kept with the bytes of its outputs as read, until the next call.
+  // The last call's arena, kept until the next call: the worker holds its buffers read-only
+  // meanwhile, and a late write faults there, recorded in this arena's status page.
   struct LastCall {
     std::unique_ptr<SharedArena> arena;
-    std::vector<std::pair<std::string, std::vector<std::byte>>> outputs;  // buffer name, bytes read
     std::string repro;
     bool threads_left = false;  // the worker saw threads started in the call still running after it
   };
   mutable std::optional<LastCall> last_call_;
-  std::string written_after_return() const;  // "" or the late write, naming buffer and element
+  std::string written_after_return() const;  // "" or the late write (from the status page), naming buffer and element
   mutable int timeouts_ = 0, consecutive_timeouts_ = 0;
   mutable std::string given_up_;
 };

@@ -130,13 +130,6 @@ static int hostile_run(const attnbench_problem* p, const attnbench_tensor* q, co
   return c_cpu_run(p, q, k, v, out, lse, mask, bias, error, error_len);
 }
 
-static attnbench_plugin_v1 hostile_plugin;
-
 ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v1* attnbench_plugin_get(uint32_t abi_version) {
-  const attnbench_plugin_v1* correct = correct_plugin_get(abi_version);
-  if (correct == NULL) return NULL;
-  hostile_plugin = *correct;
-  hostile_plugin.name = "hostile_sandbox_plugin";
-  hostile_plugin.run = hostile_run;
-  return &hostile_plugin;
+  return hostile_plugin_get(abi_version, "hostile_sandbox_plugin", hostile_run);
 }
