@@ -55,6 +55,9 @@ struct BenchOptions {
   // --peers-cases DIR: the folder of the peers' problems and inputs is written there and kept (to
   // rerun a peers script on it by hand); empty: a temporary one, removed after the peers ran.
   std::string peers_cases_dir;
+  // --sandbox on|off: the peers command runs in the sandbox (impls/sandbox/README.md: its own PID,
+  // network and user namespaces, writes only to its scratch directory) or with the harness's rights.
+  bool peers_sandboxed = true;
   // GPU families (describe().device == "cuda"): "cold" flushes L2 before every timed iteration,
   // "hot" does not (gpu_timing.hpp). In the GPU families' names: IMPL/DTYPE/dD/MASK/l2_cold.
   std::string l2 = "cold";

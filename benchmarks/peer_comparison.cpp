@@ -28,6 +28,7 @@
 #include "core/dtype.hpp"
 #include "benchmarks/peer_table.hpp"
 #include "core/error.hpp"
+#include "impls/sandbox/sandbox.hpp"
 #include "records/peers_record.hpp"
 
 namespace attn::bench {
@@ -52,32 +53,10 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-// How the command ended.
-struct Termination {
-  std::optional<int> exit_code;  // when it exited
-  std::optional<int> signal;     // when a signal ended it
-  std::string start_error;       // when /bin/sh could not be started
-};
-
-Termination run_through_shell(const std::string& command) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const int status = std::system(command.c_str());
-  Termination t;
-  if (status == -1) {
-    t.start_error = std::strerror(errno);
-  } else if (WIFEXITED(status)) {
-    t.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    t.signal = WTERMSIG(status);
-  } else {
-    t.start_error = fmt::format("unexpected wait status {}", status);
-  }
-  return t;
-}
+using Termination = sandbox::ProgramEnd;
 
 std::string describe(const Termination& t) {
-  if (!t.start_error.empty()) return fmt::format("could not be run through /bin/sh: {}", t.start_error);
+  if (!t.start_error.empty()) return fmt::format("could not be started: {}", t.start_error);
   if (t.signal) return fmt::format("was ended by signal {}", *t.signal);
   std::string text = fmt::format("exited {}", *t.exit_code);
   if (*t.exit_code == 127) text += " (the shell did not find the command)";
@@ -235,6 +214,7 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
   plan.threads = threads;
   plan.out_path = peers_json_path(o.json_path);
   plan.cases_dir = o.peers_cases_dir;
+  plan.sandboxed = o.peers_sandboxed;
   if (!plan.cases_dir.empty()) check_peer_cases_dir(plan.cases_dir);  // before anything runs
   return plan;
 }
@@ -243,7 +223,10 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   PeersOutcome outcome;
   json& section = outcome.section;
   section["command"] = plan.command;
-  auto fail = [&](const std::string& why) {
+  auto fail = [&](std::string why) {
+    if (plan.sandboxed && section.contains("sandbox"))  // it ran: the sandbox may be what it tripped on
+      why += "; it ran in the sandbox (no network; writes only to its scratch directory, where TMPDIR points; "
+             "impls/sandbox/README.md): --sandbox=off runs it with the harness's rights";
     outcome.failed = true;
     outcome.failure = why;
     section["status"] = "failed";
@@ -271,7 +254,7 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
   std::string out_path = plan.out_path;
   const bool temporary_out = out_path.empty();
   if (temporary_out) {
-    out_path = (temp_dir / "peers.json").string();
+    out_path = (temp_dir / "scratch" / "peers.json").string();
   } else {
     std::error_code ec;
     // A stale file must not pass for this run's; only a regular one is removed (never a link or device).
@@ -291,7 +274,13 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     return fail(fmt::format("cannot write the peers' cases to {}: {}", cases_dir.string(), e.what()));
   }
 
-  const std::string arguments = fmt::format("{} --out {}", plan.arguments(cases_dir.string()), shell_quote(out_path));
+  // The command writes only into a scratch directory of its own (in the sandbox, nowhere else);
+  // its JSON is copied from there to the JSON's place.
+  const std::filesystem::path scratch = temp_dir / "scratch";
+  if (std::error_code ec; !std::filesystem::create_directory(scratch, ec))
+    return fail(fmt::format("cannot create the peers' scratch directory {}: {}", scratch.string(), ec.message()));
+  const std::string written_path = (scratch / "peers.json").string();
+  const std::string arguments = fmt::format("{} --out {}", plan.arguments(cases_dir.string()), shell_quote(written_path));
   const std::string full = plan.command + " " + arguments;
   section["arguments"] = arguments;
   section["json"] = temporary_out ? json(nullptr) : json(out_path);
@@ -300,8 +289,21 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
              timed.size(), cases.size() - timed.size(), full);
   for (const auto& note : plan.notes) fmt::print("  note: {}\n", note);
 
-  const Termination t = run_through_shell(full);
+  std::vector<sandbox::Bound> bounds;
+  const Termination t = sandbox::run_program(full, scratch.string(), plan.sandboxed, bounds);
+  const std::string bounds_text = plan.sandboxed ? sandbox::describe(bounds) : "off (--sandbox=off)";
+  section["sandbox"] = {{"summary", bounds_text}, {"bounds", json::array()}};
+  for (const auto& b : bounds) section["sandbox"]["bounds"].push_back({{"name", b.name}, {"applied", b.applied}, {"detail", b.detail}});
+  fmt::print("  sandbox: {}\n", bounds_text);
   section["exit_code"] = t.exit_code ? json(*t.exit_code) : json(nullptr);
+  if (!temporary_out) {
+    std::error_code ec;
+    const auto written = std::filesystem::symlink_status(written_path, ec);
+    if (std::filesystem::exists(written) && !std::filesystem::is_regular_file(written))
+      return fail(fmt::format("{} is not a regular file (a link?): not taken as the peers' results", written_path));
+    if (std::filesystem::exists(written) && !std::filesystem::copy_file(written_path, out_path, ec))
+      return fail(fmt::format("cannot copy the peers' JSON {} to {}: {}", written_path, out_path, ec.message()));
+  }
   if (t.signal) section["signal"] = *t.signal;
   if (!t.start_error.empty()) return fail(fmt::format("'{}' {}", plan.command, describe(t)));
 

@@ -33,6 +33,7 @@ struct PeersPlan {
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
   std::string cases_dir;                  // --peers-cases: where the peer-cases folder is kept; empty: a temporary one
   std::vector<std::string> notes;         // e.g. bottom_right compared with the peers' top-left
+  bool sandboxed = true;                  // the command runs in the sandbox (sandbox::run_program); --sandbox=off: not
 
   // The problems the peers are timed on: per dtype, d and mask, n over the powers of two from
   // min_n to max_n, each our family's problem (FamilySpec::problem: the same repro string, the

@@ -47,12 +47,19 @@ BenchCommand::BenchCommand(CLI::App& app) {
   bench->add_option("--json", o.json_path, "Google Benchmark JSON output ('' to skip)")->capture_default_str();
   bench->add_flag("--smoke", o.smoke, "Tiny sizes (n = 16..64), one iteration each, short peak probes: for CTest");
   auto* peers = bench->add_option("--peers", o.peers_command,
-                                  "Afterwards run COMMAND through /bin/sh (a peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py' or "
+                                  "Afterwards run COMMAND through /bin/sh in the sandbox (--sandbox; a peers script, e.g. '.venv/bin/python benchmarks/peers/cpu_peers.py' or "
                                   "'python3 benchmarks/peers/torch_sdpa.py') with --cases DIR --threads [--l2] --out appended, DIR holding the problem list "
                                   "and its inputs (benchmarks/peers/README.md), and compare its medians with ours per (dtype, d, mask, n)");
   bench->add_option("--peers-cases", o.peers_cases_dir,
                     "With --peers: write the folder of the peers' problems and inputs to DIR and keep it, to rerun a peers script on "
                     "it by hand (--cases DIR); default: a temporary folder, removed afterwards")
+      ->needs(peers);
+  bench->add_option_function<std::string>(
+           "--sandbox", [this](const std::string& mode) { options_.peers_sandboxed = mode == "on"; },
+           "With --peers: on runs COMMAND in the sandbox (its own PID, network and user namespaces, Landlock: no network, "
+           "nothing it starts outlives it, writes only to its scratch directory, where TMPDIR and the frameworks' caches point; "
+           "impls/sandbox/README.md); off runs it with the harness's rights, for a peer that needs more (default: on)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->needs(peers);
   bench->add_option("--l2", o.l2, "GPU families: cold (flush L2 before every timed iteration) or hot (no flush); part of their names")
       ->capture_default_str();

@@ -195,6 +195,19 @@ if a.mode == "exit4":
 if a.mode == "unavailable":
     json.dump({"context": {}, "peers": [{"peer": "peer_gpu", "skipped": "no CUDA device (made up)"}], "results": []}, open(a.out, "w"))
     sys.exit(3)
+if a.mode == "hostile":  # what the sandbox must stop: a write outside, a process left behind, the network
+    import socket, subprocess
+    try:
+        open(os.path.join(os.path.dirname(a.cases.rstrip("/")), "..", "escaped"), "w").write("x")
+    except OSError as e:
+        print(f"fake_peers: write outside refused: {e}", flush=True)
+    subprocess.Popen(["sleep", "3003"], start_new_session=True)
+    try:
+        socket.create_connection(("127.0.0.1", 9), timeout=2)
+    except OSError as e:
+        print(f"fake_peers: network refused: {e}", flush=True)
+    print(f"fake_peers: pid {os.getpid()}", flush=True)
+    a.mode = "ok"
 if a.mode == "nofile":
     sys.exit(0)
 if a.mode == "malformed":
@@ -236,8 +249,10 @@ if [ "$rc" -ne 0 ]; then
   tail -n 40 "$tmp/peers.out"
   sed 's/^/  ! /' "$tmp/peers.err" | tail -n 20
 fi
-grep -q "^fake_peers: min-n 16 max-n 64 threads 1 masks none,causal batch 1 heads 8 d 64 dtype f32 l2 ${l2_passed:--} out $tmp/peers/bench.peers.json$" "$tmp/peers.out" ||
+# The command writes its JSON into its scratch directory; bench copies it beside the bench JSON.
+grep -q "^fake_peers: min-n 16 max-n 64 threads 1 masks none,causal batch 1 heads 8 d 64 dtype f32 l2 ${l2_passed:--} out /.*/scratch/peers.json$" "$tmp/peers.out" ||
   fail "--peers: the command's stdout did not stream through with the expected arguments and cases"
+[ -s "$tmp/peers/bench.peers.json" ] || fail "--peers: the peers' JSON was not copied to $tmp/peers/bench.peers.json"
 grep -q "^fake_peers: 6 timed, 12 checks$" "$tmp/peers.out" || fail "--peers: the cases folder does not hold 6 timed cases and 12 checks"
 grep -q "^fake_peers: progress on stderr" "$tmp/peers.err" || fail "--peers: the command's stderr did not stream through"
 grep -q "^Side by side with the peers (medians, same run)" "$tmp/peers.out" || fail "--peers: no side-by-side table"
@@ -303,6 +318,40 @@ grep -q "^fake_peers: min-n 16 max-n 64 threads [0-9]* masks causal batch 1 head
 grep -qE "^f32 +64 +causal_bottom_right +64 .* peer_ok" "$tmp/peers2.out" || fail "--peers --masks bottom_right: no compared row"
 temp_out=$(sed -n 's/^fake_peers: .* out //p' "$tmp/peers2.out")
 [ -n "$temp_out" ] && [ ! -e "$temp_out" ] || fail "--peers --json '': the temporary peers file $temp_out was not removed"
+
+# The sandbox (impls/sandbox/README.md): the command is process 1 of its own PID namespace (the
+# shell execs it), its write outside the scratch directory is refused, the process it left in a
+# session of its own dies with it, it has no network; its results still count. --sandbox=off: the
+# same command escapes (the check can fail). Where a bound cannot be set up here, its checks are notes.
+sandboxed_peers() {
+  local sandbox=$1 out="$tmp/psbx_$1.out"
+  rm -rf "$tmp/psbx" "$tmp/escaped"
+  "$bin" bench --smoke --dtype f32 --impl cpu_naive --masks none --json "$tmp/psbx/bench.json" --sandbox "$sandbox" \
+    --peers "$fake_peers --mode hostile" --peers-cases "$tmp/psbx/cases" >"$out" 2>&1
+  local rc=$?
+  [ "$rc" -eq 0 ] || { fail "--peers --sandbox $sandbox with a hostile peer: exit $rc, expected 0 (its results count)"; tail -n 10 "$out"; }
+  grep -q "^  sandbox: " "$out" || fail "--peers --sandbox $sandbox: no sandbox line"
+}
+sandboxed_peers on
+sandbox_line=$(sed -n 's/^  sandbox: //p' "$tmp/psbx_on.out")
+if [[ $sandbox_line == *unavailable* ]]; then
+  echo "bench_smoke: note: the peers' sandbox is incomplete here ($sandbox_line): its checks are not run"
+else
+  [ "$sandbox_line" = "pid namespace, network namespace, landlock" ] || [ "$sandbox_line" = "pid namespace, network namespace, user namespace, landlock" ] ||
+    fail "--peers: sandbox line '$sandbox_line'"
+  grep -q "^fake_peers: pid 1$" "$tmp/psbx_on.out" || fail "--peers: the command is not process 1 of its PID namespace"
+  grep -q "^fake_peers: write outside refused: .*Permission denied" "$tmp/psbx_on.out" && [ ! -e "$tmp/escaped" ] ||
+    fail "--peers: the sandboxed command wrote outside its scratch directory"
+  grep -q "^fake_peers: network refused: .*unreachable" "$tmp/psbx_on.out" || fail "--peers: the sandboxed command reached the network"
+  pgrep -f "^sleep 3003$" >/dev/null && { fail "--peers: a process the sandboxed command started outlived it"; pkill -f "^sleep 3003$"; }
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['attnbench']['peers']['sandbox']; assert s['summary'] == sys.argv[2] and all(b['applied'] for b in s['bounds']), s" \
+    "$tmp/psbx/bench.json" "$sandbox_line" || fail "--peers: the JSON does not record the sandbox's bounds"
+  sandboxed_peers off
+  grep -q "^  sandbox: off (--sandbox=off)$" "$tmp/psbx_off.out" || fail "--peers --sandbox off: not said"
+  [ -e "$tmp/escaped" ] || fail "--peers --sandbox off: the hostile peer could not write outside (so the check above proves nothing)"
+  pkill -f "^sleep 3003$" || fail "--peers --sandbox off: the hostile peer's process is not there (so the check above proves nothing)"
+  echo "bench_smoke: the peers' sandbox held ($sandbox_line); off, the same peer escaped"
+fi
 
 # A failing peers command: exit 1, a message naming the fault, our results kept in the bench JSON.
 peers_fails() {

@@ -77,8 +77,10 @@ json.dump({"schema": "attnbench.peers", "schema_version": 1, "context": {},
 sys.exit(0 if valid else 1)
 PY
 
+# The stand-in writes its outputs into the test's folder, outside the sandbox's scratch directory:
+# the case --sandbox=off is for (bench_smoke checks the sandbox itself).
 run() {  # run NAME [--own-inputs]: bench --peers with the stand-in; the cases (kept) and outputs in $tmp/NAME
-  "$bin" bench --smoke --impl cpu_naive --dtype f32 --d 32,64 --heads 2 --json "$tmp/$1/bench.json" \
+  "$bin" bench --smoke --impl cpu_naive --dtype f32 --d 32,64 --heads 2 --json "$tmp/$1/bench.json" --sandbox off \
     --peers "$python $tmp/oracle_peer.py $src $tmp/$1/outputs ${2:-}" --peers-cases "$tmp/$1/pc" >"$tmp/$1.out" 2>&1
 }
 

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -310,54 +311,84 @@ bool write_whole(const char* path, const char* text) {
 
 // ---- Landlock (raw system calls: Debian 12 has no library for it) ----
 
-Bound apply_landlock(const std::string& scratch) {
-  Bound b{"landlock", false, ""};
-  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
-  if (abi < 0) {
-    b.detail = errno == ENOSYS       ? "unavailable: this kernel has no Landlock"
-               : errno == EOPNOTSUPP ? "unavailable: Landlock is disabled on this kernel (boot option lsm=)"
-                                     : fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
-    return b;
+constexpr std::uint64_t landlock_refer = 1ull << 13, landlock_truncate = 1ull << 14;  // ABI 2 and 3 (newer than Debian 12's header)
+
+// A ruleset that handles every kind of write and allows them all under the scratch directory and
+// the opening for writing of device files under /dev (/dev/null, a GPU's /dev/nvidia*), never
+// their creation. The caller adds its /proc rule (landlock_allow, async-signal-safe) and applies it.
+struct Ruleset {
+  int fd = -1;
+  long abi = 0;
+  std::uint64_t file_writes = 0;  // writing into an existing file (and truncating it, ABI >= 3)
+  std::string error;              // why there is none: "unavailable: ..."
+};
+
+// 0, or the errno of the failed call. Raw system calls only: safe between fork and exec.
+int landlock_allow(int ruleset, const char* path, std::uint64_t access) {
+  landlock_path_beneath_attr rule{};
+  rule.allowed_access = access;
+  rule.parent_fd = ::open(path, O_PATH | O_CLOEXEC);
+  if (rule.parent_fd < 0) return errno;
+  const long r = ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+  const int e = errno;
+  ::close(rule.parent_fd);
+  return r == 0 ? 0 : e;
+}
+
+Ruleset landlock_ruleset(const std::string& scratch) {
+  Ruleset set;
+  set.abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (set.abi < 0) {
+    set.error = errno == ENOSYS       ? "unavailable: this kernel has no Landlock"
+                : errno == EOPNOTSUPP ? "unavailable: Landlock is disabled on this kernel (boot option lsm=)"
+                                      : fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
+    return set;
   }
   std::uint64_t writes = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
                          LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
                          LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
                          LANDLOCK_ACCESS_FS_MAKE_SYM;
-  constexpr std::uint64_t refer = 1ull << 13, truncate = 1ull << 14;  // ABI 2 and 3 (newer than Debian 12's header)
-  if (abi >= 2) writes |= refer;
-  if (abi >= 3) writes |= truncate;
+  if (set.abi >= 2) writes |= landlock_refer;
+  if (set.abi >= 3) writes |= landlock_truncate;
+  set.file_writes = LANDLOCK_ACCESS_FS_WRITE_FILE | (set.abi >= 3 ? landlock_truncate : 0);
   struct {
     std::uint64_t handled_access_fs;
   } attr{writes};
-  const int ruleset = int(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
-  if (ruleset < 0) {
-    b.detail = fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
+  set.fd = int(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
+  if (set.fd < 0) {
+    set.error = fmt::format("unavailable: landlock_create_ruleset failed: {}", std::strerror(errno));
+    return set;
+  }
+  for (const auto& [path, access] : {std::pair{scratch.c_str(), writes}, std::pair{"/dev", set.file_writes}})
+    if (const int e = landlock_allow(set.fd, path, access); e != 0) {
+      set.error = fmt::format("unavailable: landlock_add_rule({}): {}", path, std::strerror(e));
+      ::close(set.fd);
+      set.fd = -1;
+      return set;
+    }
+  return set;
+}
+
+Bound apply_landlock(const std::string& scratch) {
+  Bound b{"landlock", false, ""};
+  Ruleset set = landlock_ruleset(scratch);
+  if (set.fd < 0) {
+    b.detail = set.error;
     return b;
   }
-  auto allow = [&](const char* path, std::uint64_t access) {
-    landlock_path_beneath_attr rule{};
-    rule.allowed_access = access;
-    rule.parent_fd = ::open(path, O_PATH | O_CLOEXEC);
-    if (rule.parent_fd < 0) return std::string(fmt::format("{}: {}", path, std::strerror(errno)));
-    const long r = ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
-    const int e = errno;
-    ::close(rule.parent_fd);
-    return r == 0 ? std::string() : fmt::format("landlock_add_rule({}): {}", path, std::strerror(e));
-  };
-  // Device files are opened for writing (/dev/null, a GPU's /dev/nvidia*), never created.
-  std::string failed = allow(scratch.c_str(), writes);
-  if (failed.empty()) failed = allow("/dev", LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? truncate : 0));
   // Its own /proc entries: the CUDA driver names its threads (/proc/self/task/TID/comm).
-  if (failed.empty()) failed = allow("/proc/self", LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? truncate : 0));
-  if (failed.empty() && ::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
+  std::string failed;
+  if (const int e = landlock_allow(set.fd, "/proc/self", set.file_writes); e != 0)
+    failed = fmt::format("landlock_add_rule(/proc/self): {}", std::strerror(e));
+  if (failed.empty() && ::syscall(SYS_landlock_restrict_self, set.fd, 0) != 0)
     failed = fmt::format("landlock_restrict_self: {}", std::strerror(errno));
-  ::close(ruleset);
+  ::close(set.fd);
   if (!failed.empty()) {
     b.detail = "unavailable: " + failed;
     return b;
   }
   b.applied = true;
-  b.detail = fmt::format("writes only under {} (and to device files under /dev); reads anywhere (Landlock ABI {})", scratch, abi);
+  b.detail = fmt::format("writes only under {} (and to device files under /dev); reads anywhere (Landlock ABI {})", scratch, set.abi);
   return b;
 }
 
@@ -511,6 +542,123 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
   bounds.push_back({"pid namespace", false, why});
   bounds.push_back({"network namespace", false, "made with the same clone"});
   return ::fork();
+}
+
+namespace {
+
+// Whether a shell command is one program with its arguments (words, single-quoted strings), which
+// the shell may exec in its place: no operator, redirection, expansion or assignment.
+bool is_one_program(const std::string& command) {
+  bool quoted = false, first_word = true, in_word = false;
+  for (const char c : command) {
+    if (quoted) {
+      quoted = c != '\'';
+      continue;
+    }
+    if (c == '\'') {
+      quoted = in_word = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t') {
+      first_word = first_word && !in_word;
+      in_word = false;
+      continue;
+    }
+    if (std::strchr(";&|<>()$`\\\"*?[]{}~#!\n", c) != nullptr || (first_word && c == '=')) return false;
+    in_word = true;
+  }
+  return !quoted;
+}
+
+}  // namespace
+
+ProgramEnd run_program(const std::string& shell_command, const std::string& scratch_dir, bool sandboxed, std::vector<Bound>& bounds) {
+  ProgramEnd end;
+  // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  if (sandboxed)  // temporary files and the frameworks' caches go where it may write
+    for (const char* name : {"TMPDIR", "CUDA_CACHE_PATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"}) {
+      std::erase_if(env_strings, [&](const std::string& e) { return e.rfind(std::string(name) + "=", 0) == 0; });
+      env_strings.push_back(fmt::format("{}={}", name, scratch_dir));
+    }
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  // A command that is one program becomes process 1 by the shell's exec, so that its own /proc
+  // entries are the ones it may write.
+  std::string shell = "/bin/sh", dash_c = "-c", command = sandboxed && is_one_program(shell_command) ? "exec " + shell_command : shell_command;
+  char* argv[] = {shell.data(), dash_c.data(), command.data(), nullptr};
+
+  Ruleset rules;
+  if (sandboxed) {
+    rules = landlock_ruleset(scratch_dir);
+    if (rules.fd < 0) bounds.push_back({"landlock", false, rules.error});
+  }
+  // The child reports a failure before exec here; an exec that succeeds closes it empty.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    end.start_error = fmt::format("pipe2 failed: {}", std::strerror(errno));
+    if (rules.fd >= 0) ::close(rules.fd);
+    return end;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = sandboxed ? spawn_sandboxed(bounds) : ::fork();
+  if (pid == 0) {
+    ::close(report[0]);
+    auto die = [&](const char* what, int e) {
+      const char* why = strerrorname_np(e);  // a constant string ("EACCES"): no allocation, no locale
+      [[maybe_unused]] auto w = ::write(report[1], what, std::strlen(what));
+      w = ::write(report[1], ": ", 2);
+      w = ::write(report[1], why, std::strlen(why));
+      ::_exit(127);
+    };
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness
+    if (rules.fd >= 0) {
+      // Its own entries in its namespace's /proc (process 1's, which the program becomes when the
+      // shell execs it): the CUDA driver names its threads there. Not all of /proc: /proc/sys is
+      // the machine's, and writable by root.
+      if (const int e = landlock_allow(rules.fd, "/proc/self", rules.file_writes); e != 0) die("landlock_add_rule(/proc/self)", e);
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("prctl(PR_SET_NO_NEW_PRIVS)", errno);
+      if (::syscall(SYS_landlock_restrict_self, rules.fd, 0) != 0) die("landlock_restrict_self", errno);
+      ::close(rules.fd);
+    }
+    ::execve(argv[0], argv, envp.data());
+    die("execve(/bin/sh)", errno);
+  }
+  ::close(report[1]);
+  if (rules.fd >= 0) ::close(rules.fd);
+  if (pid < 0) {
+    end.start_error = fmt::format("fork failed: {}", std::strerror(errno));
+    ::close(report[0]);
+    return end;
+  }
+  char text[256];
+  ssize_t n;
+  std::string failure;
+  while ((n = ::read(report[0], text, sizeof text)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) failure.append(text, std::size_t(n));
+  ::close(report[0]);
+  if (rules.fd >= 0 && failure.empty())
+    bounds.push_back({"landlock", true,
+                      fmt::format("writes only under {}, to device files under /dev and to its own /proc entries (process 1's); reads "
+                                  "anywhere (Landlock ABI {})",
+                                  scratch_dir, rules.abi)});
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      end.start_error = fmt::format("waitpid failed: {}", std::strerror(errno));
+      return end;
+    }
+  if (!failure.empty()) {
+    end.start_error = failure;
+  } else if (WIFEXITED(status)) {
+    end.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    end.signal = WTERMSIG(status);
+  }
+  return end;
 }
 
 std::string make_scratch_directory() {

@@ -1,5 +1,5 @@
 #pragma once
-// The sandbox every worker that runs untrusted code (a plugin, a file-route program) lives in.
+// The sandbox every worker that runs untrusted code (a plugin, a Python callable, a peers program) lives in.
 // Two halves, because the bounds are set up on both sides of the fork:
 //   - spawn_sandboxed (the harness): the child in a PID namespace (it is process 1 there: what it
 //     starts cannot outlive it, and nothing outside is visible to signal) and a network namespace
@@ -11,6 +11,7 @@
 // README.md in this folder states the policy and what each bound does.
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,23 @@ std::string describe(const std::vector<Bound>& bounds);
 // _exit and call only async-signal-safe functions before), the namespaces' bounds in `bounds`.
 // Where namespaces cannot be made, a plain fork, with the reason in `bounds`.
 pid_t spawn_sandboxed(std::vector<Bound>& bounds);
+
+// How a program the harness ran ended.
+struct ProgramEnd {
+  std::optional<int> exit_code;  // when it exited
+  std::optional<int> signal;     // when a signal ended it
+  std::string start_error;       // when it could not be started (or its sandbox could not be applied)
+};
+
+// Runs `shell_command` through /bin/sh -c (stdin, stdout and stderr the harness's) and waits for it:
+// a program the harness runs (bench --peers). Sandboxed, it is process 1 of its own PID, mount and
+// network namespaces (whatever it starts dies with it; no network), and Landlock lets it write
+// only under scratch_dir, to device files and to process 1's /proc entries (a command that is one
+// program is exec'd by the shell, so the program is process 1: the CUDA driver writes there);
+// TMPDIR and the frameworks' caches point into scratch_dir. No seccomp filter: a shell and the
+// frameworks it runs start processes and programs, and outside its PID namespace there is no
+// process to signal or trace.
+ProgramEnd run_program(const std::string& shell_command, const std::string& scratch_dir, bool sandboxed, std::vector<Bound>& bounds);
 
 // A scratch directory for one worker (mkdtemp under TMPDIR or /tmp) and its removal.
 std::string make_scratch_directory();
