@@ -339,7 +339,7 @@ if [[ $sandbox_line == *unavailable* ]]; then
 else
   [ "$sandbox_line" = "pid namespace, network namespace, landlock" ] || [ "$sandbox_line" = "pid namespace, network namespace, user namespace, landlock" ] ||
     fail "--peers: sandbox line '$sandbox_line'"
-  grep -q "^fake_peers: pid 1$" "$tmp/psbx_on.out" || fail "--peers: the command is not process 1 of its PID namespace"
+  grep -q "^fake_peers: pid 2$" "$tmp/psbx_on.out" || fail "--peers: the command is not the process below process 1 of its own PID namespace"
   grep -q "^fake_peers: write outside refused: .*Permission denied" "$tmp/psbx_on.out" && [ ! -e "$tmp/escaped" ] ||
     fail "--peers: the sandboxed command wrote outside its scratch directory"
   grep -q "^fake_peers: network refused: .*unreachable" "$tmp/psbx_on.out" || fail "--peers: the sandboxed command reached the network"

@@ -175,15 +175,6 @@ std::string kill_leftovers(const char* after) {
   while ((reaped = waitpid(-1, nullptr, WNOHANG)) > 0) {
   }
   if (reaped < 0) return "";
-  // Process 1 of a PID namespace (the sandbox's): every other process in it is the plugin's, and
-  // /proc here is the harness's, where these process IDs mean nothing.
-  if (attn::sandbox::is_namespace_init()) {
-    const int killed = attn::sandbox::kill_namespace_members();
-    if (killed == 0) return "";
-    return fmt::format("the plugin left {} process(es) running after {} (killed; a plugin must wait for every process it starts "
-                       "before its call returns)",
-                       killed, after);
-  }
   std::vector<pid_t> live = attn::plugin::children_of(getpid());
   if (live.empty()) return "";
   std::vector<std::string> shown;

@@ -122,7 +122,7 @@ Worker::Worker(const std::string& host, const std::string& plugin, std::uint64_t
   const int child_socket = sockets[1], child_output = output[1];
   const char* scratch_dir = scratch_.c_str();
 
-  pid_ = sandboxed ? sandbox::spawn_sandboxed(spawn_bounds_) : fork();
+  pid_ = sandboxed ? sandbox::spawn_sandboxed(spawn_bounds_, status_fd_) : fork();
   if (pid_ < 0) {
     const int e = errno;
     for (int fd : {sockets[0], sockets[1], output[0], output[1], null_input}) ::close(fd);
@@ -194,6 +194,7 @@ std::string Worker::reap() {
   kill_process_tree(pid_);
   int status = 0;
   const pid_t w = waitpid(pid_, &status, 0);
+  status = sandbox::worker_wait_status(status_fd_, status);  // the sandbox's process 1 passes on the worker's
   pid_ = -1;
   drain(std::size_t(16) << 20);
   if (!ended) return "closed its socket without exiting (killed)";
@@ -209,6 +210,7 @@ void Worker::kill_now() {
     int status;
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
+    sandbox::worker_wait_status(status_fd_, status);
     pid_ = -1;
     drain(std::size_t(16) << 20);
   }

@@ -71,6 +71,7 @@ class Worker {
   void drain(std::size_t budget);
 
   pid_t pid_ = -1;
+  int status_fd_ = -1;  // sandboxed: where the sandbox's process 1 passes on how the worker ended
   int socket_ = -1;
   int output_ = -1;
   std::string scratch_;

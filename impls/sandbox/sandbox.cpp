@@ -484,28 +484,75 @@ std::string describe(const std::vector<Bound>& bounds) {
   return text;
 }
 
-pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
+namespace {
+
+// A /proc of the new PID namespace, in its own mount namespace (nothing propagating back): the
+// process IDs the worker gets from the kernel then name its entries there. Async-signal-safe.
+bool mount_own_proc() {
+  return ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+         ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
+}
+
+// Process 1 of a sandbox's PID namespace once it started the worker (process 2): reaps whatever
+// ends in the namespace until the worker does, passes on the worker's wait status on status_fd and
+// exits, which ends every other process in the namespace. The worker is not process 1 itself: a
+// process 1 is not ended by a signal it sends itself (abort()'s SIGABRT is discarded, and abort()
+// then faults: a SIGSEGV reported where the plugin aborted). Async-signal-safe.
+[[noreturn]] void serve_as_init(pid_t worker, int status_fd) {
+  // Nothing of the harness's stays open here: the worker's socket and pipes close when it ends.
+  if (status_fd > 0) ::syscall(SYS_close_range, 0u, unsigned(status_fd - 1), 0u);
+  ::syscall(SYS_close_range, unsigned(status_fd + 1), ~0u, 0u);
+  int status = 0;
+  for (;;) {
+    int s = 0;
+    const pid_t r = ::waitpid(-1, &s, 0);
+    if (r == worker) {
+      status = s;
+      break;
+    }
+    if (r < 0 && errno != EINTR) ::_exit(125);
+  }
+  [[maybe_unused]] const auto written = ::write(status_fd, &status, sizeof status);
+  ::_exit(0);
+}
+
+}  // namespace
+
+pid_t spawn_sandboxed(std::vector<Bound>& bounds, int& status_fd) {
+  status_fd = -1;
   // Everything the child writes is formatted here: between fork and exec only async-signal-safe calls.
   char uid_map[64], gid_map[64];
   std::snprintf(uid_map, sizeof uid_map, "0 %u 1\n", unsigned(getuid()));
   std::snprintf(gid_map, sizeof gid_map, "0 %u 1\n", unsigned(getgid()));
-  // The child says on this pipe whether its /proc is its own (one byte, before it goes on to exec).
+  // Process 1 says on this pipe whether its /proc is its own (one byte, before it starts the
+  // worker), and later the worker's wait status.
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) {
     bounds.push_back({"pid namespace", false, fmt::format("pipe2 failed: {}", std::strerror(errno))});
     return ::fork();
   }
+  // The bounds as they will be when the namespaces are made, for both sides (the worker's may not
+  // allocate): without and with a user namespace.
+  std::vector<Bound> granted = bounds;
+  granted.push_back({"pid namespace", true,
+                     "its own PID namespace, with its own /proc, under a process 1 that reaps and passes on how it ended: what it "
+                     "starts dies with it; no process outside is visible"});
+  granted.push_back({"network namespace", true, "no network interface but a loopback that is down"});
+  std::vector<Bound> granted_with_user = granted;
+  granted_with_user.push_back({"user namespace", true, ""});
   const long flags = SIGCHLD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET;
   // The raw system call with no stack of its own: a fork into new namespaces.
   long pid = ::syscall(SYS_clone, flags, nullptr, nullptr, nullptr, nullptr);
   const int privileged_errno = pid < 0 ? errno : 0;
   bool user = false;
   if (pid < 0) {
+    granted_with_user.back().detail = fmt::format("mapped to uid {} (needed: {})", getuid(), std::strerror(privileged_errno));
     pid = ::syscall(SYS_clone, flags | CLONE_NEWUSER, nullptr, nullptr, nullptr, nullptr);
     user = true;
   }
   if (pid == 0) {
     ::close(ready[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the namespace ends with the harness
     if (user) {
       write_whole("/proc/self/setgroups", "deny");
       write_whole("/proc/self/uid_map", uid_map);
@@ -515,23 +562,27 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
     // back): the process IDs the worker gets from the kernel then name its entries there, as the
     // CUDA driver expects (it writes /proc/self/task/TID/comm; with the harness's /proc it fails
     // with cudaErrorOperatingSystem, seen on an H200).
-    const bool own_proc = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
-                          ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
+    const bool own_proc = mount_own_proc();
     const char byte = own_proc ? 1 : 0;
     if (::write(ready[1], &byte, 1) != 1 || !own_proc) ::_exit(125);
+    // glibc's fork without its handlers (async-signal-safe): the worker's thread ID is its own.
+    const pid_t worker = ::_Fork();
+    if (worker != 0) {
+      if (worker < 0) ::_exit(125);
+      serve_as_init(worker, ready[1]);
+    }
+    bounds.swap(user ? granted_with_user : granted);
     return 0;
   }
   ::close(ready[1]);
   char byte = 0;
   const bool own_proc = pid > 0 && ::read(ready[0], &byte, 1) == 1 && byte == 1;
-  ::close(ready[0]);
   if (pid > 0 && own_proc) {
-    bounds.push_back({"pid namespace", true,
-                      "process 1 of its own PID namespace, with its own /proc: what it starts dies with it; no process outside is visible"});
-    bounds.push_back({"network namespace", true, "no network interface but a loopback that is down"});
-    if (user) bounds.push_back({"user namespace", true, fmt::format("mapped to uid {} (needed: {})", getuid(), std::strerror(privileged_errno))});
+    status_fd = ready[0];
+    bounds.swap(user ? granted_with_user : granted);
     return pid_t(pid);
   }
+  ::close(ready[0]);
   std::string why;
   if (pid > 0) {  // namespaces, but no /proc of its own: not a worker CUDA (or anything reading /proc) can run in
     ::waitpid(pid_t(pid), nullptr, 0);
@@ -542,6 +593,17 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds) {
   bounds.push_back({"pid namespace", false, why});
   bounds.push_back({"network namespace", false, "made with the same clone"});
   return ::fork();
+}
+
+int worker_wait_status(int& status_fd, int status) {
+  if (status_fd < 0) return status;
+  int passed_on = 0;
+  ssize_t n;
+  while ((n = ::read(status_fd, &passed_on, sizeof passed_on)) < 0 && errno == EINTR) {
+  }
+  ::close(status_fd);
+  status_fd = -1;
+  return n == sizeof passed_on ? passed_on : status;
 }
 
 namespace {
@@ -604,7 +666,8 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
   }
   std::fflush(stdout);
   std::fflush(stderr);
-  const pid_t pid = sandboxed ? spawn_sandboxed(bounds) : ::fork();
+  int status_fd = -1;
+  const pid_t pid = sandboxed ? spawn_sandboxed(bounds, status_fd) : ::fork();
   if (pid == 0) {
     ::close(report[0]);
     auto die = [&](const char* what, int e) {
@@ -614,11 +677,11 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
       w = ::write(report[1], why, std::strlen(why));
       ::_exit(127);
     };
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness (or the sandbox's process 1)
     if (rules.fd >= 0) {
-      // Its own entries in its namespace's /proc (process 1's, which the program becomes when the
-      // shell execs it): the CUDA driver names its threads there. Not all of /proc: /proc/sys is
-      // the machine's, and writable by root.
+      // Its own entries in its namespace's /proc (this process's, which the program becomes when
+      // the shell execs it): the CUDA driver names its threads there. Not all of /proc: /proc/sys
+      // is the machine's, and writable by root.
       if (const int e = landlock_allow(rules.fd, "/proc/self", rules.file_writes); e != 0) die("landlock_add_rule(/proc/self)", e);
       if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("prctl(PR_SET_NO_NEW_PRIVS)", errno);
       if (::syscall(SYS_landlock_restrict_self, rules.fd, 0) != 0) die("landlock_restrict_self", errno);
@@ -642,8 +705,8 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
   ::close(report[0]);
   if (rules.fd >= 0 && failure.empty())
     bounds.push_back({"landlock", true,
-                      fmt::format("writes only under {}, to device files under /dev and to its own /proc entries (process 1's); reads "
-                                  "anywhere (Landlock ABI {})",
+                      fmt::format("writes only under {}, to device files under /dev and to its own /proc entries; reads anywhere "
+                                  "(Landlock ABI {})",
                                   scratch_dir, rules.abi)});
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
@@ -651,6 +714,7 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
       end.start_error = fmt::format("waitpid failed: {}", std::strerror(errno));
       return end;
     }
+  status = worker_wait_status(status_fd, status);
   if (!failure.empty()) {
     end.start_error = failure;
   } else if (WIFEXITED(status)) {
@@ -681,20 +745,6 @@ void remove_scratch_directory(const std::string& path) {
       FTW_DEPTH | FTW_PHYS);
 }
 
-Bound enter_network_namespace() {
-  const uid_t uid = getuid();
-  const gid_t gid = getgid();
-  if (::unshare(CLONE_NEWNET) == 0) return {"network namespace", true, "no network interface but a loopback that is down"};
-  const int privileged_errno = errno;
-  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0)
-    return {"network namespace", false,
-            fmt::format("unshare(CLONE_NEWNET) failed: {}; with a user namespace too: {}", std::strerror(privileged_errno), std::strerror(errno))};
-  write_whole("/proc/self/setgroups", "deny");
-  write_whole("/proc/self/uid_map", fmt::format("0 {} 1\n", uid).c_str());
-  write_whole("/proc/self/gid_map", fmt::format("0 {} 1\n", gid).c_str());
-  return {"network namespace", true, fmt::format("no network interface but a loopback that is down (in a user namespace: {})",
-                                                 std::strerror(privileged_errno))};
-}
 
 std::vector<Bound> confine(const Policy& policy) {
   std::vector<Bound> bounds;
@@ -732,15 +782,6 @@ void mirror_refusals(char* buffer, std::size_t size) {
   mirror_size = size;
   if (mirror != nullptr && size > 0) mirror[0] = '\0';
   refusal_lock.clear(std::memory_order_release);
-}
-
-bool is_namespace_init() { return getpid() == 1; }
-
-int kill_namespace_members() {
-  ::kill(-1, SIGKILL);  // from process 1 of a PID namespace: every other process in it
-  int reaped = 0;
-  while (::waitpid(-1, nullptr, 0) > 0) ++reaped;
-  return reaped;
 }
 
 }  // namespace attn::sandbox

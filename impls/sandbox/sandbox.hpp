@@ -1,9 +1,10 @@
 #pragma once
 // The sandbox every worker that runs untrusted code (a plugin, a Python callable, a peers program) lives in.
 // Two halves, because the bounds are set up on both sides of the fork:
-//   - spawn_sandboxed (the harness): the child in a PID namespace (it is process 1 there: what it
-//     starts cannot outlive it, and nothing outside is visible to signal) and a network namespace
-//     (no interface but a down loopback), with a user namespace where the harness is not root;
+//   - spawn_sandboxed (the harness): the child in a PID namespace (under a process 1 of the
+//     sandbox's: what it starts cannot outlive it, and nothing outside is visible to signal) and a
+//     network namespace (no interface but a down loopback), with a user namespace where the
+//     harness is not root;
 //   - confine (the child, before it loads untrusted code): Landlock (write only to the scratch
 //     directory and to device files), seccomp (no signal to another process, no tracing, no new
 //     process, no socket but AF_UNIX, the channel descriptor kept), each refused call reported.
@@ -28,11 +29,19 @@ struct Bound {
 // landlock; unavailable: user namespace (...)". "off (--sandbox=off)" when disabled.
 std::string describe(const std::vector<Bound>& bounds);
 
-// The harness side: fork() into new PID and network namespaces (a user namespace too where the
-// harness lacks CAP_SYS_ADMIN). Returns as fork does (0 in the child, which must exec or
-// _exit and call only async-signal-safe functions before), the namespaces' bounds in `bounds`.
-// Where namespaces cannot be made, a plain fork, with the reason in `bounds`.
-pid_t spawn_sandboxed(std::vector<Bound>& bounds);
+// The harness side: fork() into new PID, mount and network namespaces (a user namespace too where
+// the caller lacks CAP_SYS_ADMIN). Returns as fork does: 0 in the worker, which the harness's side
+// must exec or _exit after only async-signal-safe calls (unless the caller is single-threaded, as
+// the Python package's forked worker is); the namespaces' bounds go in `bounds`. The worker is
+// process 2 there, with a /proc of its own; process 1 (the returned pid) reaps, and when the
+// worker ends passes on its wait status on status_fd and exits, which ends the namespace: wait for
+// the returned pid, then ask worker_wait_status. Where namespaces cannot be made, a plain fork
+// (status_fd -1), with the reason in `bounds`.
+pid_t spawn_sandboxed(std::vector<Bound>& bounds, int& status_fd);
+
+// How the worker ended (a wait status): what process 1 passed on status_fd (closed and set to -1
+// here), else `status`, the returned pid's own (killed before the worker ended, or a plain fork).
+int worker_wait_status(int& status_fd, int status);
 
 // How a program the harness ran ended.
 struct ProgramEnd {
@@ -42,10 +51,10 @@ struct ProgramEnd {
 };
 
 // Runs `shell_command` through /bin/sh -c (stdin, stdout and stderr the harness's) and waits for it:
-// a program the harness runs (bench --peers). Sandboxed, it is process 1 of its own PID, mount and
-// network namespaces (whatever it starts dies with it; no network), and Landlock lets it write
-// only under scratch_dir, to device files and to process 1's /proc entries (a command that is one
-// program is exec'd by the shell, so the program is process 1: the CUDA driver writes there);
+// a program the harness runs (bench --peers). Sandboxed, it runs in spawn_sandboxed's PID, mount
+// and network namespaces (whatever it starts dies with it; no network), and Landlock lets it write
+// only under scratch_dir, to device files and to its own /proc entries (a command that is one
+// program is exec'd by the shell, so that they are the program's: the CUDA driver writes there);
 // TMPDIR and the frameworks' caches point into scratch_dir. No seccomp filter: a shell and the
 // frameworks it runs start processes and programs, and outside its PID namespace there is no
 // process to signal or trace.
@@ -68,12 +77,6 @@ struct Policy {
 // SIGSYS handler that refuses and records each forbidden call. Returns the bounds it set.
 std::vector<Bound> confine(const Policy& policy);
 
-// The child side for a worker that is a fork of the caller (the Python package's isolate=True),
-// which cannot be cloned into new namespaces: a network namespace of its own, entered with
-// unshare (with a user namespace where it may not do that itself). The process must be
-// single-threaded (a fresh fork is).
-Bound enter_network_namespace();
-
 // The calls the sandbox refused since the last take (one message each, repeats counted), e.g.
 // "the sandbox refused the plugin's kill(0, SIGKILL) (pid 0: its own process group; a plugin may
 // signal only itself)". Not async-signal-safe: call it between calls.
@@ -82,12 +85,5 @@ std::vector<std::string> take_refusals();
 // While a call runs, refusals are also copied here (a page the harness reads after a crash); null
 // to stop. The text is NUL-terminated and truncated to `size`.
 void mirror_refusals(char* buffer, std::size_t size);
-
-// Whether this process is process 1 of a PID namespace (a worker spawned by spawn_sandboxed).
-bool is_namespace_init();
-
-// Kills and reaps every other process of this PID namespace (kill(-1) from its process 1).
-// Returns how many were reaped.
-int kill_namespace_members();
 
 }  // namespace attn::sandbox

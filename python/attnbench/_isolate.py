@@ -17,15 +17,17 @@ half of the machine's physical memory, so a runaway allocation fails inside the 
 of bringing in the OOM killer. ``memory_limit=0`` sets no limit (a CUDA callable: the driver
 reserves address space beyond any useful limit).
 
-The sandbox (impls/sandbox/README.md; ``isolate=True``): before the call the worker enters a
-network namespace of its own and confines itself with Landlock (writes only to a scratch directory,
+The sandbox (impls/sandbox/README.md; ``isolate=True``): the call runs in PID, mount and network
+namespaces of its own (below), confined by Landlock (writes only to a scratch directory,
 its working directory and TMPDIR, removed after the call) and seccomp (no signal to another
 process, no tracing, no new process or program, no socket but AF_UNIX, its result pipe kept open);
 every call the sandbox refused fails the case, named ("the sandbox refused the callable's
 socket(AF_INET): no network in the sandbox"). A bound the machine cannot set up is named in a
 warning, once. ``isolate="no-sandbox"`` keeps the worker and its other bounds without the sandbox,
-for a callable that needs processes (Triton's compiler runs ptxas) or the network. Being a fork,
-the worker has no PID namespace of its own: it leads its own process group instead.
+for a callable that needs processes (Triton's compiler runs ptxas) or the network. The worker, a
+fork, spawns the process that calls into the namespaces (impls/sandbox's spawn_sandboxed: a /proc
+of its own, under a process 1 that reaps; whatever it starts dies with it), waits for it and ends
+the way it ended.
 
 A fork copies only the calling thread: a callable that needs threads the parent's libraries
 started before the fork (JAX's, for one) may hang in the worker and is then killed at its
@@ -87,7 +89,7 @@ def _descendants(pid):
 
 def _kill_left_behind():
     """Stops, kills and reaps what the call left running below this worker; returns their pids."""
-    left = _descendants(os.getpid())
+    left = _descendants("self")
     for pid in left:
         try:
             os.kill(pid, signal.SIGSTOP)
@@ -158,12 +160,19 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None, sandbox: bool = T
                     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
                 bounds = []
                 if scratch:
+                    # The call runs in the sandbox's namespaces, two processes below this one (their
+                    # process 1 reaps); this one ends the way the call's process ended.
+                    inner, status_fd, bounds = _native._sandbox_spawn()
+                    if inner != 0:
+                        _end_as(_native._sandbox_wait(inner, status_fd))
+                    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
                     import tempfile
                     sys.dont_write_bytecode = True  # a lazy import's .pyc would be a write outside the scratch directory
                     os.chdir(scratch)
                     os.environ["TMPDIR"] = scratch
                     tempfile.tempdir = scratch
-                    bounds = _native._sandbox_confine(scratch, data_w)
+                    bounds = list(bounds) + list(_native._sandbox_confine(scratch, data_w))
                 try:
                     payload = ("ok", invoke(problem, inputs, want_lse))
                 except MemoryError:
@@ -242,6 +251,22 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None, sandbox: bool = T
 
     call.sandbox_bounds = []
     return call
+
+
+def _end_as(status):
+    """Ends this process the way a wait status says: the same exit status, or the same signal."""
+    try:
+        if os.WIFSIGNALED(status):
+            import resource
+            sig = os.WTERMSIG(status)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the process that crashed dumped its own
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 70)
+    finally:
+        os._exit(70)
 
 
 def _output_text(head, tail, written):

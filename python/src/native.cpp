@@ -2,6 +2,9 @@
 // function hands its arguments to the library the CLI calls (core, reference, verification,
 // properties, reports) and returns what it returns, as arrays or as the JSON documents the
 // result files hold. attnbench/__init__.py wraps it in the package's documented API.
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -363,18 +366,37 @@ NB_MODULE(_native, m) {
         "cases"_a, "seed"_a, "shrink"_a, "single_case"_a.none());
   m.def("_bench_document", &bench_document, "request"_a);
   // The sandbox of the isolate=True worker (impls/sandbox/README.md): a scratch directory made
-  // and removed by the caller; in the forked worker, its network namespace, Landlock and seccomp,
-  // each bound as (name, applied, detail); the calls refused since the last ask.
+  // and removed by the caller; in the forked worker, its namespaces (before the fork of the process
+  // that calls), that process's /proc, Landlock and seccomp, each bound as (name, applied, detail);
+  // the calls refused since the last ask.
+  using BoundTuples = std::vector<std::tuple<std::string, bool, std::string>>;
+  auto tuples = [](const std::vector<sandbox::Bound>& bounds) {
+    BoundTuples out;
+    for (const auto& b : bounds) out.emplace_back(b.name, b.applied, b.detail);
+    return out;
+  };
   m.def("_sandbox_scratch", &sandbox::make_scratch_directory);
   m.def("_sandbox_remove", &sandbox::remove_scratch_directory, "path"_a);
+  // The forked worker is single-threaded: it may go on in the sandbox's process 2 without an exec.
+  m.def("_sandbox_spawn", [tuples] {
+    std::vector<sandbox::Bound> bounds;
+    int status_fd = -1;
+    const pid_t pid = sandbox::spawn_sandboxed(bounds, status_fd);
+    return std::make_tuple(int(pid), status_fd, tuples(bounds));
+  });
+  m.def(
+      "_sandbox_wait",
+      [](int pid, int status_fd) {
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        return sandbox::worker_wait_status(status_fd, status);
+      },
+      "pid"_a, "status_fd"_a);
   m.def(
       "_sandbox_confine",
-      [](const std::string& scratch, int channel) {
-        std::vector<sandbox::Bound> bounds{sandbox::enter_network_namespace()};
-        for (sandbox::Bound& b : sandbox::confine({scratch, channel, "callable", "isolate='no-sandbox'"})) bounds.push_back(std::move(b));
-        std::vector<std::tuple<std::string, bool, std::string>> out;
-        for (const auto& b : bounds) out.emplace_back(b.name, b.applied, b.detail);
-        return out;
+      [tuples](const std::string& scratch, int channel) {
+        return tuples(sandbox::confine({scratch, channel, "callable", "isolate='no-sandbox'"}));
       },
       "scratch"_a, "channel"_a);
   m.def("_sandbox_refusals", &sandbox::take_refusals);

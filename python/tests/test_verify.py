@@ -281,6 +281,25 @@ def test_an_isolated_callable_runs_in_the_sandbox_and_each_refused_call_fails_it
         assert loose.passed, loose.summary()
 
 
+def reports_its_process(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    with open("/proc/self/stat") as f:
+        proc_pid = f.read().split()[0]
+    raise ValueError(f"pid {os.getpid()} parent {os.getppid()} /proc/self {proc_pid} processes {sorted(p for p in os.listdir('/proc') if p.isdigit())}")
+
+
+@numpy_only_fork
+def test_an_isolated_callable_runs_in_a_pid_namespace_of_its_own():
+    """Process 2 under the sandbox's process 1, with a /proc of its own: nothing else is visible."""
+    from attnbench._isolate import isolated
+    call = isolated(lambda problem, inputs, want_lse: reports_its_process(*inputs), timeout=60)
+    with pytest.raises(RuntimeError) as raised:
+        call(None, [None, None, None], False)
+    bounds = {name: applied for name, applied, _ in call.sandbox_bounds}
+    if not bounds.get("pid namespace"):
+        pytest.skip(f"no PID namespace here: {call.sandbox_bounds}")
+    assert "ValueError: pid 2 parent 1 /proc/self 2 processes ['1', '2']" in str(raised.value), raised.value
+
+
 def f16_accumulating(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """Scores and softmax in f32, but P·V summed key by key in an f16 accumulator (no mask: the cases below have none)."""
     assert attn_mask is None and not is_causal
