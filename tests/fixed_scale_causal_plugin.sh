@@ -65,6 +65,9 @@ rc=$?
 echo "crashes on a non-finite V: exit $rc"
 [ "$rc" -eq 1 ] || fail "the kernel that crashes in property 13: exit $rc, not 1"
 grep -qE "^ *13 FAILED" crash.out || { fail "property 13 is not reported failed for the crash"; grep -n "^ *13 " crash.out | head -3; }
+# Named as what it is: the kernel abort()s. (In the sandbox's PID namespace a worker that is its
+# process 1 ignores its own SIGABRT, and abort() then faults: it once read SIGSEGV.)
+grep -q "the plugin crashed: SIGABRT (abort)" crash.out || { fail "the abort is not named SIGABRT"; grep -m3 "crashed" crash.out; }
 # Blame where it belongs: a kernel that crashes on GQA cases only (query head h reads kv head h,
 # past the end of K) fails them saying that the same case as MHA passes, naming the head mapping.
 "$bin" validate --plugin "$plugins/fixed_scale_causal_gqa_reads_head_h.so" --cases quick --property-cases 2 --out gqa >gqa.out 2>&1
