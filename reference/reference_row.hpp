@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
 #include "core/precision.hpp"
+#include "core/score_pipeline.hpp"
 #include "core/tensor.hpp"
 
 namespace attn::detail {
@@ -172,9 +173,10 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // A_j = scale * sum_t |q_t k_jt| + |bias_j|, kept in Real: with f64 inputs near overflow it can
   // exceed the double range even though every score fits.
   std::vector<Real> magnitude(n), score_sigma(n);
+  const ScorePipeline pipeline(p, in.mask);
   auto score_key = [&](std::size_t jj, const Real& dot, const Real& abs_dot, const Real& partial_squares) {
     const double bias = in.mask.bias(b, h, i, keys[jj]);
-    s[jj] = Real(scale) * dot + Real(bias);
+    s[jj] = pipeline.score<Real>(dot, b, h, i, keys[jj]);
     // Typical error of this score in the working precision: each addition of a sequential dot
     // rounds relative to its partial sum, then the scale and the bias round once more.
     score_sigma[jj] = Real(scale) * sqrt(partial_squares) + abs(s[jj]);

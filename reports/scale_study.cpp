@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/inputs.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace attn {
 namespace {
@@ -89,7 +90,7 @@ CaseRegime case_regime(const Problem& p, std::int64_t max_rows) {
   out.repro = p.repro();
   out.regime = std::string(to_string(p.regime));
   const CaseInputs in = generate_inputs(p);
-  const double scale = p.effective_scale();
+  const ScorePipeline pipeline(p, in.mask);
   const std::int64_t total_rows = p.batch * p.h_q * p.n_q;
   const std::int64_t rows = std::min(max_rows, total_rows);
   std::vector<double> all;
@@ -104,7 +105,7 @@ CaseRegime case_regime(const Problem& p, std::int64_t max_rows) {
       if (!in.mask.visible(b, h, i, j)) continue;
       double dot = 0;
       for (std::int64_t c = 0; c < p.d_k; ++c) dot += in.q.get(in.q.offset(b, h, i, c)) * in.k.get(in.k.offset(b, kh, j, c));
-      scores.push_back(scale * dot + in.mask.bias(b, h, i, j));
+      scores.push_back(pipeline.score<double>(dot, b, h, i, j));
     }
     if (scores.empty()) continue;
     ++out.rows;

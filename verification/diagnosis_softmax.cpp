@@ -1,5 +1,6 @@
 // The diagnosis' hypotheses about the softmax: not normalised, no max subtraction, over the
 // query axis, weights rounded to bf16, a finite initial row max.
+#include "core/score_pipeline.hpp"
 #include "verification/diagnostician.hpp"
 
 namespace attn::diagnosis_detail {
@@ -16,7 +17,8 @@ std::optional<std::vector<long double>> rounding_ambiguity(const Problem& p, con
   const std::int64_t g = p.kv_head(h);
   std::vector<long double> slack(static_cast<std::size_t>(p.d_v), 0.0L);
   std::vector<long double> s(static_cast<std::size_t>(p.n_k)), spread(static_cast<std::size_t>(p.n_k), 0.0L);
-  const long double scale = p.effective_scale();
+  const ScorePipeline pipeline(p, in.mask);
+  const long double scale = pipeline.scale();
   long double m = -std::numeric_limits<long double>::infinity();
   for (std::int64_t j = 0; j < p.n_k; ++j) {
     auto& sj = s[static_cast<std::size_t>(j)];
@@ -29,7 +31,7 @@ std::optional<std::vector<long double>> rounding_ambiguity(const Problem& p, con
       const long double x = static_cast<long double>(in.q.get(in.q.offset(b, h, i, t))) * in.k.get(in.k.offset(b, g, j, t));
       dot += x, magnitude += std::fabs(x);
     }
-    sj = dot * scale + in.mask.bias(b, h, i, j);
+    sj = pipeline.score<long double>(dot, b, h, i, j);
     spread[static_cast<std::size_t>(j)] = magnitude * scale;
     m = std::max(m, sj);
   }
@@ -77,20 +79,16 @@ void column_softmax_rows(const Problem& p, const CaseInputs& in, std::int64_t b,
                          std::vector<std::vector<T>>& out) {
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const std::int64_t g = p.kv_head(h);
-  const T scale = static_cast<T>(p.effective_scale());
   const T excluded = -std::numeric_limits<T>::infinity();
   std::vector<T> s(nq * nk);
+  const ScorePipeline pipeline(p, in.mask);
   for (std::size_t i = 0; i < nq; ++i)
-    for (std::size_t j = 0; j < nk; ++j) {
-      if (!in.mask.visible(b, h, std::int64_t(i), std::int64_t(j))) {
-        s[i * nk + j] = excluded;
-        continue;
-      }
+    pipeline.row_scores<T>(b, h, std::int64_t(i), p.n_k, [&](std::int64_t j) {
       T dot = 0;
       for (std::int64_t t = 0; t < p.d_k; ++t)
-        dot += static_cast<T>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<T>(in.k.get(in.k.offset(b, g, std::int64_t(j), t)));
-      s[i * nk + j] = dot * scale + static_cast<T>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
-    }
+        dot += static_cast<T>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<T>(in.k.get(in.k.offset(b, g, j, t)));
+      return dot;
+    }, s.data() + i * nk, excluded);
   for (std::size_t j = 0; j < nk; ++j) {
     T m = excluded, sum = 0;
     for (std::size_t i = 0; i < nq; ++i) m = std::max(m, s[i * nk + j]);

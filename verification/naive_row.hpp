@@ -20,6 +20,7 @@
 #include "core/dtype.hpp"
 #include "core/inputs.hpp"
 #include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace attn::diagnosis_detail {
 
@@ -52,21 +53,15 @@ template <class T>
 bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const RowRule& rule, std::vector<T>& o) {
   const auto [b, h, i] = split(p, row);
   const std::int64_t g = p.kv_head(h);
-  const T scale = static_cast<T>(p.effective_scale());
   const T excluded = -std::numeric_limits<T>::infinity();
   std::vector<T> s(static_cast<std::size_t>(p.n_k));
   const std::int64_t q0 = in.q.offset(b, h, i, 0);
-  for (std::int64_t j = 0; j < p.n_k; ++j) {
-    auto& sj = s[static_cast<std::size_t>(j)];
-    if (!in.mask.visible(b, h, i, j)) {
-      sj = rule.fill ? static_cast<T>(*rule.fill) : excluded;
-      continue;
-    }
+  ScorePipeline(p, in.mask).row_scores<T>(b, h, i, p.n_k, [&](std::int64_t j) {
     const std::int64_t k0 = in.k.offset(b, g, j, 0);
     T dot = 0;
     for (std::int64_t t = 0; t < p.d_k; ++t) dot += static_cast<T>(in.q.get(q0 + t)) * static_cast<T>(in.k.get(k0 + t));
-    sj = dot * scale + static_cast<T>(in.mask.bias(b, h, i, j));
-  }
+    return dot;
+  }, s.data(), rule.fill ? static_cast<T>(*rule.fill) : excluded);
   o.assign(static_cast<std::size_t>(p.d_v), T(0));
   T m = *std::max_element(s.begin(), s.end());
   if (rule.max_init) m = std::max(m, static_cast<T>(*rule.max_init));

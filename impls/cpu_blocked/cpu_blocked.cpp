@@ -12,6 +12,7 @@
 
 #include "core/parallel.hpp"
 #include "core/precision.hpp"
+#include "core/score_pipeline.hpp"
 #include "impls/cpu_blocked/micro_kernels.hpp"
 #include "impls/cpu_blocked/simd.hpp"
 
@@ -150,8 +151,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
   // every Q element first and double the score error). With a bias, scale and bias are applied
   // together where the bias is read; without, in the softmax's max pass.
-  const Acc scale = static_cast<Acc>(p.effective_scale());
-  const Acc exponent_scale = mask.has_bias() ? Acc(1) : scale;
+  const ScorePipeline pipeline(p, mask);
+  const Acc exponent_scale = pipeline.beyond_scale() ? Acc(1) : static_cast<Acc>(pipeline.scale());
 
   // Key tiles past every row's causal/padding limit are never visited, nor those before every
   // row's window. The tiles keep their places (multiples of key_tile) and a skipped tile holds
@@ -207,9 +208,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         const std::int64_t row = block0 + r;
         Acc* const scores = s + r * key_tile;
         const std::int64_t visible = std::clamp<std::int64_t>(limit[r] - j0, 0, block_keys);
-        if (mask.has_bias())
-          for (std::int64_t c = 0; c < visible; ++c)
-            scores[c] = scores[c] * scale + static_cast<Acc>(mask.bias(b, h, i0 + row, j0 + c));
+        if (pipeline.beyond_scale())
+          for (std::int64_t c = 0; c < visible; ++c) scores[c] = pipeline.score<Acc>(scores[c], b, h, i0 + row, j0 + c);
         if (has_bool)
           for (std::int64_t c = 0; c < visible; ++c)
             if (!mask.visible(b, h, i0 + row, j0 + c)) scores[c] = minus_inf;

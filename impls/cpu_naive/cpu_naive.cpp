@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/precision.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace attn {
 namespace {
@@ -37,7 +38,7 @@ void run_in(const RunArgs& a) {
   Acc* k = q + nq * dk;
   Acc* v = k + nk * dk;
   Acc* o = v + nk * dv;
-  const Acc scale = static_cast<Acc>(p.effective_scale());
+  const ScorePipeline pipeline(p, in.mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
 
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -51,16 +52,11 @@ void run_in(const RunArgs& a) {
 
       for (std::size_t i = 0; i < nq; ++i) {
         Acc* s = scores + i * nk;
-        // Scores, scaled and masked.
-        for (std::size_t j = 0; j < nk; ++j) {
-          if (!in.mask.visible(b, h, std::int64_t(i), std::int64_t(j))) {
-            s[j] = excluded;
-            continue;
-          }
+        pipeline.row_scores<Acc>(b, h, std::int64_t(i), p.n_k, [&](std::int64_t j) {
           Acc dot = 0;
-          for (std::size_t t = 0; t < dk; ++t) dot += q[i * dk + t] * k[j * dk + t];
-          s[j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
-        }
+          for (std::size_t t = 0; t < dk; ++t) dot += q[i * dk + t] * k[std::size_t(j) * dk + t];
+          return dot;
+        }, s, excluded);
         Acc m = excluded;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
         const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace attn::mutants {
 namespace {
@@ -102,23 +103,19 @@ void run_softmax_over_queries(const RunArgs& a) {
   const Problem& p = a.problem;
   const CaseInputs& in = a.inputs;
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
-  const Acc scale = static_cast<Acc>(p.effective_scale());
+  const ScorePipeline pipeline(p, in.mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();
   std::vector<Acc> s(nq * nk);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.h_q; ++h) {
       const std::int64_t g = p.kv_head(h);
       for (std::size_t i = 0; i < nq; ++i)
-        for (std::size_t j = 0; j < nk; ++j) {
-          if (!in.mask.visible(b, h, std::int64_t(i), std::int64_t(j))) {
-            s[i * nk + j] = excluded;
-            continue;
-          }
+        pipeline.row_scores<Acc>(b, h, std::int64_t(i), p.n_k, [&](std::int64_t j) {
           Acc dot = 0;
           for (std::int64_t t = 0; t < p.d_k; ++t)
-            dot += static_cast<Acc>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<Acc>(in.k.get(in.k.offset(b, g, std::int64_t(j), t)));
-          s[i * nk + j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
-        }
+            dot += static_cast<Acc>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<Acc>(in.k.get(in.k.offset(b, g, j, t)));
+          return dot;
+        }, s.data() + i * nk, excluded);
       for (std::size_t i = 0; i < nq; ++i) {  // the row LSE, from the raw scores
         Acc m = excluded, sum = 0;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[i * nk + j]);
