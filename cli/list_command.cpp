@@ -1,5 +1,6 @@
 #include "cli/list_command.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@ int ListCommand::run(const Registry& registry) const {
     fmt::print("{}\n  {}\n  device: {}; dtypes: {}; returns LSE: {}; returns weights: {}; deterministic: {}; fully masked rows: {}\n",
                impl->name(), caps.summary, caps.device, fmt::join(dtypes, ", "), caps.returns_lse ? "yes" : "no",
                caps.returns_weights ? "yes" : "no", caps.deterministic ? "yes" : "no", to_string(caps.fully_masked));
+    // Every modification there is, "no" for those it does not list: not listed is not supported.
+    std::vector<std::string> modifications;
+    for (ScoreModification m : all_score_modifications) {
+      const bool listed = std::find(caps.score_modifications.begin(), caps.score_modifications.end(), m) != caps.score_modifications.end();
+      modifications.push_back(fmt::format("{} {}", describe(m), listed ? "yes" : "no"));
+    }
+    fmt::print("  score modifications: {}\n", fmt::join(modifications, "; "));
   }
   return 0;
 }

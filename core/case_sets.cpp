@@ -65,7 +65,8 @@ struct Scenario {
   Shape shape;
   MaskKind mask;
   Regime regime;
-  double scale = 0;  // 0: the default 1/sqrt(d_k)
+  double scale = 0;    // 0: the default 1/sqrt(d_k)
+  double softcap = 0;  // 0: none
 };
 
 Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::uint64_t seed) {
@@ -75,6 +76,7 @@ Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::u
   p.numerics() = numerics;
   p.regime = sc.regime;
   if (sc.scale > 0) p.scale = sc.scale;
+  if (sc.softcap > 0) p.softcap = sc.softcap;
   apply_mask(p, sc.mask);
   p.seed = seed;
   p.validate();
@@ -182,6 +184,16 @@ std::vector<Problem> default_cases() {
   // causal mask (slopes per query head, 8 heads), and alone past a tile (4 heads).
   const std::vector<Problem> alibi = expand({{gqa, M::alibi_causal_br, R::diffuse}, {mha_past_tile, M::alibi, R::peaked}}, 3000);
   cases.insert(cases.end(), alibi.begin(), alibi.end());
+  // Soft-capping (appended): saturated, with scores near the overflow far above the cap (tanh is
+  // +-1 there, and a clip would pass); around the knee; with a sliding window; with ALiBi, whose
+  // bias is added after the cap; with padding, a bias and fully masked rows.
+  const std::vector<Problem> softcap = expand({{gqa, M::causal_br, R::large, 0, 30},
+                                               {mha_past_tile, M::none, R::peaked, 0, 5},
+                                               {decode, M::sliding_br, R::diffuse, 0, 2},
+                                               {gqa, M::alibi_causal_br, R::peaked, 0, 20},
+                                               {odd, M::causal_br_pad_bias, R::large, 0, 1}},
+                                              4000);
+  cases.insert(cases.end(), softcap.begin(), softcap.end());
   return cases;
 }
 

@@ -146,14 +146,17 @@ struct ProblemShape {
   bool operator==(const ProblemShape&) const = default;
 };
 
-// Which keys each query sees and how scores are formed. Soft-capping, attention sinks and dropout
-// join here later.
+// Which keys each query sees and how scores are formed (core/score_pipeline.hpp applies them in
+// order). Attention sinks and dropout join here later.
 struct ProblemVariant {
   Window window;
   KeyPadding padding;
   BoolMaskSpec bool_mask;
   BiasSpec bias;
   std::optional<double> scale;  // unset: 1/sqrt(d_k)
+  // Soft-capping (Gemma 2, FlashAttention >= 2.6): the scaled product s becomes c * tanh(s / c),
+  // before the additive terms. Unset: none.
+  std::optional<double> softcap;
   bool operator==(const ProblemVariant&) const = default;
 };
 

@@ -353,6 +353,20 @@ const Field fields[] = {
                                       to_string(p.dtype), double(std::numeric_limits<float>::max())));
      },
      LabelSlot::none, no_label},
+    {"softcap", {}, false, [](const Problem& p) { return p.softcap ? "softcap=" + format_double(*p.softcap) : std::string(); },
+     [](Problem& p, std::string_view k, std::string_view v) { p.softcap = parse_double(k, v); },
+     [](const Problem& p, nlohmann::json& j) {
+       if (p.softcap) j["softcap"] = *p.softcap;
+     },
+     [](const Problem& p) {
+       if (p.softcap && !(std::isfinite(*p.softcap) && *p.softcap > 0.0))
+         throw InputError(fmt::format("softcap must be finite and positive (got {})", *p.softcap));
+       // c tanh(s / c) is computed in the working precision, where c must be a number.
+       if (p.softcap && working_dtype(p.numerics()) != DType::f64 && *p.softcap > double(std::numeric_limits<float>::max()))
+         throw InputError(fmt::format("softcap {:g} is beyond the range of f32, the working precision of {} inputs (at most {:g})",
+                                      *p.softcap, to_string(p.dtype), double(std::numeric_limits<float>::max())));
+     },
+     LabelSlot::mask, [](const Problem& p) { return p.softcap ? "softcap" + format_double(*p.softcap) : std::string(); }},
     // The data.
     {"regime", {}, true, [](const Problem& p) { return fmt::format("regime={}", to_string(p.regime)); },
      [](Problem& p, std::string_view, std::string_view v) { p.regime = parse_regime(v); },

@@ -5,36 +5,77 @@
 // path, the diagnosis's hypotheses, the mutants, the scale study and the reference (in its own
 // precision; its error bound is its own, reference/README.md). For row (b, h, i) and key j:
 //   1. s = <q_i, k_j> * scale (the scale after the product: folding it into Q would round Q);
-//   2. the additive terms: + bias[b, h, i, j], ALiBi's -slope_h |i + delta - j| materialised in the
+//   2. soft-capping, when the problem has one (softcap=c): s = c * tanh(s / c), |s| < c;
+//   3. the additive terms: + bias[b, h, i, j], ALiBi's -slope_h |i + delta - j| materialised in the
 //      mask's bias (core/mask.hpp);
-//   3. visibility: the window, the padding and the boolean mask, by intersection (Mask::visible);
+//   4. visibility: the window, the padding and the boolean mask, by intersection (Mask::visible);
 //      an invisible key is excluded exactly (its weight is 0, not a large negative score).
 // A new score modification joins here (a field of Problem, a step of score()), and an
 // implementation supports it only once it declares so (impls/implementation.hpp, Capabilities).
+#include <array>
+#include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 
 namespace attn {
 
+// The steps of the pipeline beyond the scale and the masks, named as data: an implementation
+// computes only those its Capabilities list, so a new one is unsupported everywhere until an
+// implementation lists it.
+enum class ScoreModification { softcap };
+inline constexpr std::array<ScoreModification, 1> all_score_modifications{ScoreModification::softcap};
+inline constexpr std::string_view to_string(ScoreModification m) {
+  switch (m) {
+    case ScoreModification::softcap:
+      return "softcap";
+  }
+  return "?";
+}
+// For a skip's reason: "soft-capping (softcap=)".
+inline constexpr std::string_view describe(ScoreModification m) {
+  switch (m) {
+    case ScoreModification::softcap:
+      return "soft-capping (softcap=)";
+  }
+  return "?";
+}
+// Those a problem uses.
+inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
+  std::vector<ScoreModification> used;
+  if (p.softcap) used.push_back(ScoreModification::softcap);
+  return used;
+}
+
 class ScorePipeline {
  public:
-  ScorePipeline(const Problem& problem, const Mask& mask) : mask_(mask), scale_(problem.effective_scale()) {}
+  ScorePipeline(const Problem& problem, const Mask& mask)
+      : mask_(mask), scale_(problem.effective_scale()), softcap_(problem.softcap.value_or(0.0)) {}
 
   double scale() const { return scale_; }
   const Mask& mask() const { return mask_; }
   // Whether anything but the scale acts on a product: with nothing else, a vectorised path may
   // scale a whole tile of products at once (cpu_blocked).
-  bool beyond_scale() const { return mask_.has_bias(); }
+  bool beyond_scale() const { return mask_.has_bias() || softcap_ > 0; }
 
-  // Steps 1 and 2 for a visible key, in T's arithmetic, in the pipeline's order.
+  // Step 2 alone, on a scaled product s.
+  template <class T>
+  T capped(T s) const {
+    if (softcap_ <= 0) return s;
+    using std::tanh;
+    const T c = static_cast<T>(softcap_);
+    return c * tanh(s / c);
+  }
+  // Steps 1 to 3 for a visible key, in T's arithmetic, in the pipeline's order.
   template <class T>
   T score(T dot, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    return dot * static_cast<T>(scale_) + static_cast<T>(mask_.bias(b, h, i, j));
+    return capped<T>(dot * static_cast<T>(scale_)) + static_cast<T>(mask_.bias(b, h, i, j));
   }
-  // Step 3.
+  // Step 4.
   bool visible(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const { return mask_.visible(b, h, i, j); }
   std::pair<std::int64_t, std::int64_t> key_range(std::int64_t b, std::int64_t i) const { return mask_.key_range(b, i); }
 
@@ -48,6 +89,7 @@ class ScorePipeline {
  private:
   const Mask& mask_;
   double scale_;
+  double softcap_;  // 0: none
 };
 
 }  // namespace attn

@@ -259,6 +259,8 @@ Support covers(const Capabilities& caps, const Problem& p) {
   if (!caps.custom_scale && explicit_scale(p))
     return Support::no(fmt::format("scale {:g} not declared (the default 1/sqrt(d_k) only)", *p.scale));
   if (!contains(caps.layouts, p.layout)) return Support::no(fmt::format("layout {} not declared", to_string(p.layout)));
+  for (ScoreModification m : score_modifications_of(p))
+    if (!contains(caps.score_modifications, m)) return Support::no(fmt::format("{} not declared", describe(m)));
   return Support::yes();
 }
 
@@ -352,6 +354,7 @@ std::vector<std::string> features_of(const Problem& p) {
   if (p.h_kv > 1 && p.h_kv < p.h_q) f.emplace_back("gqa");
   if (p.d_k != p.d_v) f.emplace_back("dk_ne_dv");
   if (p.scale) f.emplace_back("custom_scale");
+  for (ScoreModification m : score_modifications_of(p)) f.emplace_back(to_string(m));
   if (p.mixed()) f.emplace_back("mixed_dtypes");
   if (p.n_q != p.n_k) f.emplace_back("nq_ne_nk");
   if (p.n_k == 1) f.emplace_back("nk_1");
@@ -384,6 +387,7 @@ std::vector<std::string> declared_features(const Capabilities& caps) {
   if (caps.gqa) f.emplace_back("mqa"), f.emplace_back("gqa");
   if (caps.different_dk_dv) f.emplace_back("dk_ne_dv");
   if (caps.custom_scale) f.emplace_back("custom_scale");
+  for (ScoreModification m : caps.score_modifications) f.emplace_back(to_string(m));
   if (declares_mixed_dtypes(caps)) f.emplace_back("mixed_dtypes");
   f.emplace_back("nq_ne_nk");
   f.emplace_back("nk_1");

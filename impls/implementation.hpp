@@ -14,6 +14,7 @@
 #include "core/precision.hpp"
 #include "core/problem.hpp"
 #include "core/role_tensors.hpp"
+#include "core/score_pipeline.hpp"
 #include "core/tensor.hpp"
 
 namespace attn {
@@ -75,6 +76,9 @@ struct Capabilities {
   // two, judged_precision), the roofline does not.
   MatmulPrecision accumulation_precision = MatmulPrecision::working;
   MatmulPrecision judged_precision() const { return coarser(matmul_precision, accumulation_precision); }
+  // The score modifications it computes (core/score_pipeline.hpp): none unless listed. Never
+  // projected away: without its soft-cap a problem is another function.
+  std::vector<ScoreModification> score_modifications;
 };
 
 // Every dtype, for one-dtype problems and for every role of a mixed-precision one: what an

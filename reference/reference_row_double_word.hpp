@@ -84,6 +84,8 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   // that score_rounding estimates from (reference_row.hpp's sigma_j).
   std::vector<Quad> s(n);
   std::vector<double> magnitude(n), score_sigma(n);
+  std::vector<double> scaled_abs(n, 0.0), capped_abs(n, 0.0), product_magnitude(n, 0.0);  // soft-capping's (softcap_error)
+  const ScorePipeline pipeline(p, in.mask);
   const double* q = wide.q.data() + in.q.offset(b, h, i, 0);
   const double inflate = 1 + std::max(0x1p-50, 2 * gamma_n(double(p.d_k) + 3, 0x1p-53));
   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -110,8 +112,17 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     const double bias = in.mask.bias(b, h, i, keys[jj]);
     const DoubleWord score = add(mul(dot, scale), {bias, 0.0});
     s[jj] = Quad(score.hi) + Quad(score.lo);
-    score_sigma[jj] = scale * std::sqrt(partial_squares) * square_scale + std::fabs(score.hi);
+    double slope = 1;
+    if (p.softcap) {  // the pipeline's step 2 between the product and the bias, in float128
+      const DoubleWord scaled_dw = mul(dot, scale);
+      const Quad scaled = Quad(scaled_dw.hi) + Quad(scaled_dw.lo), capped = pipeline.capped<Quad>(scaled);
+      s[jj] = capped + Quad(bias);
+      scaled_abs[jj] = std::fabs(scaled_dw.hi), capped_abs[jj] = std::fabs(static_cast<double>(capped));
+      slope = static_cast<double>(softcap_slope(scaled, *p.softcap));
+    }
+    score_sigma[jj] = scale * std::sqrt(partial_squares) * square_scale * slope + std::fabs(static_cast<double>(s[jj]));
     magnitude[jj] = (scale * abs_dot + std::fabs(bias)) * inflate;
+    if (p.softcap) product_magnitude[jj] = scale * abs_dot * inflate, magnitude[jj] = (capped_abs[jj] + std::fabs(bias)) * inflate;
   }
 
   // float128 for what must be precise and is O(n): s_j - m, exp, the sum, log, the weights.
@@ -156,6 +167,13 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     const double spread = std::fabs(shifted[jj]);
     eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u + score_underflow;
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * 1.01 * spread + 2 * u_naive;
+    if (p.softcap) {
+      // |x| from below (its double word's high part may lie above it): the slope is taken from above.
+      eta[jj] += softcap_error(gamma_n(double(p.d_k) + 2, u) * product_magnitude[jj], scaled_abs[jj] * (1 - 0x1p-50), capped_abs[jj], *p.softcap,
+                               u, 2 * u);
+      eta_naive[jj] += softcap_error(gamma_n(double(p.d_k) + 3, u_naive) * product_magnitude[jj], scaled_abs[jj], capped_abs[jj], *p.softcap,
+                                     u_naive, 4 * u_naive);
+    }
   }
   // The weight's conversion to a double word and its product with v may each lose a product
   // underflow: per key, absolute, whatever |v| is (the first also scales with |v|: in the

@@ -4,16 +4,20 @@
 // accumulation nothing honours is refused; and a backward problem, which nothing implements yet,
 // is skipped with a reason naming it by every built-in implementation and never judged. A bias
 // may be a function of the positions (ALiBi): it round-trips, and its values are the paper's.
+// Soft-capping round-trips, is applied where the pipeline says, and is skipped where not listed.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/inputs.hpp"
 #include "core/mask.hpp"
+#include "core/score_pipeline.hpp"
 #include "impls/capability_space.hpp"
 #include "impls/registry.hpp"
 #include "judge/judge.hpp"
@@ -217,6 +221,72 @@ TEST(ProblemBias, AlibiRoundTripsAndIsThePapersLinearBias) {
     ADD_FAILURE() << "bias=alibis was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("bias: expected STD@BROADCAST (e.g. 0.5@bh) or alibi, got 'alibis'"), std::string::npos) << e.what();
+  }
+}
+
+// Soft-capping (core/score_pipeline.hpp, step 2): a field that round-trips and is left out when
+// unset, refused unless finite and positive, applied between the scale and the bias, and
+// unsupported by every implementation that does not list it.
+TEST(ProblemSoftcap, RoundTripsAndIsAppliedBetweenTheScaleAndTheBias) {
+  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none bias=1@h softcap=2.5 regime=diffuse seed=3");
+  ASSERT_EQ(p.softcap, 2.5);
+  EXPECT_EQ(parse_problem(p.repro()), p);
+  EXPECT_NE(p.repro().find(" softcap=2.5 "), std::string::npos) << p.repro();
+  EXPECT_EQ(nlohmann::json(p)["softcap"], 2.5);
+  EXPECT_EQ(p.label(), "f32 b1 h2 n3x5 d4 bias+softcap2.5 diffuse");
+  Problem plain = p;
+  plain.softcap.reset();
+  EXPECT_NE(plain, p);
+  EXPECT_EQ(plain.repro().find("softcap"), std::string::npos) << plain.repro();
+  EXPECT_FALSE(nlohmann::json(plain).contains("softcap"));
+
+  const Mask mask(p);
+  const ScorePipeline pipeline(p, mask);
+  const double scale = p.effective_scale(), bias = mask.bias(0, 1, 2, 3);
+  ASSERT_NE(bias, 0.0);
+  for (double dot : {0.0, 1.0, -3.0, 40.0, 1e30})
+    EXPECT_DOUBLE_EQ(pipeline.score<double>(dot, 0, 1, 2, 3), 2.5 * std::tanh(dot * scale / 2.5) + bias) << dot;
+  // Far above the cap the score is the cap (plus the bias), never the raw product.
+  EXPECT_LE(pipeline.score<double>(1e30, 0, 1, 2, 3), 2.5 + bias);
+  EXPECT_EQ(score_modifications_of(p), std::vector<ScoreModification>{ScoreModification::softcap});
+  EXPECT_TRUE(score_modifications_of(plain).empty());
+
+  for (const char* bad : {"softcap=0", "softcap=-1", "softcap=inf", "softcap=nan", "softcap=1e39"}) {
+    const std::string repro = fmt::format("b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f16 causal=none {} regime=diffuse seed=1", bad);
+    try {
+      parse_problem(repro).validate();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("softcap"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ProblemSoftcap, AnImplementationThatDoesNotListItSkipsItNamingIt) {
+  const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none softcap=2.5 regime=diffuse seed=3");
+  Capabilities caps;
+  declare_every_dtype(caps);
+  const Support s = covers(caps, p);
+  EXPECT_FALSE(s.ok);
+  EXPECT_EQ(s.reason, "soft-capping (softcap=) not declared");
+  caps.score_modifications = {ScoreModification::softcap};
+  EXPECT_TRUE(covers(caps, p).ok) << covers(caps, p).reason;
+  // No projection drops it: without the cap the problem is another function.
+  Capabilities none;
+  declare_every_dtype(none);
+  const std::optional<Problem> projected = project_onto(none, p);
+  ASSERT_TRUE(projected);
+  EXPECT_EQ(projected->softcap, 2.5);
+  // The built-ins that compute it list it; the others do not, and skip it saying so.
+  Registry registry;
+  register_builtin_implementations(registry);
+  for (const Implementation* impl : registry.all()) {
+    const Capabilities c = impl->describe();
+    const bool listed = std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::softcap) != c.score_modifications.end();
+    EXPECT_EQ(listed, impl->name() == "cpu_naive" || impl->name() == "cpu_blocked") << impl->name();
+    if (!listed) {
+      EXPECT_EQ(covers(c, p).reason, "soft-capping (softcap=) not declared") << impl->name();
+    }
   }
 }
 

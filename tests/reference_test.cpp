@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
@@ -433,6 +434,14 @@ TEST(ReferenceBound, HoldsWithMasksBiasAndOddShapes) {
     p.window = Window::of(Causal::top_left);
     problems.push_back(p);
   }
+  // Soft-capping: saturated (scores far above the cap), near the cap, and far below it.
+  for (const auto& [dtype, regime, cap] : {std::tuple{DType::f32, Regime::large, 5.0}, std::tuple{DType::bf16, Regime::peaked, 8.0},
+                                           std::tuple{DType::f64, Regime::diffuse, 50.0}, std::tuple{DType::f16, Regime::saturated, 1.0}}) {
+    Problem p = small(dtype, regime, 6, 21, 85);
+    p.softcap = cap;
+    p.bias = {true, 1.0, Broadcast::per_head};
+    problems.push_back(p);
+  }
   for (Problem& p : problems) {
     if (p.padding.kind == KeyPadding::Kind::none) p.batch = 1;  // keep the 256-bit work small
     p.validate();
@@ -577,7 +586,7 @@ std::vector<Problem> spread_of_problems() {
   std::uint64_t seed = 300;
   for (DType d : all_dtypes)
     for (Regime regime : all_regimes())
-      for (int variant = 0; variant < 6; ++variant) {
+      for (int variant = 0; variant < 7; ++variant) {
         Problem p = small(d, regime, 9, 13, ++seed);
         p.d_k = 24;
         switch (variant) {
@@ -590,6 +599,7 @@ std::vector<Problem> spread_of_problems() {
             break;
           case 4: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}, p.bias = {true, 2.0, Broadcast::per_head}; break;
           case 5: p.scale = 0.7, p.h_kv = 1, p.d_v = 17; break;
+          case 6: p.softcap = 2.5, p.bias = BiasSpec::alibi(), p.window = Window::of(Causal::bottom_right); break;
         }
         p.validate();
         problems.push_back(p);

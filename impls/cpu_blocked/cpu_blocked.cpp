@@ -366,6 +366,7 @@ class CpuBlocked final : public Implementation {
     c.returns_lse = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
+    c.score_modifications = {ScoreModification::softcap};  // core/score_pipeline.hpp, on the scalar path of each tile
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

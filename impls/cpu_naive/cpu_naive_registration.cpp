@@ -18,6 +18,7 @@ class CpuNaive final : public Implementation {
     c.returns_weights = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
+    c.score_modifications = {ScoreModification::softcap};  // core/score_pipeline.hpp, per score
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
