@@ -176,9 +176,10 @@ typedef struct {
   int32_t reserved0;
   const int64_t* valid_len; /* host memory; batch or batch * n_q entries; NULL when NONE */
   int64_t valid_len_count;
-  /* Reserved for the variants later versions of attnbench request (each has a feature bit; 0
-   * means off): tanh soft-capping of the scaled scores at +-softcap, dropout with its probability
-   * and seed, packed sequences' longest lengths, the paged caches' page size. */
+  /* Soft-capping (ATTNBENCH_FEATURE_SOFTCAP; 0: none): each scaled score s becomes
+   * softcap * tanh(s / softcap), before the bias is added. Reserved for the variants later
+   * versions of attnbench request (each has a feature bit; 0 means off): dropout with its
+   * probability and seed, packed sequences' longest lengths, the paged caches' page size. */
   double softcap;
   double dropout_p;
   uint64_t dropout_seed;
@@ -230,7 +231,7 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
  * bottom-right where declared, else top-left; declare at least one causal feature). */
 #define ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY (1u << 13)
 #define ATTNBENCH_FEATURE_CAUSAL_ONLY (1u << 14)
-#define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* reserved */
+#define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* softcap * tanh(s / softcap) of the scaled scores (call.softcap) */
 #define ATTNBENCH_FEATURE_SINK (1u << 17)      /* reserved */
 #define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* reserved */
 #define ATTNBENCH_FEATURE_PACKED (1u << 19)    /* reserved: CU_SEQLENS_Q/K */

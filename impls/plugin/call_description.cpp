@@ -27,6 +27,7 @@ CallDescription describe_call(const Problem& p) {
   d.d_k = p.d_k;
   d.d_v = p.d_v;
   d.scale = p.effective_scale();
+  d.softcap = p.softcap.value_or(0.0);
   d.window = abi_window(p);
   d.key_padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_KEY_PADDING_PER_BATCH
                   : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY

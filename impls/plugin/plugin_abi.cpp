@@ -209,6 +209,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.matmul_precision = info.matmul_precision;
   caps.accumulation_precision = info.accumulation_precision;
   caps.fully_masked = info.fully_masked;
+  if (info.has(ATTNBENCH_FEATURE_SOFTCAP)) caps.score_modifications.push_back(ScoreModification::softcap);
   return caps;
 }
 

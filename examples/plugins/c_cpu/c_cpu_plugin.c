@@ -3,8 +3,8 @@
  * double and rounded once to the output type. It implements the forward pass with everything
  * attnbench asks of it today: f64, f32, f16 and bf16; any strides (so BHSD and BSHD); any window
  * (causal top-left and bottom-right among them), key padding per batch and per query, a boolean
- * mask and an additive bias, in any combination; GQA/MQA; d_k != d_v; the row log-sum-exp; fully
- * masked rows written as zeros with an LSE of -inf.
+ * mask and an additive bias, in any combination; soft-capping of the scaled scores; GQA/MQA;
+ * d_k != d_v; the row log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
  * Single-threaded and O(n_k) scratch per row: a yardstick, not a fast kernel.
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -I impls/plugin examples/plugins/c_cpu/c_cpu_plugin.c -lm -o c_cpu_plugin.so
@@ -130,6 +130,7 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
     long double dot = 0;
     for (int64_t x = 0; x < p->d_k; ++x) dot += (long double)load(c->q, b, h, i, x) * (long double)load(c->k, b, g, j, x);
     long double s = dot * (long double)p->scale;
+    if (p->softcap > 0) s = (long double)p->softcap * tanhl(s / (long double)p->softcap);
     if (c->bias != NULL) s += (long double)load(c->bias, b, h, i, j);
     c->scores[j] = s;
     if (!any || s > max) max = s;
@@ -213,7 +214,7 @@ static const attnbench_plugin_v2 c_cpu_plugin = {
         ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
             ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BOOL_MASK |
             ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_LSE |
-            ATTNBENCH_FEATURE_DETERMINISTIC,
+            ATTNBENCH_FEATURE_DETERMINISTIC | ATTNBENCH_FEATURE_SLIDING_WINDOW | ATTNBENCH_FEATURE_SOFTCAP,
         ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED,
         ATTNBENCH_FULLY_MASKED_AS_ZEROS,
         c_cpu_dtypes,
