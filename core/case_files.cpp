@@ -191,6 +191,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"label", p.label()},
         {"dtype", std::string(to_string(p.dtype))},
         {"scale", p.effective_scale()},
+        {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},  // c tanh(s / c) of each scaled score, or none
         {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
         {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
         {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
@@ -282,6 +283,11 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (j.at("scale").get<double>() != p.effective_scale())
         throw InputError(fmt::format("case {}: scale {} does not match the repro string's {}", entry.index, j.at("scale").get<double>(),
                                      p.effective_scale()));
+      // Soft-capping (null or absent: none, as in manifests written before it existed).
+      const nlohmann::json softcap = j.value("softcap", nlohmann::json(nullptr));
+      if (!(softcap.is_null() ? !p.softcap : softcap.is_number() && p.softcap && softcap.get<double>() == *p.softcap))
+        throw InputError(fmt::format("case {}: softcap {} does not match the repro string's {}", entry.index, softcap.dump(),
+                                     p.softcap ? fmt::format("{}", *p.softcap) : std::string("none")));
       auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);

@@ -36,6 +36,7 @@ npy::Array read_required(const fs::path& path, std::string_view what) {
 
 struct Settings {
   std::optional<double> scale;
+  std::optional<double> softcap;
   Causal causal = Causal::none;
   std::optional<DType> dtype;
   std::map<Role, DType> role_dtypes;  // "dtypes": "o:f32", as the repro string's token
@@ -43,19 +44,25 @@ struct Settings {
 
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, causal, dtype, dtypes)");
+  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, causal, dtype, dtypes)");
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())
-    if (key != "scale" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
+    if (key != "scale" && key != "softcap" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
   if (!unknown.empty())
-    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
   Settings s;
   if (j.contains("scale")) {
     const auto& v = j.at("scale");
     if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
       throw InputError(fmt::format("{}: scale must be a finite positive number (got {})", name, v.dump()));
     s.scale = v.get<double>();
+  }
+  if (j.contains("softcap")) {  // c: each scaled score s becomes c tanh(s / c) (core/score_pipeline.hpp)
+    const auto& v = j.at("softcap");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+      throw InputError(fmt::format("{}: softcap must be a finite positive number (got {})", name, v.dump()));
+    s.softcap = v.get<double>();
   }
   if (j.contains("causal")) {
     const auto& v = j.at("causal");
@@ -310,6 +317,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.role_dtypes = settings.role_dtypes;
   p.window = Window::of(settings.causal);
   p.scale = settings.scale;
+  p.softcap = settings.softcap;
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),
                                  p.h_kv, p.h_q));

@@ -30,7 +30,7 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 21> known_keys{"schema",       "version",       "summary",          "operations",
+constexpr std::array<std::string_view, 22> known_keys{"score_modifications", "schema",       "version",       "summary",          "operations",
                                                       "dtypes",       "role_dtypes",   "layouts",          "masks",
                                                       "causal_only",  "gqa",           "different_dk_dv",  "default_scale_only",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
@@ -148,6 +148,19 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   if (caps.masks.non_causal == false && !caps.masks.causal_top_left && !caps.masks.causal_bottom_right)
     throw fault("'causal_only' is true but 'masks' declares no causal mask (causal_top_left, causal_bottom_right)");
   if (get("default_scale_only", restricted, is_bool, "true or false")) caps.custom_scale = !restricted;
+  if (j.contains("score_modifications")) {
+    const auto& list = j.at("score_modifications");
+    std::vector<std::string> names;
+    for (ScoreModification m : all_score_modifications) names.emplace_back(to_string(m));
+    const std::string expected = fmt::format("a list of some of {}", fmt::join(names, ", "));
+    if (!list.is_array()) throw fault(fmt::format("'score_modifications' must be {} (got {})", expected, list.dump()));
+    for (const auto& item : list) {
+      const auto found = std::find_if(all_score_modifications.begin(), all_score_modifications.end(),
+                                      [&](ScoreModification m) { return item.is_string() && item.get<std::string>() == to_string(m); });
+      if (found == all_score_modifications.end()) throw fault(fmt::format("'score_modifications': unknown {} (expected {})", item.dump(), expected));
+      caps.score_modifications.push_back(*found);
+    }
+  }
   get("gqa", caps.gqa, is_bool, "true or false");
   get("different_dk_dv", caps.different_dk_dv, is_bool, "true or false");
   get("returns_lse", caps.returns_lse, is_bool, "true or false");
@@ -218,6 +231,11 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   j["masks"] = masks;
   if (!caps.masks.non_causal) j["causal_only"] = true;
   if (!caps.custom_scale) j["default_scale_only"] = true;
+  if (!caps.score_modifications.empty()) {
+    std::vector<std::string> names;
+    for (ScoreModification m : caps.score_modifications) names.emplace_back(to_string(m));
+    j["score_modifications"] = names;
+  }
   j["gqa"] = caps.gqa;
   j["different_dk_dv"] = caps.different_dk_dv;
   if (caps.head_dims.empty()) {

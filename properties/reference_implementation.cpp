@@ -14,6 +14,7 @@ class ReferenceImplementation final : public Implementation {
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
     c.returns_weights = true;
+    c.score_modifications.assign(all_score_modifications.begin(), all_score_modifications.end());  // the whole pipeline
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -15,6 +15,8 @@ Capabilities GivenOutputs::describe() const {
   // The LSE is judged for all cases or none (verify asks an implementation for it on every case).
   caps.returns_lse = !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
   caps.fully_masked = FullyMaskedPolicy::zeros;
+  // The outputs answer the given problem as it is, soft-capped when settings.json says so.
+  caps.score_modifications.assign(all_score_modifications.begin(), all_score_modifications.end());
   return caps;
 }
 

@@ -66,6 +66,8 @@ Capabilities FileOutputs::describe() const {
   declare_every_dtype(caps);
   caps.returns_lse = has_lse_;
   caps.fully_masked = FullyMaskedPolicy::zeros;
+  // Undeclared, the outputs answer the named cases exactly, soft-capped ones as named.
+  caps.score_modifications.assign(all_score_modifications.begin(), all_score_modifications.end());
   return caps;
 }
 

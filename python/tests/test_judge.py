@@ -121,3 +121,31 @@ def test_a_scale_whose_scores_overflow_the_working_precision_is_bad_input_not_an
     cli = subprocess.run([attnbench_cli, "check", "--inputs", str(directory), "--json", ""], capture_output=True, text=True)
     assert cli.returncode == 2, cli.stdout + cli.stderr
     assert "settings.json: scale 1e+300 is beyond the range of f32" in cli.stderr and "unsound" not in cli.stdout + cli.stderr
+
+
+def test_check_inputs_takes_a_soft_cap_from_settings_json(tmp_path, attnbench_cli):
+    """settings.json's "softcap": c judges outputs of c tanh(s / c) scores; the uncapped ones fail."""
+    p = attnbench.Problem.parse("b=1 hq=2 hkv=2 nq=5 nk=7 dk=8 dv=8 dtype=f32 causal=none regime=peaked seed=4")
+    i = attnbench.make_inputs(p)
+
+    def attention(cap):
+        s = np.einsum("bhqd,bhkd->bhqk", i["q"].astype(np.float64), i["k"].astype(np.float64)) / np.sqrt(8)
+        if cap:
+            s = cap * np.tanh(s / cap)
+        w = np.exp(s - s.max(-1, keepdims=True))
+        return ((w / w.sum(-1, keepdims=True)) @ i["v"].astype(np.float64)).astype(np.float32)
+
+    def check(out, settings):
+        directory = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        directory.mkdir()
+        for name, a in (("q", i["q"]), ("k", i["k"]), ("v", i["v"]), ("out", out)):
+            np.save(directory / f"{name}.npy", a)
+        (directory / "settings.json").write_text(settings)
+        return subprocess.run([attnbench_cli, "check", "--inputs", str(directory), "--json", ""], capture_output=True, text=True)
+
+    capped = check(attention(2.0), '{"softcap": 2.0}')
+    assert capped.returncode == 0 and "softcap2" in capped.stdout, capped.stdout + capped.stderr
+    uncapped = check(attention(None), '{"softcap": 2.0}')
+    assert uncapped.returncode == 1 and "FAIL" in uncapped.stdout, uncapped.stdout + uncapped.stderr
+    bad = check(attention(2.0), '{"softcap": -1}')
+    assert bad.returncode == 2 and "softcap must be a finite positive number (got -1)" in bad.stderr, bad.stderr

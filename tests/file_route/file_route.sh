@@ -77,6 +77,30 @@ run nooutputs check --cases cases --outputs absent --json ""
 expect_rc 2
 expect_file_has nooutputs.err "absent: no such directory"
 
+# --- soft-capping: the manifest carries it, the program applies it; a declaration that does not
+# list it is given no soft-capped case (skipped, named), one that lists it is ------------------
+softcapped="b=1 hq=2 hkv=1 nq=9 nk=12 dk=8 dv=8 dtype=f32 causal=bottom_right bias=1@h softcap=3 regime=large seed=8106"
+run capcases cases --out capcases --case "$softcapped"
+expect_rc 0
+checks=$((checks + 1))
+python3 -c "import json,sys; c=json.load(open('capcases/manifest.json'))['cases'][0]; sys.exit(c['softcap'] != 3)" ||
+  fail "the manifest does not carry softcap 3"
+"$standin" capcases capout || fail "the stand-in failed on the soft-capped case"
+run capgood check --cases capcases --outputs capout --threads 1 --json ""
+expect_rc 0
+expect_file_has capgood.out "1 passed, 0 failed, 0 skipped over 1 cases"
+echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"]}' >uncapped.json
+run capskip check --cases capcases --outputs capout --declare uncapped.json --threads 1 --json ""
+expect_file_has capskip.out "soft-capping (softcap=) not declared"
+echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"], "score_modifications": ["softcap"]}' >capped.json
+run capdeclared check --cases capcases --outputs capout --declare capped.json --threads 1 --json ""
+expect_rc 0
+expect_file_has capdeclared.out "1 passed, 0 failed, 0 skipped over 1 cases"
+echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"], "score_modifications": ["softcapp"]}' >typo.json
+run captypo check --cases capcases --outputs capout --declare typo.json --threads 1 --json ""
+expect_rc 2
+expect_file_has captypo.err "'score_modifications': unknown \"softcapp\" (expected a list of some of softcap)"
+
 mkdir foreign && echo keep >foreign/notes.txt
 run foreign cases --out foreign --cases "$here/cases.txt"
 expect_rc 2

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
       const auto index = c.at("index").get<std::size_t>();
       const auto dtype = c.at("dtype").get<std::string>();
       const double scale = c.at("scale").get<double>();
+      const double softcap = c.value("softcap", nlohmann::json(nullptr)).is_null() ? 0.0 : c.at("softcap").get<double>();
       const std::string policy = forced_policy.empty() ? c.at("fully_masked_rows").get<std::string>() : forced_policy;
       const double fill = policy == "nan" ? std::numeric_limits<double>::quiet_NaN() : policy == "junk" ? 7.0 : 0.0;
       const Array q = attn::npy::read_file(cases_dir / c["q"]["file"].get<std::string>());
@@ -118,7 +119,9 @@ int main(int argc, char** argv) {
               double dot = 0;
               for (std::int64_t c2 = 0; c2 < d_k; ++c2)
                 dot += element(q, ((bi * h_q + h) * n_q + i) * d_k + c2) * element(k, ((bi * h_kv + g) * n_k + j) * d_k + c2);
-              s[std::size_t(j)] = scale * dot + (bias.shape.empty() ? 0.0 : element(bias, at(bias)));
+              double scaled = scale * dot;
+              if (softcap > 0) scaled = softcap * std::tanh(scaled / softcap);  // the manifest's soft-cap, before the bias
+              s[std::size_t(j)] = scaled + (bias.shape.empty() ? 0.0 : element(bias, at(bias)));
               m = std::max(m, s[std::size_t(j)]);
             }
             const std::size_t row = std::size_t((bi * h_q + h) * n_q + i);
