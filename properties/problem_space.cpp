@@ -152,6 +152,7 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
   m.padding_per_query = m.padding_per_query && c.padding_per_query;
   m.bool_mask = m.bool_mask && c.bool_mask;
   m.bias = m.bias && c.bias;
+  std::erase_if(s.score_modifications, [&](ScoreModification m) { return !contains(caps.score_modifications, m); });
   s.gqa = space.gqa && caps.gqa;
   s.different_dk_dv = space.different_dk_dv && caps.different_dk_dv;
   if (!caps.head_dims.empty()) {
@@ -183,6 +184,8 @@ bool admits(const ProblemSpace& space, const Problem& p) {
       (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query))
     return false;
   if ((p.bool_mask.enabled && !m.bool_mask) || (p.bias.enabled && !m.bias) || (p.scale && !space.custom_scale)) return false;
+  for (ScoreModification m : score_modifications_of(p))
+    if (!contains(space.score_modifications, m)) return false;
   if (space.needs_causal && p.window.is_none()) return false;
   if (space.needs_gqa && p.h_kv == p.h_q) return false;
   if (space.needs_mask && !some_key_masked(p)) return false;
@@ -280,6 +283,8 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
       // would push the scores themselves past it, where no kernel in the dtype can be finite.
       if (p.regime == Regime::large && p.scale && *p.scale > 1.0 / root) p.scale = 0.05 / root;
     }
+    // Drawn only where it may be: the other implementations' draws stay the same.
+    if (contains(space.score_modifications, ScoreModification::softcap) && chance(25)) p.softcap = *rc::gen::element(0.5, 2.0, 8.0, 50.0);
     p.layout = pick(space.layouts);
     p.dtype = pick(space.dtypes);
     // No draw at all where no role has a dtype of its own: a one-dtype kernel's problems stay the same.

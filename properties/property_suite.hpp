@@ -39,6 +39,10 @@ struct ProblemSpace {
   std::int64_t min_head_dim = 1, max_head_dim = 256;
   std::vector<std::int64_t> head_dims;
   bool custom_scale = true;  // explicit scales, some far from 1/sqrt(d_k): 0.05x, 2x, and plain 1
+  // The score pipeline's modifications that may be drawn (core/score_pipeline.hpp): soft-caps of
+  // 0.5, 2, 8 and 50 (below, around and far above the scores of each regime), for about one
+  // problem in four of an implementation that lists it.
+  std::vector<ScoreModification> score_modifications{all_score_modifications.begin(), all_score_modifications.end()};
   std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated, Regime::large, Regime::sparse_int, Regime::uniform01};
   // What every problem of the property must have (a property about it means nothing otherwise).
   bool needs_causal = false;       // a causal mask, of a declared alignment

@@ -115,7 +115,19 @@ std::vector<MutantCase> mutant_cases() {
   large_causal64.dtype = DType::f64;
   Problem large_padded = padded(KeyPadding::Kind::per_query);
   large_padded.regime = Regime::large;
+  // Soft-capped: scores of standard deviation 8 against caps of 2 and 5 (most of them past the
+  // knee), with a bias of standard deviation 4 where the cap's place relative to it matters.
+  auto capped = [&](double cap, bool bias, DType dtype) {
+    Problem p = small(10, 14, dtype);
+    p.regime = Regime::peaked;
+    p.softcap = cap;
+    if (bias) p.bias = {true, 4.0, Broadcast::per_head};
+    return p;
+  };
   return {
+      {Mistake::softcap_ignored, "no soft-cap", {capped(2, false, DType::f32), capped(5, true, DType::bf16)}},
+      {Mistake::softcap_clipped, "clipped to [-2, 2]", {capped(2, false, DType::f32), capped(2, true, DType::f64)}},
+      {Mistake::softcap_after_bias, "after the bias", {capped(2, true, DType::f32), capped(5, true, DType::f16)}},
       {Mistake::scale_one, "scale = 1", {small(), small(9, 13, DType::f16)}},
       {Mistake::scale_one_over_dk, "scale = 1/d_k", {small(), peaked}},
       {Mistake::masked_fill, "finite score", {causal(Causal::top_left, 20, 20), padded(KeyPadding::Kind::per_query, DType::f16)}},

@@ -33,6 +33,9 @@ std::vector<Problem> mutant_cases() {
   const std::pair<int, int> picks[] = {{2, 1},  {3, 2},  {6, 1},  {7, 0},  {8, 1},
                                        {12, 1}, {13, 0}, {15, 2}, {20, 2}, {23, 1}};
   for (auto [scenario, dtype] : picks) cases.push_back(all.at(std::size_t(scenario * 4 + dtype)));
+  // Soft-capped, under a causal window or none (the mutants know no other): the f32 and bf16 ones.
+  for (const Problem& p : all)
+    if (p.softcap && p.window.as_causal() && (p.dtype == DType::f32 || p.dtype == DType::bf16)) cases.push_back(p);
   return cases;
 }
 
@@ -77,6 +80,9 @@ bool inert(std::optional<Mistake> which, const Problem& p) {
     case Mistake::masked_nonfinite_leak: return true;
     case Mistake::output_all_zeros: return false;
     case Mistake::nondeterministic: return p.rows() < 2;
+    case Mistake::softcap_ignored:
+    case Mistake::softcap_clipped: return !p.softcap;
+    case Mistake::softcap_after_bias: return !p.softcap || !p.bias.enabled;
     default: ADD_FAILURE() << to_string(mistake) << " has a mutant but no inert() rule"; return false;
   }
 }
@@ -117,16 +123,16 @@ std::string describe(const Record& r) {
 
 std::string implementation_name(Mistake m) { return "mutant_" + std::string(to_string(m)); }
 
-TEST(Mutants, TwentyOneDistinctNamedMutantsAndAControlThatPromiseEverything) {
+TEST(Mutants, TwentyFourDistinctNamedMutantsAndAControlThatPromiseEverything) {
   const auto all = make_all();
-  ASSERT_EQ(all.size(), 21u);
-  ASSERT_EQ(all_mistakes().size(), 21u);
+  ASSERT_EQ(all.size(), 24u);
+  ASSERT_EQ(all_mistakes().size(), 24u);
   std::set<std::string> names;
   for (std::size_t n = 0; n < all.size(); ++n) {
     EXPECT_EQ(all[n]->name(), implementation_name(all_mistakes()[n]));
     names.insert(all[n]->name());
   }
-  EXPECT_EQ(names.size(), 21u);
+  EXPECT_EQ(names.size(), 24u);
   const auto control = make_correct_control();
   EXPECT_EQ(control->name(), "mutant_control");
   EXPECT_EQ(names.count(control->name()), 0u);

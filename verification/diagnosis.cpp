@@ -229,6 +229,7 @@ Diagnosis Diagnostician::run() {
       failing_[r] = truth.nonfinite[r] ? std::isfinite(got) : !(std::fabs(got - truth.out[r * d_v + c]) <= against_truth.tolerance);
     }
   scale_hypotheses();
+  softcap_hypotheses();
   mask_hypotheses();
   masked_fill_hypotheses();
   key_layout_hypotheses();

@@ -22,6 +22,27 @@ void Diagnostician::scale_hypotheses() {
   if (!matched) fit_scale();
 }
 
+// Soft-capping (the score pipeline's step 2) ignored: the reference without it; clipped to [-c, c]
+// or applied after the bias: row rules (the reference computes the cap as asked only).
+void Diagnostician::softcap_hypotheses() {
+  if (!p_.softcap) return;
+  const double c = *p_.softcap;
+  Problem uncapped = p_;
+  uncapped.softcap.reset();
+  consider(M::softcap_ignored,
+           fmt::format("the output matches no soft-cap: the scaled scores were used as they are (expected {:g} tanh(s / {:g}))", c, c),
+           by_reference(uncapped, in_));
+  consider(M::softcap_clipped,
+           fmt::format("the output matches the scores clipped to [-{:g}, {:g}]: a clip where the soft-cap {:g} tanh(s / {:g}) was asked", c, c, c, c),
+           by_row_rule(RowRule{.softcap_mistake = M::softcap_clipped}));
+  if (in_.mask.has_bias())
+    consider(M::softcap_after_bias,
+             fmt::format("the output matches the soft-cap applied after the bias, {:g} tanh((s + bias) / {:g}): the bias (or ALiBi) "
+                         "belongs after the cap",
+                         c, c),
+             by_row_rule(RowRule{.softcap_mistake = M::softcap_after_bias}));
+}
+
 // Another constant: fitted on a few rows (long double, the unscaled dot products computed once),
 // then confirmed on every diagnosis row with the reference. A fit close to a recognisable value
 // is confirmed with that exact value and named.

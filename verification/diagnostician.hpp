@@ -281,6 +281,7 @@ class Diagnostician {
   // ---- the hypotheses ----
   void scale_hypotheses();
   void fit_scale();
+  void softcap_hypotheses();
   void mask_hypotheses();
   void masked_fill_hypotheses();
   void key_layout_hypotheses();

@@ -4,8 +4,13 @@
 // diagnosis (diagnosis.hpp) names a failure by testing these against the output; the mutants
 // (tests/mutants/) are deliberate implementations of some of them, so that the kill matrix and
 // the diagnosis speak of the same mistakes under the same names.
+#include <algorithm>
+#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace attn {
 
@@ -13,6 +18,9 @@ enum class MistakeId {
   scale_one,                     // the scores not scaled
   scale_one_over_dk,             // divided by d_k instead of sqrt(d_k)
   scale_constant,                // another constant scale (fitted)
+  softcap_ignored,               // no soft-capping: the scaled scores used as they are
+  softcap_clipped,               // the scores clipped to [-c, c] instead of c tanh(s / c)
+  softcap_after_bias,            // c tanh((s + bias) / c): the cap applied after the bias
   causal_alignment_swapped,      // top-left where bottom-right was asked, or the reverse
   causal_ignored,                // no causal mask
   padding_ignored,               // no key padding
@@ -42,6 +50,19 @@ enum class MistakeId {
   fully_masked_rows_off_policy,  // only the fully masked rows break the declared policy
   nondeterministic,              // two runs on the same inputs differ in bits
 };
+
+// A visible key's score from its scaled product with soft-capping (the score pipeline's step 2,
+// core/score_pipeline.hpp) written as a mistake writes it: softcap_ignored, softcap_clipped or
+// softcap_after_bias; no mistake, another one, or a problem without a cap: as the pipeline asks
+// (ScorePipeline::score's operations). The mutants compute it, the diagnosis predicts with it.
+template <class T>
+T softcap_as_written(std::optional<MistakeId> mistake, const ScorePipeline& pipeline, const Problem& p, T scaled, T bias) {
+  if (!p.softcap || mistake == MistakeId::softcap_ignored) return scaled + bias;
+  const T cap = static_cast<T>(*p.softcap);
+  if (mistake == MistakeId::softcap_clipped) return std::clamp(scaled, -cap, cap) + bias;
+  if (mistake == MistakeId::softcap_after_bias) return pipeline.capped<T>(scaled + bias);
+  return pipeline.capped<T>(scaled) + bias;
+}
 
 struct KnownMistake {
   MistakeId id;

@@ -21,6 +21,7 @@
 #include "core/inputs.hpp"
 #include "core/problem.hpp"
 #include "core/score_pipeline.hpp"
+#include "verification/mistakes.hpp"
 
 namespace attn::diagnosis_detail {
 
@@ -42,6 +43,7 @@ struct RowRule {
   bool zero_sum_gives_zeros = false;        // a row whose exps all underflow outputs zeros (a guard), not 0/0
   std::optional<DType> weights_rounded_to = std::nullopt;  // the weights rounded to this dtype before P V
   bool rounded_before_division = false;     // exp(s - max) rounded and P V divided by the (unrounded) sum after
+  std::optional<MistakeId> softcap_mistake = std::nullopt;  // soft-capping written this way (softcap_as_written)
 };
 
 // One output row under a rule, in T: cpu_naive's order (sequential dot product, times the scale,
@@ -56,12 +58,23 @@ bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const R
   const T excluded = -std::numeric_limits<T>::infinity();
   std::vector<T> s(static_cast<std::size_t>(p.n_k));
   const std::int64_t q0 = in.q.offset(b, h, i, 0);
-  ScorePipeline(p, in.mask).row_scores<T>(b, h, i, p.n_k, [&](std::int64_t j) {
+  const ScorePipeline pipeline(p, in.mask);
+  auto dot = [&](std::int64_t j) {
     const std::int64_t k0 = in.k.offset(b, g, j, 0);
-    T dot = 0;
-    for (std::int64_t t = 0; t < p.d_k; ++t) dot += static_cast<T>(in.q.get(q0 + t)) * static_cast<T>(in.k.get(k0 + t));
-    return dot;
-  }, s.data(), rule.fill ? static_cast<T>(*rule.fill) : excluded);
+    T sum = 0;
+    for (std::int64_t t = 0; t < p.d_k; ++t) sum += static_cast<T>(in.q.get(q0 + t)) * static_cast<T>(in.k.get(k0 + t));
+    return sum;
+  };
+  const T fill = rule.fill ? static_cast<T>(*rule.fill) : excluded;
+  if (!rule.softcap_mistake) {
+    pipeline.row_scores<T>(b, h, i, p.n_k, dot, s.data(), fill);
+  } else {
+    for (std::int64_t j = 0; j < p.n_k; ++j)
+      s[static_cast<std::size_t>(j)] =
+          pipeline.visible(b, h, i, j)
+              ? softcap_as_written<T>(rule.softcap_mistake, pipeline, p, dot(j) * static_cast<T>(pipeline.scale()), static_cast<T>(in.mask.bias(b, h, i, j)))
+              : fill;
+  }
   o.assign(static_cast<std::size_t>(p.d_v), T(0));
   T m = *std::max_element(s.begin(), s.end());
   if (rule.max_init) m = std::max(m, static_cast<T>(*rule.max_init));

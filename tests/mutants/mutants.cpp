@@ -167,6 +167,7 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   const auto nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   const Acc scale = static_cast<Acc>(scale_as_written(mistake, p));
+  const ScorePipeline pipeline(p, in.mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
   const Acc fill = static_cast<Acc>(masked_fill_value(p));
 
@@ -189,7 +190,7 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
           }
           Acc dot = 0;
           for (std::size_t t = 0; t < dk; ++t) dot += q[t] * k[j * dk + t];
-          s[j] = dot * scale + static_cast<Acc>(in.mask.bias(b, h, i, std::int64_t(j)));
+          s[j] = softcap_as_written<Acc>(mistake, pipeline, p, dot * scale, static_cast<Acc>(in.mask.bias(b, h, i, std::int64_t(j))));
         }
         Acc m = mistake == M::row_max_init_finite ? static_cast<Acc>(finite_row_max_init) : excluded;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
@@ -275,6 +276,7 @@ class MutantAttention final : public Implementation {
     // property 13 is a failure (not a finding) for the mutant that multiplies them in.
     c.masked_nonfinite_safe = true;
     c.masks.windows = false;  // the mutants' mask rules know causal windows only
+    c.score_modifications = {ScoreModification::softcap};
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
@@ -303,7 +305,8 @@ const std::vector<Mistake>& all_mistakes() {
       M::kv_head_mapping, M::weights_not_normalised, M::output_rows_permuted,
       M::softmax_over_queries,     M::causal_strict,          M::weights_rounded_to_bf16,  M::padding_one_key_leaks,
       M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_nonfinite_leak,   M::last_key_dropped,
-      M::output_all_zeros,        M::nondeterministic};
+      M::output_all_zeros,        M::nondeterministic,       M::softcap_ignored,         M::softcap_clipped,
+      M::softcap_after_bias};
   return mistakes;
 }
 

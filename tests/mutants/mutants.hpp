@@ -28,7 +28,7 @@ using Mistake = MistakeId;
 
 // The mistake's name in the catalogue; "control" for none.
 std::string_view to_string(std::optional<Mistake> mistake);
-// The 21 mistakes that have a mutant, in a fixed order (make_all()'s).
+// The 24 mistakes that have a mutant, in a fixed order (make_all()'s).
 const std::vector<Mistake>& all_mistakes();
 
 // The tile width of last_key_tile_dropped.
@@ -37,7 +37,7 @@ inline constexpr std::int64_t key_tile = 16;
 inline constexpr double finite_row_max_init = -1e4;
 
 std::unique_ptr<Implementation> make_mutant(Mistake mistake);
-std::vector<std::unique_ptr<Implementation>> make_all();       // the 21 mutants, in all_mistakes() order
+std::vector<std::unique_ptr<Implementation>> make_all();       // the 24 mutants, in all_mistakes() order
 std::unique_ptr<Implementation> make_correct_control();        // "mutant_control"
 
 // Whether the implementation with `mistake` treats key j as visible to query i of (b, h): the
