@@ -250,4 +250,34 @@ std::string scaling_q_against_the_scale_changes_nothing(const Implementation& im
                          fmt::format("Q multiplied by {:g} and the scale divided by it (scale={:.17g})", c, *scaled.scale).c_str());
 }
 
+std::string a_soft_cap_far_above_every_score_changes_nothing(const Implementation& impl, const Problem& p) {
+  const CaseInputs in = generate_inputs(p);
+  // Above every |score| by 2^27: c tanh(s / c) = s (1 - (s/c)^2 / 3 + ...) then differs from s by
+  // less than 2^-54 of it, below an ulp of the working precision (f64's included), so the capped
+  // output must pass against the uncapped reference.
+  double largest = 1;
+  const std::int64_t d_k = p.d_k;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h) {
+      const std::int64_t g = p.kv_head(h);
+      double q_norm = 0, k_norm = 0;
+      for (std::int64_t i = 0; i < p.n_q; ++i) {
+        double n = 0;
+        for (std::int64_t c = 0; c < d_k; ++c) n += std::fabs(in.q.get(in.q.offset(b, h, i, c)));
+        q_norm = std::max(q_norm, n);
+      }
+      for (std::int64_t j = 0; j < p.n_k; ++j)
+        for (std::int64_t c = 0; c < d_k; ++c) k_norm = std::max(k_norm, std::fabs(in.k.get(in.k.offset(b, g, j, c))));
+      largest = std::max(largest, p.effective_scale() * q_norm * k_norm);
+    }
+  Problem capped = p;
+  capped.softcap = largest * 0x1p27;
+  Problem plain = p;
+  plain.softcap.reset();
+  const Outputs o = run(impl, capped, in);
+  if (!o.error.empty()) return o.error;
+  return verdict_failure(judge_against_reference(impl, plain, in, o),
+                         fmt::format("a soft-cap of {:.3g}, 2^27 above every score, judged against the uncapped reference", *capped.softcap).c_str());
+}
+
 }  // namespace attn::property_detail

@@ -79,5 +79,6 @@ std::string fully_masked_rows_follow_the_policy(const Implementation& impl, cons
 std::string agrees_with_the_reference(const Implementation& impl, const Problem& p);
 std::string shifting_every_key_changes_nothing(const Implementation& impl, const Problem& p);
 std::string scaling_q_against_the_scale_changes_nothing(const Implementation& impl, const Problem& p);
+std::string a_soft_cap_far_above_every_score_changes_nothing(const Implementation& impl, const Problem& p);
 
 }  // namespace attn::property_detail

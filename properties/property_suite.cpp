@@ -1,5 +1,6 @@
 #include "properties/property_suite.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,13 @@ std::vector<Property> build_suite() {
   shiftable.max_work = any.max_work / 4;
   ProblemSpace rescaled = any;
   rescaled.max_work = any.max_work / 4;
+  // 14 shifts every score of a row by one offset, which a soft-cap does not ignore: uncapped.
+  shiftable.score_modifications.clear();
+  // 16 sets a cap of its own, 2^27 above the scores: not near the overflow (the cap would be past
+  // it), no drawn cap, and a bias (whose place relative to the cap it then cannot tell) allowed.
+  ProblemSpace far_cap = rescaled;
+  far_cap.regimes = shiftable.regimes;
+  far_cap.score_modifications.clear();
 
   using Caps = const Capabilities&;
   auto returns_weights = [](Caps c) { return c.returns_weights ? "" : std::string("needs returns_weights (returns no weights)"); };
@@ -45,6 +53,11 @@ std::vector<Property> build_suite() {
   auto grouped_heads = [](Caps c) { return c.gqa ? "" : std::string("needs GQA (declares MHA only)"); };
   auto deterministic = [](Caps c) { return c.deterministic ? "" : std::string("needs deterministic (declares nondeterministic)"); };
   auto unless_declared_safe = [](Caps c) { return !c.masked_nonfinite_safe; };
+  auto soft_capping = [](Caps c) {
+    return std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::softcap) != c.score_modifications.end()
+               ? ""
+               : std::string("needs soft-capping (does not list it)");
+  };
 
   std::vector<Property> suite{
       {1, "the weights of every visible row sum to one", any, returns_weights, weights_of_visible_rows_sum_to_one, {}},
@@ -72,6 +85,8 @@ std::vector<Property> build_suite() {
        shifting_every_key_changes_nothing, {}},
       {15, "Q multiplied by a power of two c with the scale divided by c gives the same output", rescaled, {},
        scaling_q_against_the_scale_changes_nothing, {}},
+      {16, "a soft-cap far above every score changes nothing beyond the pass rule", far_cap, soft_capping,
+       a_soft_cap_far_above_every_score_changes_nothing, {}},
   };
   for (auto& property : suite)
     if (!property.missing) property.missing = [](Caps) { return std::string(); };

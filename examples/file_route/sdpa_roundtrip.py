@@ -10,7 +10,10 @@ What it follows from manifest.json (see core/case_files.hpp):
   - q, k, v are BHSD; query head h reads kv head h // (h_q // h_kv): k and v are repeated per group.
   - the mask is boolean, True = visible, broadcastable [b or 1, h_q or 1, n_q, n_k]; it goes to
     SDPA as attn_mask; with an additive bias the two become one float mask (bias, -inf where masked).
-  - the scale is the manifest's, passed explicitly.
+  - the scale is the manifest's, passed explicitly; so is its soft-cap c (null: none): each scaled
+    score s becomes c * tanh(s / c) before the bias. SDPA has no soft-cap, so a soft-capped case
+    runs the same steps as PyTorch operations in the inputs' working precision (f64 for f64, else
+    f32): q k^T * scale, c * tanh(. / c), the bias and the mask, softmax, times v.
   - the dtype is the case's: f64, f32, f16 as stored; bf16 arrives as f32 holding bf16 values
     (converted exactly) and leaves as f32 holding the bf16 output (out.float()).
   - a mixed-precision case (the repro string's dtypes=, e.g. `dtype=f16 dtypes=o:f32` or `dtype=f32
@@ -115,14 +118,17 @@ def encode_output(out64, dtype):
     raise ValueError(f"unknown dtype {dtype}")
 
 
-def attention_numpy(arrays, scale):
-    """softmax(q k^T * scale + bias, masked keys excluded) v in float64; fully masked rows zero
-    (apply_policy turns them into NaN where that is the policy)."""
+def attention_numpy(arrays, scale, softcap=None):
+    """softmax(cap(q k^T * scale) + bias, masked keys excluded) v in float64, cap(s) = c tanh(s / c)
+    when the case has a soft-cap c; fully masked rows zero (apply_policy turns them into NaN where
+    that is the policy)."""
     q = arrays["q"].astype(np.float64)
     h_q = q.shape[1]
     k = repeat_kv(arrays["k"].astype(np.float64), h_q)
     v = repeat_kv(arrays["v"].astype(np.float64), h_q)
     scores = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if softcap is not None:
+        scores = softcap * np.tanh(scores / softcap)
     if arrays["bias"] is not None:
         scores = scores + arrays["bias"].astype(np.float64)
     if arrays["mask"] is not None:
@@ -143,12 +149,15 @@ def apply_policy(out, arrays, policy):
     return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
 
 
-def attention_torch(arrays, scale, dtypes, device):
-    """SDPA on the case in compute_dtype(), its output in o's dtype's file encoding."""
+def attention_torch(arrays, scale, dtypes, device, softcap=None):
+    """SDPA on the case in compute_dtype(), its output in o's dtype's file encoding; a soft-capped
+    case (which SDPA cannot express) as PyTorch operations in the working precision."""
     import torch
     import torch.nn.functional as F
 
     dtype = compute_dtype(dtypes, arrays)
+    if softcap is not None:
+        dtype = "f64" if dtype == "f64" else "f32"
     torch_dtype = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
     def tensor(array):
@@ -168,7 +177,13 @@ def attention_torch(arrays, scale, dtypes, device):
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
     with torch.no_grad():
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+        if softcap is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+        else:
+            scores = softcap * torch.tanh(q @ k.transpose(-2, -1) * scale / softcap)
+            if attn_mask is not None:
+                scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+            out = torch.softmax(scores, dim=-1) @ v
     if dtype != dtypes["o"]:
         # A mixed-precision case: the f32 or f64 result rounded once to o's dtype (float64 holds
         # it exactly; encode_output rounds from there).
@@ -192,6 +207,7 @@ def declaration(fully_masked):
         "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query", "bool_mask", "bias"],
         "gqa": True,
         "different_dk_dv": True,
+        "score_modifications": ["softcap"],
         "fully_masked": fully_masked,
         "returns_lse": False,
     }
@@ -253,11 +269,11 @@ def main():
         if policy not in ("zeros", "nan", "any"):
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
-        dtypes, scale = role_dtypes(case), case["scale"]
+        dtypes, scale, softcap = role_dtypes(case), case["scale"], case.get("softcap")
         if backend == "torch":
-            out = apply_policy(attention_torch(arrays, scale, dtypes, device), arrays, policy)
+            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap), arrays, policy)
         else:
-            out = apply_policy(encode_output(attention_numpy(arrays, scale), dtypes["o"]), arrays, policy)
+            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap), dtypes["o"]), arrays, policy)
         expected = case["out"]
         if list(out.shape) != expected["shape"] or out.dtype.str != expected["npy_dtype"]:
             sys.exit(f"case {case['index']} ({case['repro']}): the output is {list(out.shape)} {out.dtype.str}, "

@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   settings << "\"causal\": \"" << (mode == "bad-causal" ? "bottom-right" : causal) << "\"";
   if (s.scale > 0) settings << ", \"scale\": " << s.scale;
   if (s.dtype == DType::bf16) settings << ", \"dtype\": \"bf16\"";
-  if (mode == "unknown-key") settings << ", \"softcap\": 30";
+  if (mode == "unknown-key") settings << ", \"sink\": 30";
   if (mode == "twice-key") settings << ", \"causal\": \"none\"";
   settings << "}\n";
   return settings.flush() ? 0 : 1;

@@ -72,7 +72,7 @@ bad() {  # bad MODE SCENARIO TEXT
   expect_rc 2
   expect_file_has "bad_$1.err" "$3"
 }
-bad unknown-key masked "bad_unknown-key/settings.json: unknown key 'softcap'"
+bad unknown-key masked "bad_unknown-key/settings.json: unknown key 'sink'"
 bad twice-key masked "bad_twice-key/settings.json: the key 'causal' is given twice in one object"
 bad bad-causal masked "bad_bad-causal/settings.json: causal must be"
 bad kdim masked "bad_kdim/k.npy: shape (2, 2, 9, 17): d_k = 17 but q.npy gives d_k = 16"
