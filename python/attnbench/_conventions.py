@@ -56,6 +56,11 @@ class Convention:
     accumulation_unit_roundoff: float = 0.0
     default_scale_only: bool = False
     causal_only: bool = False
+    # The score pipeline's steps beyond the scale and the masks that the function computes
+    # (core/README.md, "The score pipeline"): ("softcap",) passes ``softcap=c`` to it on a
+    # soft-capped case (each scaled score s becomes c * tanh(s / c) before the bias). None by
+    # default: such cases are skipped, named.
+    score_modifications: tuple = ()
     alibi_only: bool = False
     alignment: Optional[str] = None
     layout: str = "bhsd"
@@ -78,6 +83,7 @@ class Convention:
             "accumulation_unit_roundoff": self.accumulation_unit_roundoff,
             "default_scale_only": self.default_scale_only,
             "causal_only": self.causal_only,
+            "score_modifications": list(self.score_modifications),
         }
         if self.role_dtypes:
             d["role_dtypes"] = {role: list(v) for role, v in self.role_dtypes.items()}
@@ -222,11 +228,18 @@ def _round(a64, dtype):
 
 # ---- call styles: each returns (call, finish): call() calls fn, finish(result) -> (o, lse) ----
 
+def _pass_score_modifications(inputs, kwargs):
+    """softcap=c for a soft-capped case (only a convention that lists "softcap" is given one)."""
+    if inputs["softcap"] is not None:
+        kwargs["softcap"] = inputs["softcap"]
+
+
 def _call_native(conv, fn, args, want_lse):
     p, i = args.problem, args.inputs
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
     kwargs = dict(scale=i["scale"], window=i["window"], valid_lens=args.array(i["valid_lens"]), mask=args.array(i["mask"]),
                   bias=args.array(i["bias"], p.dtype_of("bias")) if i["bias"] is not None else None, o_dtype=args.dtype(p.dtype_of("o")))
+    _pass_score_modifications(i, kwargs)
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "native"))
 
 
@@ -241,6 +254,7 @@ def _call_torch_sdpa(conv, fn, args, want_lse):
         kwargs["attn_mask"] = _additive(args, args.visibility() if args.restricted() else None)
     elif args.restricted():
         kwargs["attn_mask"] = _plain(args.visibility().astype(bool), args.framework, args.device)
+    _pass_score_modifications(i, kwargs)
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "torch_sdpa"))
 
@@ -261,6 +275,7 @@ def _call_flash_attn(conv, fn, args, want_lse):
         kwargs["alibi_slopes"] = _plain(np.asarray(i["alibi_slopes"], np.float32), fw, args.device)
     if want_lse:
         kwargs["return_attn_probs"] = True
+    _pass_score_modifications(i, kwargs)  # flash_attn_func's softcap (FlashAttention >= 2.6)
     def finish(result):
         if want_lse:
             return _split(result, True, "flash_attn")
@@ -291,6 +306,7 @@ def _call_described(conv, fn, args, want_lse):
                 if (needs or i["bias"] is not None) else None
         else:
             kwargs["mask"] = _plain(args.visibility().astype(bool), fw, args.device) if needs else None
+    _pass_score_modifications(i, kwargs)
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "described"))
 
 

@@ -77,6 +77,10 @@ class Problem:
         """The explicit scale, or None for 1/sqrt(d_k)"""
 
     @property
+    def softcap(self) -> float | None:
+        """The soft-cap c (scores s become c tanh(s / c)), or None"""
+
+    @property
     def effective_scale(self) -> float: ...
 
     @property

@@ -59,6 +59,7 @@ nb::dict inputs_dict(const Problem& p, const CaseInputs& in) {
   d["v"] = to_numpy(in.v);
   d["scale"] = p.scale ? nb::cast(*p.scale) : nb::none();  // None: the default, 1/sqrt(d_k)
   d["effective_scale"] = p.effective_scale();
+  d["softcap"] = p.softcap ? nb::cast(*p.softcap) : nb::none();  // c tanh(s / c) of the scaled scores, or none
   if (p.window.is_none()) {
     d["window"] = nb::none();
   } else {

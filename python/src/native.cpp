@@ -303,6 +303,7 @@ NB_MODULE(_native, m) {
       }, "role"_a,
            "The dtype of a role (q k v bias o), its own where the problem mixes dtypes")
       .def_prop_ro("scale", [](const Problem& p) { return p.scale; }, "The explicit scale, or None for 1/sqrt(d_k)")
+      .def_prop_ro("softcap", [](const Problem& p) { return p.softcap; }, "The soft-cap c (scores s become c tanh(s / c)), or None")
       .def_prop_ro("effective_scale", &Problem::effective_scale)
       .def_prop_ro("regime", [](const Problem& p) { return std::string(to_string(p.regime)); })
       .def_prop_ro("layout", [](const Problem& p) { return std::string(to_string(p.layout)); })

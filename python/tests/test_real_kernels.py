@@ -46,8 +46,9 @@ def test_torch_cpu_sdpa_passes_the_default_set(backend):
     assert result.passed, result.summary()
 
 
-def flex_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """FlexAttention called with torch SDPA's arguments: the mask as a score modification."""
+def flex_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, softcap=None):
+    """FlexAttention called with torch SDPA's arguments (and a soft-cap): the cap, then the mask, as
+    one score modification, as Gemma 2's FlexAttention recipe writes it."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
     assert dropout_p == 0.0
@@ -56,7 +57,13 @@ def flex_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     if is_causal:
         mask = torch.ones(n_q, n_k, dtype=torch.bool).tril()
 
+    # Captured as a tensor: a Python float captured by score_mod is specialised on, and a second
+    # value recompiles it as a symbolic float, which FlexAttention's operator refuses.
+    cap = None if softcap is None else torch.tensor(softcap, dtype=q.dtype)
+
     def score_mod(score, b, h, i, j):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
         if mask is None:
             return score
         m = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, i, j] if mask.dim() == 4 else mask[i, j]
@@ -82,6 +89,30 @@ def test_flex_attention_on_the_cpu_passes_the_quick_set():
     result = attnbench.verify(flex_as_sdpa, cases="quick", convention=attnbench.torch_sdpa(dtypes=("f32", "f64")), arrays="torch",
                               name="flex_attention")
     assert result.passed, result.summary()
+
+
+@torch_only
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
+def test_flex_attention_soft_capping_passes_the_default_sets_soft_capped_cases():
+    """FlexAttention's score_mod form of soft-capping (c tanh(score / c), then the mask and bias),
+    a real third-party kernel, on every soft-capped case of the default set in f32 and f64: with
+    ALiBi, a sliding window, padding, saturated scores."""
+    try:
+        import torch
+        q = torch.randn(1, 1, 4, 8)
+        flex_as_sdpa(q, q, q, softcap=2.0)
+    except Exception as e:  # noqa: BLE001 - this PyTorch cannot run it on the CPU
+        pytest.skip(f"FlexAttention does not run on this CPU build: {e}")
+    cases = [p for p in attnbench.cases("default") if p.softcap is not None and p.dtype in ("f32", "f64")]
+    assert len(cases) == 10
+    convention = attnbench.torch_sdpa(dtypes=("f32", "f64"), score_modifications=("softcap",))
+    result = attnbench.verify(flex_as_sdpa, cases=cases, convention=convention, arrays="torch", name="flex_attention_softcap")
+    assert result.passed and result.counts["skip"] == 0, result.summary()
+    # The same kernel with its cap dropped fails each case, diagnosed as a soft-cap ignored.
+    ignoring = attnbench.verify(lambda *a, softcap=None, **kw: flex_as_sdpa(*a, **kw), cases=cases[:4], convention=convention,
+                                arrays="torch", name="flex_attention_cap_dropped")
+    assert not ignoring.passed
+    assert all(f.hypotheses and f.hypotheses[0] == "softcap_ignored" for f in ignoring.failures), ignoring.summary()
 
 
 def jax_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
