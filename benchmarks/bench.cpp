@@ -88,8 +88,8 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
   for (const auto& d : o.dtypes) plo.dtypes.push_back(parse_dtype(d));
   plo.masks.clear();
   for (const auto& m : o.masks) {
-    const Window w = parse_mask(m);
-    if (std::find(plo.masks.begin(), plo.masks.end(), w) == plo.masks.end()) plo.masks.push_back(w);
+    const FamilyMask mask = parse_mask(m);
+    if (std::find(plo.masks.begin(), plo.masks.end(), mask) == plo.masks.end()) plo.masks.push_back(mask);
   }
   plo.head_dims = o.head_dims;
   plo.batch = o.batch;

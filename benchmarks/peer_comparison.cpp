@@ -171,9 +171,10 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
     throw InputError("--peers with --smoke needs --dtype f32 (or another list: --smoke benchmarks every dtype each implementation "
                      "accepts, and the peers need the dtypes named)");
   for (const auto& m : o.masks) {
-    const Window w = parse_mask(m);
-    if (!w.as_causal()) {
-      plan.notes.push_back(fmt::format("{}: the peers run no sliding window; its rows show no peer", m));
+    const FamilyMask mask = parse_mask(m);
+    const Window& w = mask.window;
+    if (!w.as_causal() || mask.softcap) {
+      plan.notes.push_back(fmt::format("{}: the peers run no sliding window and no soft-cap; its rows show no peer", m));
       continue;
     }
     const std::string name = w.is_none() ? "none" : "causal";

@@ -1,6 +1,7 @@
 #include "benchmarks/problem_list.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -16,17 +17,21 @@ bool is_power_of_two(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 }  // namespace
 
 std::string FamilySpec::mask_name() const {
+  std::string name;
   if (const auto causal = window.as_causal()) {
     switch (*causal) {
-      case Causal::none: return "none";
-      case Causal::top_left: return "causal";
-      case Causal::bottom_right: return "causal_bottom_right";
+      case Causal::none: name = "none"; break;
+      case Causal::top_left: name = "causal"; break;
+      case Causal::bottom_right: name = "causal_bottom_right"; break;
     }
+  } else {
+    name = fmt::format("sliding_{}{}", window.left, window.align == Align::bottom_right ? "_bottom_right" : "");
   }
-  return fmt::format("sliding_{}{}", window.left, window.align == Align::bottom_right ? "_bottom_right" : "");
+  return softcap ? fmt::format("{}_softcap{:g}", name, *softcap) : name;
 }
 
 std::optional<std::string> FamilySpec::peer_mask() const {
+  if (softcap) return std::nullopt;  // the peers compute no soft-cap
   if (window.is_none()) return "none";
   if (window.is_causal()) return "top_left";
   return std::nullopt;
@@ -44,6 +49,7 @@ Problem FamilySpec::problem(std::int64_t n) const {
   p.d_k = p.d_v = head_dim;
   p.dtype = dtype;
   p.window = window;
+  p.softcap = softcap;
   p.regime = Regime::diffuse;
   p.seed = 1;
   return p;
@@ -58,7 +64,9 @@ std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n) 
   return sizes;
 }
 
-Window parse_mask(const std::string& text) {
+namespace {
+
+Window parse_window(const std::string& text) {
   if (text == "none") return Window{};
   if (text == "causal" || text == "top_left") return Window::of(Causal::top_left);
   if (text == "bottom_right") return Window::of(Causal::bottom_right);
@@ -74,7 +82,26 @@ Window parse_mask(const std::string& text) {
       throw InputError(fmt::format("mask '{}': sliding:W needs W, the keys before the diagonal each query sees, as a whole number >= 0", text));
     return Window{keys, 0, Align::top_left};
   }
-  throw InputError(fmt::format("unknown mask '{}' (known: none, causal, top_left, bottom_right, sliding:W)", text));
+  throw InputError(fmt::format("unknown mask '{}' (known: none, causal, top_left, bottom_right, sliding:W, each with +softcap:C)", text));
+}
+
+}  // namespace
+
+FamilyMask parse_mask(const std::string& text) {
+  const auto plus = text.find('+');
+  FamilyMask mask{parse_window(text.substr(0, plus)), {}};
+  if (plus == std::string::npos) return mask;
+  const std::string modifier = text.substr(plus + 1);
+  double cap = 0;
+  std::size_t used = 0;
+  if (modifier.rfind("softcap:", 0) == 0) try {
+      cap = std::stod(modifier.substr(8), &used);
+    } catch (const std::exception&) {
+    }
+  if (modifier.rfind("softcap:", 0) != 0 || used == 0 || used != modifier.size() - 8 || !std::isfinite(cap) || !(cap > 0))
+    throw InputError(fmt::format("mask '{}': after '+' expected softcap:C, C a finite positive number (scores s become C tanh(s / C))", text));
+  mask.softcap = cap;
+  return mask;
 }
 
 ProblemList curated_problem_list(std::span<const Implementation* const> implementations, const ProblemListOptions& o) {
@@ -105,8 +132,8 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
         continue;
       }
       for (std::int64_t d : o.head_dims) {
-        for (const Window& window : o.masks) {
-          FamilySpec family{impl, dtype, o.batch, o.heads, d, window, {}, variant};
+        for (const FamilyMask& mask : o.masks) {
+          FamilySpec family{impl, dtype, o.batch, o.heads, d, mask.window, mask.softcap, {}, variant};
           for (std::int64_t n : sizes) {
             const Problem problem = family.problem(n);
             Support support = covers(caps, problem);

@@ -14,6 +14,14 @@
 
 namespace attn::bench {
 
+// What a family's problems see and how their scores are formed, beyond the shape: a window (none,
+// causal, a sliding window) and, optionally, a soft-cap (core/score_pipeline.hpp).
+struct FamilyMask {
+  Window window;
+  std::optional<double> softcap;
+  bool operator==(const FamilyMask&) const = default;
+};
+
 struct FamilySpec {
   const Implementation* implementation = nullptr;
   DType dtype = DType::f32;
@@ -21,6 +29,7 @@ struct FamilySpec {
   std::int64_t heads = 8;
   std::int64_t head_dim = 64;  // d_k = d_v
   Window window;                    // none, causal, or a sliding window {w, 0}
+  std::optional<double> softcap;    // c tanh(s / c) of the scores, or none
   std::vector<std::int64_t> sizes;  // n, ascending
   // How it is measured, when that is part of the result: GPU families' "l2_cold" or "l2_hot"
   // (a cold and a hot run of one family must never be compared as the same benchmark).
@@ -30,10 +39,10 @@ struct FamilySpec {
   // if any ("cuda_cublas/f16/d64/none/l2_cold").
   std::string name() const;
   // "none", "causal" (top-left), "causal_bottom_right", "sliding_W" (W keys before the diagonal;
-  // with n_q = n_k its alignment does not matter)
+  // with n_q = n_k its alignment does not matter), then "_softcapC" when soft-capped
   std::string mask_name() const;
   // The mask the peer scripts run for this family ("none" or "top_left": with n_q = n_k both
-  // causal alignments are that mask); empty when they have none (a sliding window).
+  // causal alignments are that mask); empty when they have none (a sliding window, a soft-cap).
   std::optional<std::string> peer_mask() const;
   // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1.
   Problem problem(std::int64_t n) const;
@@ -42,7 +51,7 @@ struct FamilySpec {
 struct ProblemListOptions {
   std::vector<DType> dtypes;            // empty: f32, or in smoke mode every dtype each implementation accepts
   std::vector<std::int64_t> head_dims{64};
-  std::vector<Window> masks{Window{}, Window::of(Causal::top_left)};
+  std::vector<FamilyMask> masks{{Window{}, {}}, {Window::of(Causal::top_left), {}}};
   std::int64_t batch = 1;
   std::int64_t heads = 8;
   std::int64_t min_n = 128;             // powers of two
@@ -63,7 +72,8 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
 // 1 <= min_n <= max_n.
 std::vector<std::int64_t> powers_of_two(std::int64_t min_n, std::int64_t max_n);
 // "none", "causal" (= "top_left"), "bottom_right", "sliding:W" (a sliding window: each query sees
-// itself and the W keys before it); throws InputError naming an unknown one.
-Window parse_mask(const std::string& text);
+// itself and the W keys before it), each optionally "+softcap:C" (scores s become C tanh(s / C));
+// throws InputError naming an unknown one.
+FamilyMask parse_mask(const std::string& text);
 
 }  // namespace attn::bench

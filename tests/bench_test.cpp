@@ -183,20 +183,31 @@ TEST(ProblemList, PowersOfTwoAndTheirErrors) {
 }
 
 TEST(ProblemList, MaskNames) {
-  EXPECT_EQ(parse_mask("none"), Window{});
-  EXPECT_EQ(parse_mask("causal"), Window::of(Causal::top_left));
-  EXPECT_EQ(parse_mask("top_left"), Window::of(Causal::top_left));
-  EXPECT_EQ(parse_mask("bottom_right"), Window::of(Causal::bottom_right));
-  EXPECT_EQ(parse_mask("sliding:256"), (Window{256, 0, Align::top_left}));
-  EXPECT_EQ(parse_mask("sliding:0"), (Window{0, 0, Align::top_left}));
-  for (const char* bad : {"sliding", "sliding:", "sliding:-1", "sliding:12x", "window"}) EXPECT_THROW(parse_mask(bad), InputError) << bad;
+  EXPECT_EQ(parse_mask("none").window, Window{});
+  EXPECT_EQ(parse_mask("causal").window, Window::of(Causal::top_left));
+  EXPECT_EQ(parse_mask("top_left").window, Window::of(Causal::top_left));
+  EXPECT_EQ(parse_mask("bottom_right").window, Window::of(Causal::bottom_right));
+  EXPECT_EQ(parse_mask("sliding:256").window, (Window{256, 0, Align::top_left}));
+  EXPECT_EQ(parse_mask("sliding:0").window, (Window{0, 0, Align::top_left}));
+  EXPECT_FALSE(parse_mask("causal").softcap);
+  EXPECT_EQ(parse_mask("causal+softcap:30"), (FamilyMask{Window::of(Causal::top_left), 30.0}));
+  EXPECT_EQ(parse_mask("sliding:256+softcap:2.5"), (FamilyMask{Window{256, 0, Align::top_left}, 2.5}));
+  for (const char* bad : {"sliding", "sliding:", "sliding:-1", "sliding:12x", "window", "causal+", "causal+softcap:", "causal+softcap:0",
+                          "causal+softcap:-1", "causal+softcap:inf", "causal+softcap:3x", "causal+sink:1"})
+    EXPECT_THROW(parse_mask(bad), InputError) << bad;
   FamilySpec f;
-  f.window = parse_mask("sliding:256");
+  f.window = parse_mask("sliding:256").window;
   EXPECT_EQ(f.mask_name(), "sliding_256");
   EXPECT_FALSE(f.peer_mask());
-  f.window = parse_mask("bottom_right");
+  f.window = parse_mask("bottom_right").window;
   EXPECT_EQ(f.mask_name(), "causal_bottom_right");
   EXPECT_EQ(f.peer_mask(), "top_left");
+  // A soft-capped family: its name says the cap, its problems carry it, and no peer computes it.
+  f.window = Window::of(Causal::top_left);
+  f.softcap = 30;
+  EXPECT_EQ(f.mask_name(), "causal_softcap30");
+  EXPECT_FALSE(f.peer_mask());
+  EXPECT_EQ(f.problem(64).softcap, 30.0);
 }
 
 TEST(ProblemList, DefaultIsOneFamilyPerImplementationAndMaskWithOnlyNVarying) {
@@ -295,7 +306,7 @@ TEST(ProblemList, UnsupportedDtypesAndSizesAreLeftOutWithAReason) {
   FakeImplementation f64_only("f64_only", {DType::f64}), small("small", all_dtypes, Behaviour::writes_zeros, 1024);
   const std::vector<const Implementation*> impls{&f64_only, &small};
   ProblemListOptions o;
-  o.masks = {Window{}};
+  o.masks = {FamilyMask{Window{}, {}}};
   const ProblemList list = curated_problem_list(impls, o);
   ASSERT_EQ(list.families.size(), 1u);
   EXPECT_EQ(list.families[0].implementation, &small);
@@ -543,7 +554,7 @@ TEST(DevicePlan, GpuFamiliesCarryTheL2ModeInTheirNamesCpuFamiliesDoNot) {
   const auto gpu = fake_gpu("gpu_fake");
   const std::vector<const Implementation*> impls{&cpu, gpu.get()};
   ProblemListOptions o;
-  o.masks = {Window{}};
+  o.masks = {FamilyMask{Window{}, {}}};
   o.gpu_variant = "l2_hot";
   const ProblemList list = curated_problem_list(impls, o);
   ASSERT_EQ(list.families.size(), 2u);
@@ -667,7 +678,7 @@ TEST(PeersPlan, PassesTheProblemListOurFamiliesRun) {
   const auto gpu = fake_gpu("gpu_fake");
   const std::vector<const Implementation*> gpu_impls{gpu.get()};
   ProblemListOptions gpu_plo;
-  gpu_plo.masks = {Window{}};
+  gpu_plo.masks = {FamilyMask{Window{}, {}}};
   gpu_plo.min_n = gpu_plo.max_n = 128;
   const ProblemList gpu_list = curated_problem_list(gpu_impls, gpu_plo);
   o.l2 = "hot";
