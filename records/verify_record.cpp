@@ -227,6 +227,9 @@ std::string VerifyRecord::mask() const {
   if (problem.is_object() && problem.contains("bool_mask")) parts.push_back("bool");
   if (problem.is_object() && problem.contains("bias"))
     parts.push_back(text_or_empty(problem["bias"], "kind") == "alibi" ? "alibi" : "bias");
+  // The score modifications: a soft-capped case is its own variant.
+  if (problem.is_object() && problem.contains("softcap") && problem["softcap"].is_number())
+    parts.push_back(fmt::format("softcap {:g}", problem["softcap"].get<double>()));
   if (parts.empty()) return "none";
   std::string out = parts.front();
   for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];
