@@ -62,6 +62,25 @@ std::string find_plugin_host() {
                    "set ATTNBENCH_PLUGIN_HOST to its path)");
 }
 
+namespace {
+
+// A fault the status page recorded after run() returned, in a call's read-only buffers: a thread
+// of that call outlived it. "" for any other fault.
+std::string late_access(const ArenaLayout& layout, const StatusPage& status, const std::string& repro) {
+  if (status.phase != Phase::returned || status.fault.magic != FaultRecord::valid) return "";
+  std::string where = fmt::format("byte {} of the call's buffers", status.fault.offset);
+  for (const ArenaBuffer& b : layout.buffers)
+    if (status.fault.offset >= b.offset && status.fault.offset < b.offset + std::max<std::size_t>(b.bytes, 1))
+      where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" ? "output" : "buffer", b.name,
+                          (status.fault.offset - b.offset) / std::max<std::size_t>(b.element_bytes, 1));
+  return fmt::format("the plugin {} {} after its run() returned (the call of case '{}'): a thread of that call outlived it; the worker, "
+                     "which keeps a returned call's buffers read-only, died of it and was restarted",
+                     status.fault.access == 1 ? "read" : "wrote into", where, repro);
+}
+
+}  // namespace
+
+
 std::unique_ptr<PluginImplementation> PluginImplementation::load(const std::string& path, const PluginOptions& options) {
   if (!(options.timeout_seconds > 0)) throw InputError("the plugin timeout must be positive");
   std::error_code ec;
@@ -304,6 +323,10 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
   const std::string memory = memory_note(status.allocation_failed, status.vm_peak_kib);
   if (x.kind == Exchange::Kind::died) {
     worker_.reset();
+    // A thread of this very call that wrote after run() returned, before the worker replied (the
+    // buffers are read-only from the return on): named as such, like a late write seen later.
+    if (std::string late = late_access(arena.layout(), status, p.repro()); !late.empty())
+      throw std::runtime_error(with_output(late, x.output));
     std::string message = fmt::format("the plugin {} in {}", x.death, where);
     const FaultRecord& fault = status.fault;
     if (fault.magic == FaultRecord::valid) {
@@ -355,21 +378,10 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
   return times;
 }
 
+
 std::string PluginImplementation::written_after_return() const {
   if (!last_call_) return "";
-  const ArenaLayout& layout = last_call_->arena->layout();
-  const StatusPage& status = last_call_->arena->status();
-  if (status.phase == Phase::returned && status.fault.magic == FaultRecord::valid) {
-    std::string where = fmt::format("byte {} of the call's buffers", status.fault.offset);
-    for (const ArenaBuffer& b : layout.buffers)
-      if (status.fault.offset >= b.offset && status.fault.offset < b.offset + std::max<std::size_t>(b.bytes, 1))
-        where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" ? "output" : "buffer", b.name,
-                            (status.fault.offset - b.offset) / std::max<std::size_t>(b.element_bytes, 1));
-    return fmt::format("the plugin {} {} after its run() returned (the call of case '{}'): a thread of that call outlived it; the worker, "
-                       "which keeps a returned call's buffers read-only, died of it and was restarted",
-                       status.fault.access == 1 ? "read" : "wrote into", where, last_call_->repro);
-  }
-  return "";
+  return late_access(last_call_->arena->layout(), last_call_->arena->status(), last_call_->repro);
 }
 
 std::string PluginImplementation::late_problems() const {
