@@ -99,19 +99,17 @@ Worker::Worker(const std::string& host, const std::string& plugin, std::uint64_t
   const int null_input = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // Everything the child needs is prepared before fork: between fork and exec only
   // async-signal-safe calls (the harness has threads).
+  // The plugin's temporary files and caches go to its scratch directory, the only place it may write.
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0) env_strings.emplace_back(*e);
+  if (sandboxed)
+    env_strings = sandbox::scratch_environment(scratch_);
+  else
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::erase_if(env_strings, [](const std::string& e) { return e.rfind("ASAN_OPTIONS=", 0) == 0; });
   // A sanitized worker must die of the plugin's own signal (and not report the plugin's leaks).
   const char* asan = std::getenv("ASAN_OPTIONS");
   env_strings.push_back(fmt::format("ASAN_OPTIONS={}{}handle_segv=0:handle_sigbus=0:handle_abort=0:detect_leaks=0",
                                     asan != nullptr ? asan : "", asan != nullptr && *asan != '\0' ? ":" : ""));
-  // The plugin's temporary files go to its scratch directory, the only place it may write.
-  if (sandboxed)
-    for (const char* name : {"TMPDIR", "CUDA_CACHE_PATH"}) {
-      std::erase_if(env_strings, [&](const std::string& e) { return e.rfind(std::string(name) + "=", 0) == 0; });
-      env_strings.push_back(fmt::format("{}={}", name, scratch_));
-    }
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -192,13 +190,12 @@ std::string Worker::reap() {
   }
   const bool ended = r == 0 && info.si_pid != 0;
   kill_process_tree(pid_);
-  int status = 0;
-  const pid_t w = waitpid(pid_, &status, 0);
-  status = sandbox::worker_wait_status(status_fd_, status);  // the sandbox's process 1 passes on the worker's
+  const int status = sandbox::wait_for_worker(pid_, status_fd_);  // the sandbox's process 1 passes on the worker's
+  const int wait_errno = errno;
   pid_ = -1;
   drain(std::size_t(16) << 20);
   if (!ended) return "closed its socket without exiting (killed)";
-  if (w < 0) return fmt::format("ended (waitpid: {})", std::strerror(errno));
+  if (status < 0) return fmt::format("ended (waitpid: {})", std::strerror(wait_errno));
   if (WIFSIGNALED(status)) return fmt::format("crashed: {}", signal_description(WTERMSIG(status)));
   if (WIFEXITED(status)) return fmt::format("exited with status {} (the plugin called exit?)", WEXITSTATUS(status));
   return "ended";
@@ -207,10 +204,7 @@ std::string Worker::reap() {
 void Worker::kill_now() {
   if (pid_ > 0) {
     kill_process_tree(pid_);
-    int status;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    sandbox::worker_wait_status(status_fd_, status);
+    sandbox::wait_for_worker(pid_, status_fd_);
     pid_ = -1;
     drain(std::size_t(16) << 20);
   }

@@ -595,7 +595,16 @@ pid_t spawn_sandboxed(std::vector<Bound>& bounds, int& status_fd) {
   return ::fork();
 }
 
-int worker_wait_status(int& status_fd, int status) {
+int wait_for_worker(pid_t pid, int& status_fd) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) {
+      const int e = errno;
+      if (status_fd >= 0) ::close(status_fd);
+      status_fd = -1;
+      errno = e;
+      return -1;
+    }
   if (status_fd < 0) return status;
   int passed_on = 0;
   ssize_t n;
@@ -638,17 +647,15 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
   ProgramEnd end;
   // Everything the child needs is prepared here: between fork and exec only async-signal-safe calls.
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  if (sandboxed)  // temporary files and the frameworks' caches go where it may write
-    for (const char* name : {"TMPDIR", "CUDA_CACHE_PATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"}) {
-      std::erase_if(env_strings, [&](const std::string& e) { return e.rfind(std::string(name) + "=", 0) == 0; });
-      env_strings.push_back(fmt::format("{}={}", name, scratch_dir));
-    }
+  if (sandboxed)
+    env_strings = scratch_environment(scratch_dir);
+  else
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  // A command that is one program becomes process 1 by the shell's exec, so that its own /proc
-  // entries are the ones it may write.
+  // A command that is one program takes the shell's place (exec), so that the /proc entries it may
+  // write are its own.
   std::string shell = "/bin/sh", dash_c = "-c", command = sandboxed && is_one_program(shell_command) ? "exec " + shell_command : shell_command;
   char* argv[] = {shell.data(), dash_c.data(), command.data(), nullptr};
 
@@ -708,14 +715,10 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
                       fmt::format("writes only under {}, to device files under /dev and to its own /proc entries; reads anywhere "
                                   "(Landlock ABI {})",
                                   scratch_dir, rules.abi)});
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) {
-      end.start_error = fmt::format("waitpid failed: {}", std::strerror(errno));
-      return end;
-    }
-  status = worker_wait_status(status_fd, status);
-  if (!failure.empty()) {
+  const int status = wait_for_worker(pid, status_fd);
+  if (status < 0) {
+    end.start_error = fmt::format("waitpid failed: {}", std::strerror(errno));
+  } else if (!failure.empty()) {
     end.start_error = failure;
   } else if (WIFEXITED(status)) {
     end.exit_code = WEXITSTATUS(status);
@@ -723,6 +726,16 @@ ProgramEnd run_program(const std::string& shell_command, const std::string& scra
     end.signal = WTERMSIG(status);
   }
   return end;
+}
+
+std::vector<std::string> scratch_environment(const std::string& scratch_dir) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const char* name : {"TMPDIR", "CUDA_CACHE_PATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"}) {
+    std::erase_if(env, [&](const std::string& e) { return e.rfind(std::string(name) + "=", 0) == 0; });
+    env.push_back(fmt::format("{}={}", name, scratch_dir));
+  }
+  return env;
 }
 
 std::string make_scratch_directory() {

@@ -34,14 +34,20 @@ std::string describe(const std::vector<Bound>& bounds);
 // must exec or _exit after only async-signal-safe calls (unless the caller is single-threaded, as
 // the Python package's forked worker is); the namespaces' bounds go in `bounds`. The worker is
 // process 2 there, with a /proc of its own; process 1 (the returned pid) reaps, and when the
-// worker ends passes on its wait status on status_fd and exits, which ends the namespace: wait for
-// the returned pid, then ask worker_wait_status. Where namespaces cannot be made, a plain fork
+// worker ends passes on its wait status on status_fd and exits, which ends the namespace:
+// wait_for_worker waits and says how the worker ended. Where namespaces cannot be made, a plain fork
 // (status_fd -1), with the reason in `bounds`.
 pid_t spawn_sandboxed(std::vector<Bound>& bounds, int& status_fd);
 
-// How the worker ended (a wait status): what process 1 passed on status_fd (closed and set to -1
-// here), else `status`, the returned pid's own (killed before the worker ended, or a plain fork).
-int worker_wait_status(int& status_fd, int status);
+// Waits for the pid spawn_sandboxed (or a plain fork) returned and says how the worker ended, a
+// wait status: what process 1 passed on status_fd (closed and set to -1 here), else the pid's
+// own (killed before the worker ended, or a plain fork). -1 when waitpid fails (errno says why).
+int wait_for_worker(pid_t pid, int& status_fd);
+
+// The environment a sandboxed program gets: the harness's, with TMPDIR and the frameworks' caches
+// (CUDA's, Triton's, TorchInductor's, XDG_CACHE_HOME) pointing into its scratch directory, the
+// only place it may write. As "NAME=value" strings, built before a fork.
+std::vector<std::string> scratch_environment(const std::string& scratch_dir);
 
 // How a program the harness ran ended.
 struct ProgramEnd {

@@ -2,9 +2,6 @@
 // function hands its arguments to the library the CLI calls (core, reference, verification,
 // properties, reports) and returns what it returns, as arrays or as the JSON documents the
 // result files hold. attnbench/__init__.py wraps it in the package's documented API.
-#include <sys/wait.h>
-
-#include <cerrno>
 #include <cmath>
 #include <memory>
 #include <tuple>
@@ -387,12 +384,7 @@ NB_MODULE(_native, m) {
   });
   m.def(
       "_sandbox_wait",
-      [](int pid, int status_fd) {
-        int status = 0;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        return sandbox::worker_wait_status(status_fd, status);
-      },
+      [](int pid, int status_fd) { return sandbox::wait_for_worker(pid, status_fd); },
       "pid"_a, "status_fd"_a);
   m.def(
       "_sandbox_confine",
