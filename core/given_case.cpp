@@ -52,18 +52,16 @@ Settings read_settings(const fs::path& path) {
   if (!unknown.empty())
     throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
   Settings s;
-  if (j.contains("scale")) {
-    const auto& v = j.at("scale");
+  // scale, and softcap c (each scaled score s becomes c tanh(s / c), core/score_pipeline.hpp).
+  auto positive = [&](const char* key, std::optional<double>& into) {
+    if (!j.contains(key)) return;
+    const auto& v = j.at(key);
     if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
-      throw InputError(fmt::format("{}: scale must be a finite positive number (got {})", name, v.dump()));
-    s.scale = v.get<double>();
-  }
-  if (j.contains("softcap")) {  // c: each scaled score s becomes c tanh(s / c) (core/score_pipeline.hpp)
-    const auto& v = j.at("softcap");
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
-      throw InputError(fmt::format("{}: softcap must be a finite positive number (got {})", name, v.dump()));
-    s.softcap = v.get<double>();
-  }
+      throw InputError(fmt::format("{}: {} must be a finite positive number (got {})", name, key, v.dump()));
+    into = v.get<double>();
+  };
+  positive("scale", s.scale);
+  positive("softcap", s.softcap);
   if (j.contains("causal")) {
     const auto& v = j.at("causal");
     const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
