@@ -192,6 +192,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"dtype", std::string(to_string(p.dtype))},
         {"scale", p.effective_scale()},
         {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},  // c tanh(s / c) of each scaled score, or none
+        // Each query head's sink logit (f32 values), one more term of its rows' softmax denominator, or none.
+        {"sinks", p.sinks.enabled ? nlohmann::json(sink_logits(p)) : nlohmann::json(nullptr)},
         {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
         {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
         {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
@@ -288,6 +290,16 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (!(softcap.is_null() ? !p.softcap : softcap.is_number() && p.softcap && softcap.get<double>() == *p.softcap))
         throw InputError(fmt::format("case {}: softcap {} does not match the repro string's {}", entry.index, softcap.dump(),
                                      p.softcap ? fmt::format("{}", *p.softcap) : std::string("none")));
+      // Sinks (null or absent: none).
+      const nlohmann::json sinks = j.value("sinks", nlohmann::json(nullptr));
+      const std::vector<double> logits = sink_logits(p);
+      const bool sinks_match = sinks.is_null() ? logits.empty()
+                                               : sinks.is_array() && sinks.size() == logits.size() &&
+                                                     std::all_of(sinks.begin(), sinks.end(), [](const nlohmann::json& s) { return s.is_number(); }) &&
+                                                     sinks.get<std::vector<double>>() == logits;
+      if (!sinks_match)
+        throw InputError(fmt::format("case {}: sinks {} do not match the repro string's {}", entry.index, sinks.dump(),
+                                     logits.empty() ? std::string("none") : nlohmann::json(logits).dump()));
       auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);

@@ -1,6 +1,7 @@
 #include "core/case_sets.hpp"
 
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ struct Shape {
   std::int64_t batch, h_q, h_kv, n_q, n_k, d_k, d_v;
 };
 
-enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal, sliding_br, local_tl, alibi, alibi_causal_br };
+enum class MaskKind { none, causal_tl, causal_br, pad, padq, bool_half, bias, causal_br_pad_bias, sparse_bool_causal, sliding_br, local_tl, alibi, alibi_causal_br, sliding_alibi_br };
 
 void apply_mask(Problem& p, MaskKind kind) {
   auto pad_per_batch = [&] {
@@ -49,6 +50,10 @@ void apply_mask(Problem& p, MaskKind kind) {
       // A sliding window (Mistral's): each query sees its diagonal key and the n_k / 5 before it.
       p.window = Window{p.n_k / 5, 0, Align::bottom_right};
       break;
+    case MaskKind::sliding_alibi_br:  // both of a decoder's position terms: the window and ALiBi, one diagonal
+      p.window = Window{p.n_k / 5, 0, Align::bottom_right};
+      p.bias = BiasSpec::alibi();
+      break;
     case MaskKind::local_tl:
       // Local attention, bounded on both sides: 16 keys before the diagonal and 8 after.
       p.window = Window{16, 8, Align::top_left};
@@ -67,6 +72,7 @@ struct Scenario {
   Regime regime;
   double scale = 0;    // 0: the default 1/sqrt(d_k)
   double softcap = 0;  // 0: none
+  std::optional<double> sink_mean = std::nullopt;  // sinks drawn per head around it; none: no sink
 };
 
 Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::uint64_t seed) {
@@ -77,6 +83,7 @@ Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::u
   p.regime = sc.regime;
   if (sc.scale > 0) p.scale = sc.scale;
   if (sc.softcap > 0) p.softcap = sc.softcap;
+  if (sc.sink_mean) p.sinks = {true, *sc.sink_mean, {}};
   apply_mask(p, sc.mask);
   p.seed = seed;
   p.validate();
@@ -194,6 +201,21 @@ std::vector<Problem> default_cases() {
                                                {odd, M::causal_br_pad_bias, R::large, 0, 1}},
                                               4000);
   cases.insert(cases.end(), softcap.begin(), softcap.end());
+  // Soft-capping with a sliding window and ALiBi on one diagonal (appended).
+  const std::vector<Problem> capped_window = expand({{decode, M::sliding_alibi_br, R::peaked, 0, 10}}, 4500);
+  cases.insert(cases.end(), capped_window.begin(), capped_window.end());
+  // Attention sinks (appended): gpt-oss's GQA under a causal mask; with padding, a bias and
+  // fully masked rows (which stay zeros: a sink is no key); a sink far above every score (rows
+  // whose weights almost all go to it); under a sliding window (gpt-oss alternates the two); at a
+  // single key; and everything together: soft-cap, sliding window, ALiBi, GQA and a sink.
+  const std::vector<Problem> sinks = expand({{gqa, M::causal_br, R::diffuse, 0, 0, 0.0},
+                                             {odd, M::causal_br_pad_bias, R::uniform01, 0, 0, 1.0},
+                                             {mha_past_tile, M::causal_tl, R::peaked, 0, 0, 60.0},
+                                             {decode, M::sliding_br, R::diffuse, 0, 0, 2.0},
+                                             {single_key, M::none, R::peaked, 0, 0, -1.0},
+                                             {decode, M::sliding_alibi_br, R::peaked, 0, 10, 3.0}},
+                                            6000);
+  cases.insert(cases.end(), sinks.begin(), sinks.end());
   return cases;
 }
 

@@ -37,6 +37,7 @@ npy::Array read_required(const fs::path& path, std::string_view what) {
 struct Settings {
   std::optional<double> scale;
   std::optional<double> softcap;
+  std::vector<double> sinks;  // one logit per query head; empty: none
   Causal causal = Causal::none;
   std::optional<DType> dtype;
   std::map<Role, DType> role_dtypes;  // "dtypes": "o:f32", as the repro string's token
@@ -44,13 +45,13 @@ struct Settings {
 
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, causal, dtype, dtypes)");
+  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, sinks, causal, dtype, dtypes)");
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())
-    if (key != "scale" && key != "softcap" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
+    if (key != "scale" && key != "softcap" && key != "sinks" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
   if (!unknown.empty())
-    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, sinks, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
   Settings s;
   // scale, and softcap c (each scaled score s becomes c tanh(s / c), core/score_pipeline.hpp).
   auto positive = [&](const char* key, std::optional<double>& into) {
@@ -62,6 +63,15 @@ Settings read_settings(const fs::path& path) {
   };
   positive("scale", s.scale);
   positive("softcap", s.softcap);
+  // sinks: one logit per query head (rounded to f32, the dtype kernels take them in).
+  if (j.contains("sinks")) {
+    const auto& v = j.at("sinks");
+    const bool numbers = v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) {
+      return x.is_number() && std::fabs(x.get<double>()) <= 1e30;
+    });
+    if (!numbers) throw InputError(fmt::format("{}: sinks must be a list of finite numbers, one per query head (got {})", name, v.dump()));
+    for (const auto& x : v) s.sinks.push_back(double(float(x.get<double>())));
+  }
   if (j.contains("causal")) {
     const auto& v = j.at("causal");
     const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
@@ -316,6 +326,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.window = Window::of(settings.causal);
   p.scale = settings.scale;
   p.softcap = settings.softcap;
+  if (!settings.sinks.empty()) p.sinks = {true, 0.0, settings.sinks};
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),
                                  p.h_kv, p.h_q));

@@ -12,6 +12,11 @@ Mask::Mask(const Problem& p) : Mask(p, true) {}
 
 Mask::Mask(const Problem& p, bool generate)
     : batch_(p.batch), h_q_(p.h_q), n_q_(p.n_q), n_k_(p.n_k), window_(p.window), padding_(p.padding) {
+  if (p.sinks.enabled) {  // from the problem, given or drawn, whether the rest is drawn or given
+    const std::vector<double> logits = sink_logits(p);
+    sinks_ = Tensor(DType::f32, {p.h_q, 1, 1, 1});
+    for (std::int64_t h = 0; h < p.h_q; ++h) sinks_.set(h, logits[static_cast<std::size_t>(h)]);
+  }
   if (!generate) return;
   if (p.bool_mask.enabled) {
     bool_batch_ = varies_over_batch(p.bool_mask.broadcast);
@@ -67,12 +72,24 @@ Mask Mask::with_visibility_of(const Problem& p) const {
     throw std::invalid_argument("Mask::with_visibility_of: the problem does not have this mask's extents");
   if (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi) return Mask(p);
   Mask m(p, false);
+  m.sinks_ = sinks_;
   m.bool_flags_ = bool_flags_;
   m.bool_batch_ = bool_batch_;
   m.bool_head_ = bool_head_;
   m.bias_ = bias_;
   m.bias_batch_ = bias_batch_;
   m.bias_head_ = bias_head_;
+  return m;
+}
+
+Mask Mask::with_bias(Tensor bias) const {
+  const auto& s = bias.shape();
+  if (!(s[0] == 1 || s[0] == batch_) || !(s[1] == 1 || s[1] == h_q_) || s[2] != n_q_ || s[3] != n_k_)
+    throw std::invalid_argument("Mask::with_bias: the bias does not have this mask's extents");
+  Mask m = *this;
+  m.bias_batch_ = s[0] != 1;
+  m.bias_head_ = s[1] != 1;
+  m.bias_ = std::move(bias);
   return m;
 }
 

@@ -30,6 +30,9 @@ class Mask {
   // with, whether the inputs came from a seed or from a user (nothing is drawn again). ALiBi's
   // bias is a function of the window's alignment, so a problem with bias=alibi gets it rebuilt.
   Mask with_visibility_of(const Problem& problem) const;
+  // This mask with another bias ([1|b, 1|h_q, n_q, n_k] in the bias role's dtype): what a
+  // hypothesis about the bias (ALiBi's slopes reversed) predicts with.
+  Mask with_bias(Tensor bias) const;
 
   // Query i of batch b sees keys in [lo, hi) at most: the window and padding intersected (the
   // bool mask may mask more). lo == hi when it sees none.
@@ -45,6 +48,11 @@ class Mask {
   }
   bool row_fully_masked(std::int64_t b, std::int64_t h, std::int64_t i) const;
   std::int64_t count_visible() const;
+
+  // The sink logits (sink_logits(problem)) as a tensor [h_q, 1, 1, 1] in f32, what the plugin ABI
+  // hands over; numel 0 without sinks.
+  bool has_sinks() const { return sinks_.numel() > 0; }
+  const Tensor& sinks_tensor() const { return sinks_; }
 
   // The materialised parts, for implementations that pass them on (e.g. to a device).
   const std::vector<std::uint8_t>& bool_flags() const { return bool_flags_; }  // [bb, hh, n_q, n_k]
@@ -63,6 +71,7 @@ class Mask {
   bool bool_batch_ = false, bool_head_ = false;
   Tensor bias_;
   bool bias_batch_ = false, bias_head_ = false;
+  Tensor sinks_;
 };
 
 }  // namespace attn

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/mask.hpp"
+#include "core/rng.hpp"
 
 namespace attn {
 
@@ -161,6 +162,15 @@ double alibi_slope(std::int64_t head, std::int64_t heads) {
 }
 
 std::int64_t alibi_delta(const Problem& p) { return p.window.is_none() ? p.n_k - p.n_q : p.window.delta(p.n_q, p.n_k); }
+
+std::vector<double> sink_logits(const Problem& p) {
+  if (!p.sinks.enabled) return {};
+  if (!p.sinks.given.empty()) return p.sinks.given;
+  std::vector<double> sinks(static_cast<std::size_t>(p.h_q));
+  Rng rng(p.seed, stream_sinks);
+  for (double& s : sinks) s = double(float(p.sinks.mean + rng.normal()));
+  return sinks;
+}
 
 double Problem::effective_scale() const {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d_k));

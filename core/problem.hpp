@@ -146,8 +146,22 @@ struct ProblemShape {
   bool operator==(const ProblemShape&) const = default;
 };
 
+// Attention sinks (gpt-oss, StreamingLLM, ggml): a logit sigma_h per query head that joins every
+// row's softmax denominator and carries no value (core/score_pipeline.hpp, step 5). Drawn per head
+// from the problem's seed, normal with mean `mean` and standard deviation 1 (a mean far above the
+// scores makes rows that mostly attend to the sink), or given, one per query head. Either way
+// rounded to f32, the dtype kernels take them in.
+struct SinkSpec {
+  bool enabled = false;
+  double mean = 0;
+  std::vector<double> given;  // h_q values; empty: drawn
+  bool operator==(const SinkSpec& o) const {
+    return enabled == o.enabled && (!enabled || (given == o.given && (!given.empty() || mean == o.mean)));
+  }
+};
+
 // Which keys each query sees and how scores are formed (core/score_pipeline.hpp applies them in
-// order). Attention sinks and dropout join here later.
+// order). Dropout joins here later.
 struct ProblemVariant {
   Window window;
   KeyPadding padding;
@@ -157,6 +171,7 @@ struct ProblemVariant {
   // Soft-capping (Gemma 2, FlashAttention >= 2.6): the scaled product s becomes c * tanh(s / c),
   // before the additive terms. Unset: none.
   std::optional<double> softcap;
+  SinkSpec sinks;
   bool operator==(const ProblemVariant&) const = default;
 };
 
@@ -253,6 +268,8 @@ Problem parse_problem(std::string_view repro);
 // ALiBi's diagonal: the window's (DESIGN: one alignment shared by causal, window and ALiBi), and
 // bottom-right, FlashAttention's, when the problem has no window and so no alignment of its own.
 std::int64_t alibi_delta(const Problem& p);
+// The sink logit of each query head (h_q values, each an f32), drawn or given; empty without sinks.
+std::vector<double> sink_logits(const Problem& p);
 // "o:f32,q:f16", the dtypes= token's value, naming `key` in its errors (unknown or non-data role,
 // a role twice, a bad dtype).
 std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view text);

@@ -367,6 +367,44 @@ const Field fields[] = {
                                       *p.softcap, to_string(p.dtype), double(std::numeric_limits<float>::max())));
      },
      LabelSlot::mask, [](const Problem& p) { return p.softcap ? "softcap" + format_double(*p.softcap) : std::string(); }},
+    // sink=MEAN (drawn per head, normal around MEAN) or sinks=S0,S1,... (one per query head).
+    {"sink", "sinks", false,
+     [](const Problem& p) -> std::string {
+       if (!p.sinks.enabled) return {};
+       if (p.sinks.given.empty()) return "sink=" + format_double(p.sinks.mean);
+       std::vector<std::string> values;
+       for (double s : p.sinks.given) values.push_back(format_double(s));
+       return fmt::format("sinks={}", fmt::join(values, ","));
+     },
+     [](Problem& p, std::string_view k, std::string_view v) {
+       p.sinks = {true, 0.0, {}};
+       if (k == "sink") {
+         p.sinks.mean = parse_double(k, v);
+         return;
+       }
+       while (true) {  // rounded to f32 as drawn ones are, so that the string reads back the same
+         const auto comma = v.find(',');
+         p.sinks.given.push_back(double(float(parse_double(k, v.substr(0, comma)))));
+         if (comma == std::string_view::npos) break;
+         v.remove_prefix(comma + 1);
+       }
+     },
+     [](const Problem& p, nlohmann::json& j) {
+       if (!p.sinks.enabled) return;
+       j["sinks"] = {{"logits", sink_logits(p)}};
+       if (p.sinks.given.empty()) j["sinks"]["drawn_mean"] = p.sinks.mean;
+     },
+     [](const Problem& p) {
+       if (!p.sinks.enabled) return;
+       if (!p.sinks.given.empty() && std::int64_t(p.sinks.given.size()) != p.h_q)
+         throw InputError(fmt::format("sinks: {} logits for hq = {} (one per query head expected)", p.sinks.given.size(), p.h_q));
+       // Every logit must be a finite f32 (the dtype they are passed in), well inside its range.
+       const double limit = 1e30;
+       if (!(std::fabs(p.sinks.mean) <= limit)) throw InputError(fmt::format("sink: the mean must be finite, at most {:g} in size (got {})", limit, p.sinks.mean));
+       for (double s : p.sinks.given)
+         if (!(std::fabs(s) <= limit)) throw InputError(fmt::format("sinks: a logit must be finite, at most {:g} in size (got {})", limit, s));
+     },
+     LabelSlot::mask, [](const Problem& p) { return std::string(p.sinks.enabled ? "sink" : ""); }},
     // The data.
     {"regime", {}, true, [](const Problem& p) { return fmt::format("regime={}", to_string(p.regime)); },
      [](Problem& p, std::string_view, std::string_view v) { p.regime = parse_regime(v); },

@@ -27,6 +27,7 @@ class RoleTensors {
     t.set_input(Role::k, inputs.k);
     t.set_input(Role::v, inputs.v);
     if (inputs.mask.has_bias()) t.set_input(Role::bias, inputs.mask.bias_tensor());
+    if (inputs.mask.has_sinks()) t.set_input(Role::sink, inputs.mask.sinks_tensor());
     t.set_output(Role::o, &o);
     t.set_output(Role::lse, lse);
     t.set_output(Role::weights, weights);

@@ -9,12 +9,18 @@
 //   3. the additive terms: + bias[b, h, i, j], ALiBi's -slope_h |i + delta - j| materialised in the
 //      mask's bias (core/mask.hpp);
 //   4. visibility: the window, the padding and the boolean mask, by intersection (Mask::visible);
-//      an invisible key is excluded exactly (its weight is 0, not a large negative score).
+//      an invisible key is excluded exactly (its weight is 0, not a large negative score);
+//   5. the sink, when the problem has one (sink=, sinks=): head h's logit sigma_h joins the row's
+//      softmax as one more term of the denominator that carries no value,
+//      P_ij = exp(s_ij - m) / (exp(sigma_h - m) + sum_j' exp(s_ij' - m)), m = max(sigma_h, max_j s_ij),
+//      LSE = m + ln(exp(sigma_h - m) + sum_j exp(s_ij - m)). A row that sees no key stays fully
+//      masked: zeros and an LSE of -inf, sink or not.
 // A new score modification joins here (a field of Problem, a step of score()), and an
 // implementation supports it only once it declares so (impls/implementation.hpp, Capabilities).
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -27,12 +33,14 @@ namespace attn {
 // The steps of the pipeline beyond the scale and the masks, named as data: an implementation
 // computes only those its Capabilities list, so a new one is unsupported everywhere until an
 // implementation lists it.
-enum class ScoreModification { softcap };
-inline constexpr std::array<ScoreModification, 1> all_score_modifications{ScoreModification::softcap};
+enum class ScoreModification { softcap, sink };
+inline constexpr std::array<ScoreModification, 2> all_score_modifications{ScoreModification::softcap, ScoreModification::sink};
 inline constexpr std::string_view to_string(ScoreModification m) {
   switch (m) {
     case ScoreModification::softcap:
       return "softcap";
+    case ScoreModification::sink:
+      return "sink";
   }
   return "?";
 }
@@ -41,6 +49,8 @@ inline constexpr std::string_view describe(ScoreModification m) {
   switch (m) {
     case ScoreModification::softcap:
       return "soft-capping (softcap=)";
+    case ScoreModification::sink:
+      return "attention sinks (sink=, sinks=)";
   }
   return "?";
 }
@@ -48,13 +58,14 @@ inline constexpr std::string_view describe(ScoreModification m) {
 inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
   std::vector<ScoreModification> used;
   if (p.softcap) used.push_back(ScoreModification::softcap);
+  if (p.sinks.enabled) used.push_back(ScoreModification::sink);
   return used;
 }
 
 class ScorePipeline {
  public:
   ScorePipeline(const Problem& problem, const Mask& mask)
-      : mask_(mask), scale_(problem.effective_scale()), softcap_(problem.softcap.value_or(0.0)) {}
+      : mask_(mask), scale_(problem.effective_scale()), softcap_(problem.softcap.value_or(0.0)), sinks_(sink_logits(problem)) {}
 
   double scale() const { return scale_; }
   const Mask& mask() const { return mask_; }
@@ -78,6 +89,11 @@ class ScorePipeline {
   // Step 4.
   bool visible(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const { return mask_.visible(b, h, i, j); }
   std::pair<std::int64_t, std::int64_t> key_range(std::int64_t b, std::int64_t i) const { return mask_.key_range(b, i); }
+  // Step 5: query head h's sink logit, or none.
+  bool has_sink() const { return !sinks_.empty(); }
+  std::optional<double> sink(std::int64_t h) const {
+    return sinks_.empty() ? std::nullopt : std::optional<double>(sinks_[static_cast<std::size_t>(h)]);
+  }
 
   // Row (b, h, i)'s scores s[0, n_k): score(dot(j)) for each visible key, `excluded` (usually
   // -inf: exp(-inf - m) is exactly 0) for the others. dot(j) returns <q_i, k_j> in T.
@@ -90,6 +106,7 @@ class ScorePipeline {
   const Mask& mask_;
   double scale_;
   double softcap_;  // 0: none
+  std::vector<double> sinks_;  // per query head; empty: none
 };
 
 }  // namespace attn

@@ -79,7 +79,10 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   if (get("version", given_version, is_int, "an integer") && given_version != version)
     throw fault(fmt::format("version {} is not {} (written for another attnbench version)", given_version, version));
 
+  // A key left out declares every mask, GQA and d_k != d_v (the documented defaults of this
+  // format, which predate the struct's declare-nothing defaults); score modifications only listed.
   Capabilities caps;
+  declare_every_mask_and_shape(caps);
   caps.summary = "declared in " + where;
   get("summary", caps.summary, is_string, "a string");
 

@@ -26,8 +26,9 @@
 //    "matmul_unit_roundoff": 0 | 0.00048828125 (2^-11, TF32 or f16 products) | 0.00390625 (2^-8, bf16),
 //    "accumulation_unit_roundoff": 0 | 0.00048828125 (2^-11, an f16 accumulator) | 0.00390625 (2^-8, bf16)}
 //
-// A key left out declares what attn::Capabilities declares by default (every mask, GQA, d_k !=
-// d_v, every head dim, any scale, BHSD, fully masked rows zeros, no LSE). An unknown key, a wrong type or an
+// A key left out declares every mask, GQA, d_k != d_v, every head dim, any scale, BHSD, fully
+// masked rows zeros, no LSE and no score modification (this format's defaults; a score
+// modification, like every variant added later, is declared only by naming it). An unknown key, a wrong type or an
 // unknown name is an InputError naming the key, so a typo never declares everything silently.
 #include <filesystem>
 #include <string>

@@ -19,23 +19,29 @@
 
 namespace attn {
 
-// The masks an implementation implements; every declared kind composes with every other.
+// The masks an implementation implements; every declared kind composes with every other. None
+// unless declared: a mask kind added here is unsupported everywhere until an implementation says so.
 struct MaskSupport {
-  bool causal_top_left = true, causal_bottom_right = true;
-  bool padding_per_batch = true, padding_per_query = true;
-  bool bool_mask = true, bias = true;
+  bool causal_top_left = false, causal_bottom_right = false;
+  bool padding_per_batch = false, padding_per_query = false;
+  bool bool_mask = false, bias = false;  // bias: an additive bias, ALiBi's included
   // Any other window (core/problem.hpp, Window): a lower bound (a sliding window) or a right side
   // other than 0 or unbounded, either alignment.
-  bool windows = true;
-  // Problems whose window is none. False: a causal-only kernel (every problem it runs has a causal
-  // window; projection adds one, bottom-right where declared).
+  bool windows = false;
+  // Problems whose window is none: plain attention, which every kernel computes unless it says
+  // otherwise. False: a causal-only kernel (every problem it runs has a causal window; projection
+  // adds one, bottom-right where declared).
   bool non_causal = true;
+  static constexpr MaskSupport every() { return {true, true, true, true, true, true, true, true}; }
   bool any() const { return causal_top_left || causal_bottom_right || padding_per_batch || padding_per_query || bool_mask || bias || windows; }
 };
 
 // What an implementation declares it computes: the space that verify projects named cases onto
-// and that the property suite draws from (impls/capability_space.hpp). The defaults declare
-// everything, which the built-ins do; a plugin declares what its C description says, and
+// and that the property suite draws from (impls/capability_space.hpp). It declares what it
+// supports and nothing else: the defaults are plain attention (forward, BHSD, MHA, d_k = d_v, no
+// mask, any scale, no score modification), and each feature beyond it (a mask kind, GQA, d_k !=
+// d_v, a score modification, a dtype) is named, so a feature added later is unsupported
+// everywhere until an implementation lists it. A plugin declares what its C description says, and
 // `supports` may still refuse a problem inside the space (then a projection is tried).
 struct Capabilities {
   std::string summary;                 // one line: the algorithm and its precision
@@ -51,11 +57,11 @@ struct Capabilities {
   std::map<Role, std::vector<DType>> role_dtypes;
   std::vector<Layout> layouts{Layout::bhsd};  // in all_layouts() order
   MaskSupport masks;
-  bool gqa = true;                     // h_kv < h_q (GQA, MQA)
+  bool gqa = false;                    // h_kv < h_q (GQA, MQA)
   // Any scale. False: the default 1/sqrt(d_k) only (a kernel with the scale built in); projection
   // drops a case's explicit scale.
   bool custom_scale = true;
-  bool different_dk_dv = true;
+  bool different_dk_dv = false;
   // Head dimensions (d_k and d_v): the listed ones when non-empty, else [min_head_dim, max_head_dim].
   std::int64_t min_head_dim = 1, max_head_dim = std::int64_t{1} << 31;
   std::vector<std::int64_t> head_dims;
@@ -86,6 +92,14 @@ struct Capabilities {
 inline void declare_every_dtype(Capabilities& c) {
   c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
   for (Role role : data_roles) c.role_dtypes[role] = c.dtypes;
+}
+
+// Every mask kind, GQA and d_k != d_v: what an implementation that computes any shape and mask
+// declares (with its dtypes and score modifications, which it names itself).
+inline void declare_every_mask_and_shape(Capabilities& c) {
+  c.masks = MaskSupport::every();
+  c.gqa = true;
+  c.different_dk_dv = true;
 }
 
 struct Support {

@@ -152,6 +152,7 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
   m.padding_per_query = m.padding_per_query && c.padding_per_query;
   m.bool_mask = m.bool_mask && c.bool_mask;
   m.bias = m.bias && c.bias;
+  m.windows = m.windows && c.windows;
   std::erase_if(s.score_modifications, [&](ScoreModification m) { return !contains(caps.score_modifications, m); });
   s.gqa = space.gqa && caps.gqa;
   s.different_dk_dv = space.different_dk_dv && caps.different_dk_dv;
@@ -180,6 +181,10 @@ bool admits(const ProblemSpace& space, const Problem& p) {
   if (!head_dim_in(space, p.d_k) || !head_dim_in(space, p.d_v)) return false;
   if ((p.d_k != p.d_v && !space.different_dk_dv) || (p.h_kv != p.h_q && !space.gqa)) return false;
   if ((p.window == Window::of(Causal::top_left) && !m.causal_top_left) || (p.window == Window::of(Causal::bottom_right) && !m.causal_bottom_right)) return false;
+  const bool beyond_causal = !p.window.as_causal();
+  if (beyond_causal && !m.windows) return false;
+  const bool alibi = p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi;
+  if ((space.needs_window && !beyond_causal) || (space.needs_alibi && !alibi) || (space.needs_sink && !p.sinks.enabled)) return false;
   if ((p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) ||
       (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query))
     return false;
@@ -201,7 +206,7 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     p.n_q = *gen_length(space.large);
     p.n_k = *gen_length(space.large);
     if (chance(25)) p.n_k = p.n_q;  // self-attention's square problems, which some kernels alone support
-    if (space.needs_mask || space.needs_causal) p.n_q = std::max<std::int64_t>(p.n_q, 2), p.n_k = std::max<std::int64_t>(p.n_k, 2);
+    if (space.needs_mask || space.needs_causal || space.needs_window) p.n_q = std::max<std::int64_t>(p.n_q, 2), p.n_k = std::max<std::int64_t>(p.n_k, 2);
     p.d_k = *gen_head_dim(space);
     p.d_v = space.different_dk_dv ? *rc::gen::weightedOneOf<std::int64_t>({{2, rc::gen::just(p.d_k)}, {1, gen_head_dim(space)}}) : p.d_k;
     // Wide heads on long sequences would blow the budget: narrow them first, then shorten.
@@ -235,6 +240,13 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     if (masks.causal_top_left) causals.push_back(Causal::top_left);
     if (masks.causal_bottom_right) causals.push_back(Causal::bottom_right);
     if (!causals.empty()) p.window = Window::of(pick(causals));
+    // A window beyond causal (Mistral's sliding window, local attention): left sides at the
+    // edges (0: the diagonal alone; 1) and inside; right sides 0, a few keys, unbounded.
+    if (masks.windows && (space.needs_window || chance(15))) {
+      const std::int64_t left = *rc::gen::element<std::int64_t>(0, 1, 5, std::max<std::int64_t>(1, p.n_k / 3), Window::unbounded);
+      const std::int64_t right = left == Window::unbounded ? *rc::gen::element<std::int64_t>(1, 3) : *rc::gen::element<std::int64_t>(0, 0, 2, Window::unbounded);
+      p.window = Window{left, right, *rc::gen::element(Align::top_left, Align::bottom_right)};
+    }
     std::vector<KeyPadding::Kind> paddings;
     if (masks.padding_per_batch) paddings.push_back(KeyPadding::Kind::per_batch);
     if (masks.padding_per_query) paddings.push_back(KeyPadding::Kind::per_query);
@@ -259,6 +271,7 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
       p.bias.stddev = *rc::gen::element(0.5, 1.0, 4.0);
       p.bias.broadcast = pick(broadcasts);
     }
+    if (masks.bias && (space.needs_alibi || chance(8))) p.bias = BiasSpec::alibi();
     if (space.wants_fully_masked && p.padding.kind == KeyPadding::Kind::none && masks.causal_bottom_right) p.window = Window::of(Causal::bottom_right);
     if (space.wants_fully_masked) {
       // Fully masked rows: more queries than keys under bottom-right, or a batch with no key.
@@ -285,6 +298,9 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     }
     // Drawn only where it may be: the other implementations' draws stay the same.
     if (contains(space.score_modifications, ScoreModification::softcap) && chance(25)) p.softcap = *rc::gen::element(0.5, 2.0, 8.0, 50.0);
+    // Sinks around the scores, below them, and far above them (rows that mostly attend to the sink).
+    if (contains(space.score_modifications, ScoreModification::sink) && (space.needs_sink || chance(25)))
+      p.sinks = {true, *rc::gen::element(-4.0, 0.0, 2.0, 40.0), {}};
     p.layout = pick(space.layouts);
     p.dtype = pick(space.dtypes);
     // No draw at all where no role has a dtype of its own: a one-dtype kernel's problems stay the same.

@@ -1,6 +1,6 @@
 #pragma once
 // Inside the property suite (property_suite.hpp): what its files share. The problem generator
-// (problem_space.cpp), the checks (checks_masks_and_values.cpp, checks_structure_and_numerics.cpp,
+// (problem_space.cpp), the checks (checks_masks_and_values.cpp, checks_structure_and_numerics.cpp, checks_variants.cpp,
 // on the helpers of check_support.cpp), the suite's table (property_suite.cpp) and the RapidCheck
 // driver (property_runner.cpp). Private to properties/.
 #include <cstdint>
@@ -80,5 +80,8 @@ std::string agrees_with_the_reference(const Implementation& impl, const Problem&
 std::string shifting_every_key_changes_nothing(const Implementation& impl, const Problem& p);
 std::string scaling_q_against_the_scale_changes_nothing(const Implementation& impl, const Problem& p);
 std::string a_soft_cap_far_above_every_score_changes_nothing(const Implementation& impl, const Problem& p);
+std::string a_window_equals_its_keys_as_a_boolean_mask(const Implementation& impl, const Problem& p);
+std::string alibi_equals_its_bias_given_explicitly(const Implementation& impl, const Problem& p);
+std::string a_sink_equals_one_more_key_of_zero_value(const Implementation& impl, const Problem& p);
 
 }  // namespace attn::property_detail

@@ -13,6 +13,11 @@ using namespace property_detail;
 
 std::vector<Property> build_suite() {
   const ProblemSpace any;
+  // A sink takes weight from the keys: rows sum to less than one, a constant added to V adds less
+  // than itself, the output may leave the values' hull towards 0, and a shift of every score is
+  // not one of the sink's. Properties 1, 4, 5 and 14 are about the softmax over keys alone.
+  ProblemSpace sinkless = any;
+  std::erase(sinkless.score_modifications, ScoreModification::sink);
   ProblemSpace masked = any;  // a masked key in every problem
   masked.needs_mask = true;
   ProblemSpace permutable = any;  // only masks that permuting queries or keys within the visible prefix keeps
@@ -25,7 +30,7 @@ std::vector<Property> build_suite() {
   large.regimes = {Regime::large};
   ProblemSpace fully_masked = any;
   fully_masked.wants_fully_masked = true;
-  ProblemSpace shiftable = any;  // scores near the overflow leave no room for an offset
+  ProblemSpace shiftable = sinkless;  // scores near the overflow leave no room for an offset
   shiftable.regimes = {Regime::diffuse, Regime::peaked, Regime::saturated, Regime::sparse_int, Regime::uniform01};
   // 14 and 15 are about the scores' arithmetic, not tile edges (3, 12 reach those): a quarter of
   // the work keeps their reference evaluations cheap.
@@ -36,9 +41,16 @@ std::vector<Property> build_suite() {
   shiftable.score_modifications.clear();
   // 16 sets a cap of its own, 2^27 above the scores: not near the overflow (the cap would be past
   // it), no drawn cap, and a bias (whose place relative to the cap it then cannot tell) allowed.
+  ProblemSpace sink = rescaled;
+  sink.needs_sink = true;
   ProblemSpace far_cap = rescaled;
   far_cap.regimes = shiftable.regimes;
   far_cap.score_modifications.clear();
+
+  ProblemSpace windowed = rescaled;
+  windowed.needs_window = true;
+  ProblemSpace alibi = rescaled;
+  alibi.needs_alibi = true;
 
   using Caps = const Capabilities&;
   auto returns_weights = [](Caps c) { return c.returns_weights ? "" : std::string("needs returns_weights (returns no weights)"); };
@@ -59,15 +71,28 @@ std::vector<Property> build_suite() {
                : std::string("needs soft-capping (does not list it)");
   };
 
+  auto window_and_mask = [](Caps c) {
+    return !c.masks.windows    ? std::string("needs windows beyond causal (declares none)")
+           : !c.masks.bool_mask ? std::string("needs a boolean mask, the window's explicit form (declares none)")
+                                : std::string();
+  };
+  auto bias = [](Caps c) { return c.masks.bias ? "" : std::string("needs an additive bias (declares none)"); };
+  auto sink_key_form = [](Caps c) {
+    const bool sinks = std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::sink) != c.score_modifications.end();
+    return !sinks                            ? std::string("needs attention sinks (does not list them)")
+           : !c.masks.bool_mask || !c.masks.bias ? std::string("needs a boolean mask and a bias, the sink's explicit form (declares them not)")
+                                                 : std::string();
+  };
+
   std::vector<Property> suite{
-      {1, "the weights of every visible row sum to one", any, returns_weights, weights_of_visible_rows_sum_to_one, {}},
+      {1, "the weights of every visible row sum to one", sinkless, returns_weights, weights_of_visible_rows_sum_to_one, {}},
       {2, "masked keys get exactly zero weight, and large finite values in their K and V change no output bit", masked, a_mask,
        masked_keys_change_nothing, {}},
       {3, "permuting queries permutes the output rows, and permuting keys with their values leaves the output unchanged", permutable,
        {}, permutations_commute, {}},
-      {4, "adding a constant to every value row adds it to the output, and scaling V scales O", any, {},
+      {4, "adding a constant to every value row adds it to the output, and scaling V scales O", sinkless, {},
        values_shift_and_scale_the_output, {}},
-      {5, "every output coordinate lies within the visible values of that coordinate", any, {}, outputs_lie_within_the_visible_values, {}},
+      {5, "every output coordinate lies within the visible values of that coordinate", sinkless, {}, outputs_lie_within_the_visible_values, {}},
       {6, "batches and heads are independent: changing one never changes another's output", any, {},
        batches_and_heads_are_independent, {}},
       {7, "under a causal mask, a row's output ignores keys beyond its horizon", causal, a_causal_mask,
@@ -87,6 +112,12 @@ std::vector<Property> build_suite() {
        scaling_q_against_the_scale_changes_nothing, {}},
       {16, "a soft-cap far above every score changes nothing beyond the pass rule", far_cap, soft_capping,
        a_soft_cap_far_above_every_score_changes_nothing, {}},
+      {17, "a window's output equals attention over exactly its window's keys given as a boolean mask", windowed, window_and_mask,
+       a_window_equals_its_keys_as_a_boolean_mask, {}},
+      {18, "ALiBi equals the same problem with its bias given as a plain additive bias", alibi, bias,
+       alibi_equals_its_bias_given_explicitly, {}},
+      {19, "a sink equals one more key with a zero value whose score is the sink's logit", sink, sink_key_form,
+       a_sink_equals_one_more_key_of_zero_value, {}},
   };
   for (auto& property : suite)
     if (!property.missing) property.missing = [](Caps) { return std::string(); };

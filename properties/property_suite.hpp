@@ -32,22 +32,25 @@ struct ProblemSpace {
   // f16 inputs, a bf16 K); narrowed to what the implementation declares for each role itself.
   std::map<Role, std::vector<DType>> role_dtypes{{Role::q, dtypes}, {Role::k, dtypes}, {Role::v, dtypes}, {Role::o, dtypes}};
   std::vector<Layout> layouts{Layout::bhsd, Layout::bshd, Layout::strided};  // each draw takes one (Problem::layout)
-  MaskSupport masks;                          // the masks that may be drawn, intersecting when several are
+  MaskSupport masks = MaskSupport::every();   // the masks that may be drawn, intersecting when several are
   bool gqa = true;                            // h_kv < h_q may be drawn
   bool different_dk_dv = true;
   // Head dims: the listed ones when non-empty, else [min_head_dim, max_head_dim].
   std::int64_t min_head_dim = 1, max_head_dim = 256;
   std::vector<std::int64_t> head_dims;
   bool custom_scale = true;  // explicit scales, some far from 1/sqrt(d_k): 0.05x, 2x, and plain 1
-  // The score pipeline's modifications that may be drawn (core/score_pipeline.hpp): soft-caps of
-  // 0.5, 2, 8 and 50 (below, around and far above the scores of each regime), for about one
-  // problem in four of an implementation that lists it.
+  // The score pipeline's modifications that may be drawn (core/score_pipeline.hpp), each for about
+  // one problem in four of an implementation that lists it: soft-caps of 0.5, 2, 8 and 50 (below,
+  // around and far above the scores of each regime); sinks drawn around -4, 0, 2 and 40.
   std::vector<ScoreModification> score_modifications{all_score_modifications.begin(), all_score_modifications.end()};
   std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated, Regime::large, Regime::sparse_int, Regime::uniform01};
   // What every problem of the property must have (a property about it means nothing otherwise).
   bool needs_causal = false;       // a causal mask, of a declared alignment
   bool needs_gqa = false;          // h_kv < h_q
   bool needs_mask = false;         // some masked key
+  bool needs_window = false;       // a window beyond causal (a bounded left side, or a right side past the diagonal)
+  bool needs_alibi = false;        // ALiBi's bias
+  bool needs_sink = false;         // an attention sink
   bool wants_fully_masked = false; // shaped so that fully masked rows are likely
   // Upper bound on b * h_q * n_q * n_k * (d_k + d_v): keeps every check within milliseconds.
   double max_work = 2.0e6;

@@ -12,6 +12,7 @@ class ReferenceImplementation final : public Implementation {
     Capabilities c;
     c.summary = "the float128 reference, every row, rounded once to the dtype (property tests only)";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_mask_and_shape(c);
     c.returns_lse = true;
     c.returns_weights = true;
     c.score_modifications.assign(all_score_modifications.begin(), all_score_modifications.end());  // the whole pipeline

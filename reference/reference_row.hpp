@@ -150,6 +150,9 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
   }
 }
 
+// The key index the sink takes among a row's keys (reference_row): it has no K or V row.
+inline constexpr std::int64_t sink_key = -1;
+
 // The visible keys of a row, ascending.
 inline std::vector<std::int64_t> visible_keys(const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i) {
   std::vector<std::int64_t> keys;
@@ -182,14 +185,14 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   result.score_rounding.assign(static_cast<std::size_t>(p.d_v), 0.0);
   if (want_weights) result.weights.assign(static_cast<std::size_t>(p.n_k), Real(0));
 
-  const std::vector<std::int64_t> keys = visible_keys(in.mask, b, h, i);
+  std::vector<std::int64_t> keys = visible_keys(in.mask, b, h, i);
   if (keys.empty()) {
     result.fully_masked = true;
     result.lse = -std::numeric_limits<Real>::infinity();
     return result;
   }
 
-  const std::size_t n = keys.size();
+  std::size_t n = keys.size();
   std::vector<Real> s(n);
   // A_j = scale * sum_t |q_t k_jt| + |bias_j|, kept in Real: with f64 inputs near overflow it can
   // exceed the double range even though every score fits.
@@ -242,6 +245,17 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   std::size_t first = 0;
   for (; first + 4 <= n; first += 4) dot_products(first, std::integral_constant<std::size_t, 4>{});
   for (; first < n; ++first) dot_products(first, std::integral_constant<std::size_t, 1>{});
+  // The sink (the pipeline's step 5): one more term of the softmax, exact (an f32 input), with no
+  // value. It joins as a pseudo-key, index sink_key, whose V row is zeros, so that every bound
+  // below covers what it takes from the keys' weights.
+  if (const std::optional<double> sink = pipeline.sink(h)) {
+    keys.push_back(sink_key);
+    s.push_back(Real(*sink));
+    magnitude.push_back(Real(0));
+    score_sigma.push_back(Real(0));
+    if (p.softcap) scaled_abs.push_back(Real(0)), capped_abs.push_back(Real(0)), product_magnitude.push_back(Real(0));
+    ++n;
+  }
   Real m = *std::max_element(s.begin(), s.end());
   std::vector<Real> e(n);
   Real sum = 0;
@@ -251,6 +265,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   }
   result.lse = m + log(sum);
   for (std::size_t jj = 0; jj < n; ++jj) {
+    if (keys[jj] == sink_key) continue;  // no value
     const Real w = e[jj] / sum;
     if (want_weights) result.weights[static_cast<std::size_t>(keys[jj])] = w;
     const std::int64_t v0 = in.v.offset(b, g, keys[jj], 0);
@@ -271,7 +286,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
               2 * arithmetic.underflow;
     eta_naive[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * magnitude[jj] +
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
-    if (p.softcap) {
+    if (p.softcap && keys[jj] != sink_key) {  // the sink is not capped
       const double x = static_cast<double>(scaled_abs[jj]), capped = static_cast<double>(capped_abs[jj]);
       eta[jj] += softcap_error(static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * product_magnitude[jj]), x, capped, *p.softcap, u,
                                arithmetic.exp_error);
@@ -280,7 +295,8 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
                                      *p.softcap, u_naive, 4 * u_naive);
     }
   }
-  auto v_row = [&](std::int64_t j) { return wide.v.data() + in.v.offset(b, g, j, 0); };
+  const std::vector<double> no_value(static_cast<std::size_t>(p.d_v), 0.0);  // the sink's
+  auto v_row = [&](std::int64_t j) { return j == sink_key ? no_value.data() : wide.v.data() + in.v.offset(b, g, j, 0); };
   Real lse_coherent = 0;
   std::vector<Real> weighted_sigma(n);  // w_j sigma_j
   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -298,6 +314,17 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     }
   }
   for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] = u_naive * static_cast<double>(sqrt(squares[c]));
+  // A sink moves the whole row coherently: the larger of sigma and the keys' max is the one
+  // subtracted, and exp(sigma - m_keys) or its reciprocal, rounded once, scales either the sink's
+  // share of the sum or every key's (an online softmax's final rescale). Its typical error,
+  // u |sigma - m_keys| times the share it scales, adds to every output element's and the LSE's.
+  if (keys.back() == sink_key && n > 1) {
+    const Real sigma = s[n - 1], m_keys = *std::max_element(s.begin(), s.end() - 1);
+    const Real sink_share = e[n - 1] / sum;
+    const double coherent = u_naive * static_cast<double>(abs(sigma - m_keys) * (sigma > m_keys ? Real(1) - sink_share : sink_share));
+    for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] += coherent * std::fabs(static_cast<double>(result.out[c]));
+    result.lse_score_rounding += coherent;
+  }
   // Near the underflow threshold each weight may lose 2 underflows (exp, then the division) and
   // each product w_j v_jc one more, whatever |v_jc| is.
   weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * arithmetic.underflow, v_row, result.bound, &result.magnitude, arithmetic.underflow);

@@ -70,14 +70,15 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   result.magnitude.assign(d_v, 0.0);
   result.score_rounding.assign(d_v, 0.0);
 
-  const std::vector<std::int64_t> keys = visible_keys(in.mask, b, h, i);
+  std::vector<std::int64_t> keys = visible_keys(in.mask, b, h, i);
   if (keys.empty()) {
     result.fully_masked = true;
     result.lse = -std::numeric_limits<double>::infinity();
     return result;
   }
-  const std::size_t n = keys.size();
-  auto v_row = [&](std::int64_t j) { return wide.v.data() + in.v.offset(b, g, j, 0); };
+  std::size_t n = keys.size();
+  const std::vector<double> no_value(d_v, 0.0);  // the sink's (reference_row.hpp)
+  auto v_row = [&](std::int64_t j) { return j == sink_key ? no_value.data() : wide.v.data() + in.v.offset(b, g, j, 0); };
 
   // Scores, and per key A_j = scale sum_t |q_t k_jt| + |bias_j| (in double, inflated so that it
   // bounds the exact one; it overflows to inf rather than lie) and the partial sums' squares
@@ -125,6 +126,15 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     if (p.softcap) product_magnitude[jj] = scale * abs_dot * inflate, magnitude[jj] = (capped_abs[jj] + std::fabs(bias)) * inflate;
   }
 
+  // The sink: a pseudo-key with an exact score and no value, as in reference_row.hpp.
+  if (const std::optional<double> sink = pipeline.sink(h)) {
+    keys.push_back(sink_key);
+    s.push_back(Quad(*sink));
+    magnitude.push_back(0.0), score_sigma.push_back(0.0);
+    scaled_abs.push_back(0.0), capped_abs.push_back(0.0), product_magnitude.push_back(0.0);
+    ++n;
+  }
+
   // float128 for what must be precise and is O(n): s_j - m, exp, the sum, log, the weights.
   const Quad m = *std::max_element(s.begin(), s.end());
   std::vector<Quad> e(n);
@@ -167,7 +177,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     const double spread = std::fabs(shifted[jj]);
     eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u + score_underflow;
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * 1.01 * spread + 2 * u_naive;
-    if (p.softcap) {
+    if (p.softcap && keys[jj] != sink_key) {  // the sink is not capped
       // |x| from below (its double word's high part may lie above it): the slope is taken from above.
       eta[jj] += softcap_error(gamma_n(double(p.d_k) + 2, u) * product_magnitude[jj], scaled_abs[jj] * (1 - 0x1p-50), capped_abs[jj], *p.softcap,
                                u, 2 * u);
@@ -218,6 +228,14 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
       for (std::size_t c = 0; c < d_v; ++c)
         result.score_rounding[c] = u_naive * std::ldexp(std::sqrt(squares[c]), sigma_exponent + v_exponent);
     }
+  }
+  // A sink's coherent share (reference_row.hpp).
+  if (keys.back() == sink_key && n > 1) {
+    const Quad m_keys = *std::max_element(s.begin(), s.end() - 1);
+    const double sigma_gap = static_cast<double>(s[n - 1] - m_keys), sink_share = static_cast<double>(e[n - 1] / sum);
+    const double coherent = u_naive * std::fabs(sigma_gap) * (sigma_gap > 0 ? 1 - sink_share : sink_share);
+    for (std::size_t c = 0; c < d_v; ++c) result.score_rounding[c] += coherent * std::fabs(out_hi[c]);
+    result.lse_score_rounding += coherent;
   }
   if (!std::all_of(weighted_sigma.begin(), weighted_sigma.end(), [](double ws) { return std::isfinite(ws); }))
     result.lse_score_rounding = std::numeric_limits<double>::quiet_NaN();  // not finite: float128 takes the row

@@ -50,6 +50,7 @@ class FakeImplementation final : public Implementation {
     Capabilities c;
     c.summary = "test fake";
     c.dtypes = dtypes_;
+    declare_every_mask_and_shape(c);
     c.device = device;
     c.matmul_precision = matmul_precision;
     return c;
@@ -277,6 +278,7 @@ TEST(ProblemList, SlidingWindowFamiliesCountTheirVisiblePairs) {
     Capabilities describe() const override {
       Capabilities c;
       c.dtypes = {DType::f32};
+      declare_every_mask_and_shape(c);
       c.masks.windows = false;
       return c;
     }

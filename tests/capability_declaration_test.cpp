@@ -215,8 +215,9 @@ TEST(CapabilityDeclaration, WritesBackUnchanged) {
 
 TEST(CapabilityDeclaration, AKeyLeftOutDeclaresWhatTheBuiltInsDo) {
   const Capabilities caps = capabilities_from_json(nlohmann::json::parse(R"({"dtypes": ["f32"]})"), "test");
-  Capabilities builtin;
+  Capabilities builtin;  // the format's defaults: every mask and shape
   builtin.dtypes = {DType::f32};
+  declare_every_mask_and_shape(builtin);
   expect_same(caps, builtin);
   EXPECT_TRUE(caps.masks.bias && caps.masks.causal_bottom_right && caps.gqa && caps.different_dk_dv);
   EXPECT_EQ(caps.fully_masked, FullyMaskedPolicy::zeros);

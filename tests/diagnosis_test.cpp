@@ -124,7 +124,38 @@ std::vector<MutantCase> mutant_cases() {
     if (bias) p.bias = {true, 4.0, Broadcast::per_head};
     return p;
   };
+  // A sliding window of 5 keys before the diagonal, either alignment, n_q != n_k.
+  auto windowed = [&](Align align, std::int64_t n_q, std::int64_t n_k, DType dtype) {
+    Problem p = small(n_q, n_k, dtype);
+    p.window = Window{5, 0, align};
+    return p;
+  };
+  // ALiBi over 4 heads (slopes 1/4 to 1/256), causal at the bottom right, the peaked regime (so
+  // a changed bias is not lost in flat scores).
+  auto alibi = [&](DType dtype, std::int64_t h_q) {
+    Problem p = causal(Causal::bottom_right, 12, 20, dtype);
+    p.h_q = p.h_kv = h_q;
+    p.bias = BiasSpec::alibi();
+    return p;
+  };
+  // Sinks around 0 (comparable to the scores) and far above them, with fully masked rows.
+  auto with_sink = [&](Problem p, double mean) {
+    p.sinks = {true, mean, {}};
+    return p;
+  };
   return {
+      {Mistake::sink_ignored, "no sink",
+       {with_sink(small(), 0.0), with_sink(causal(Causal::bottom_right, 12, 20, DType::bf16), 2.0), with_sink(padded(KeyPadding::Kind::per_query), 1.0)}},
+      {Mistake::sink_in_numerator, "the denominator alone",
+       {with_sink(small(), 0.0), with_sink(causal(Causal::top_left, 20, 20, DType::f64), 3.0), with_sink(alibi(DType::f16, 4), -1.0)}},
+      {Mistake::window_alignment_swapped, "placed top_left",
+       {windowed(Align::bottom_right, 8, 20, DType::f32), windowed(Align::bottom_right, 20, 12, DType::bf16)}},
+      {Mistake::window_alignment_swapped, "placed bottom_right", {windowed(Align::top_left, 12, 20, DType::f64)}},
+      {Mistake::window_lower_bound_off_by_one, "6 keys before the diagonal instead of 5",
+       {windowed(Align::top_left, 20, 20, DType::f32), windowed(Align::bottom_right, 12, 20, DType::f16)}},
+      {Mistake::alibi_slopes_reversed, "reverse head order", {alibi(DType::f32, 4), alibi(DType::bf16, 3)}},
+      {Mistake::alibi_sign_flipped, "wrong sign", {alibi(DType::f32, 4), alibi(DType::f64, 1)}},
+      {Mistake::lse_base2, "base 2", {small(), causal(Causal::bottom_right, 12, 20, DType::f64), alibi(DType::f16, 2)}},
       {Mistake::softcap_ignored, "no soft-cap", {capped(2, false, DType::f32), capped(5, true, DType::bf16)}},
       {Mistake::softcap_clipped, "clipped to [-2, 2]", {capped(2, false, DType::f32), capped(2, true, DType::f64)}},
       {Mistake::softcap_after_bias, "after the bias", {capped(2, true, DType::f32), capped(5, true, DType::f16)}},
@@ -238,6 +269,7 @@ class Planted final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_mask_and_shape(c);
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
@@ -468,6 +500,7 @@ TEST(Diagnosis, FullyMaskedRowsSayWhatWasWritten) {
     Capabilities describe() const override {
       Capabilities c;
       c.dtypes = {DType::f32};
+      declare_every_mask_and_shape(c);
       return c;
     }
     Support supports(const Problem&) const override { return Support::yes(); }

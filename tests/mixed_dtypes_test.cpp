@@ -102,6 +102,7 @@ TEST(MixedDtypes, TensorsWorkingPrecisionAndBytesFollowTheRoles) {
 Capabilities one_dtype_kernel() {
   Capabilities c;
   c.dtypes = {DType::f16, DType::bf16};
+  declare_every_mask_and_shape(c);
   return c;
 }
 
@@ -143,6 +144,7 @@ TEST(MixedDtypes, AProjectionDropsUndeclaredOwnDtypesAndSaysSo) {
   EXPECT_EQ(project_onto(f32_output, bf16_inputs_f64_out), mixed);  // o to the nearest it declares
   Capabilities f32_only;
   f32_only.dtypes = {DType::f32};
+  declare_every_mask_and_shape(f32_only);
   EXPECT_EQ(project_onto(f32_only, mixed)->repro(), "b=1 hq=4 hkv=2 nq=9 nk=11 dk=16 dv=8 dtype=f32 causal=bottom_right regime=diffuse seed=4");
 
   Registry registry;
@@ -164,6 +166,7 @@ class OutputInInputPrecision final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     declare_every_dtype(c);
+    declare_every_mask_and_shape(c);
     c.summary = "cpu_naive, its output rounded to q's dtype before it is stored";
     return c;
   }

@@ -33,6 +33,7 @@ class Variant final : public Implementation {
     Capabilities c;
     c.summary = "a deliberately wrong variant of cpu_naive (test only)";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_mask_and_shape(c);
     c.returns_lse = returns_lse_;
     return c;
   }

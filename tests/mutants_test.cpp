@@ -33,9 +33,11 @@ std::vector<Problem> mutant_cases() {
   const std::pair<int, int> picks[] = {{2, 1},  {3, 2},  {6, 1},  {7, 0},  {8, 1},
                                        {12, 1}, {13, 0}, {15, 2}, {20, 2}, {23, 1}};
   for (auto [scenario, dtype] : picks) cases.push_back(all.at(std::size_t(scenario * 4 + dtype)));
-  // Soft-capped, under a causal window or none (the mutants know no other): the f32 and bf16 ones.
-  for (const Problem& p : all)
-    if (p.softcap && p.window.as_causal() && (p.dtype == DType::f32 || p.dtype == DType::bf16)) cases.push_back(p);
+  // Soft-capped, sliding windows, ALiBi: the f32 and bf16 ones.
+  for (const Problem& p : all) {
+    const bool variant = p.softcap || p.sinks.enabled || !p.window.as_causal() || (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi);
+    if (variant && (p.dtype == DType::f32 || p.dtype == DType::bf16)) cases.push_back(p);
+  }
   return cases;
 }
 
@@ -66,9 +68,9 @@ bool inert(std::optional<Mistake> which, const Problem& p) {
       for (std::int64_t h = 0; h < p.h_q; ++h)
         if (h % p.h_kv != p.kv_head(h)) return false;
       return true;
-    case Mistake::weights_not_normalised: return p.n_k == 1;
+    case Mistake::weights_not_normalised: return p.n_k == 1 && !p.sinks.enabled;  // a sink is one more term of the sum
     case Mistake::output_rows_permuted: return p.h_q == 1;
-    case Mistake::softmax_over_queries: return p.n_q == 1 && p.n_k == 1;  // a column of one query is its row
+    case Mistake::softmax_over_queries: return p.n_q == 1 && p.n_k == 1 && !p.sinks.enabled;  // a column of one query is its row
     case Mistake::causal_strict:
     case Mistake::padding_one_key_leaks:
     case Mistake::last_key_dropped: return same_visibility(mistake, p, Mask(p));
@@ -83,6 +85,19 @@ bool inert(std::optional<Mistake> which, const Problem& p) {
     case Mistake::softcap_ignored:
     case Mistake::softcap_clipped: return !p.softcap;
     case Mistake::softcap_after_bias: return !p.softcap || !p.bias.enabled;
+    case Mistake::window_alignment_swapped:
+    case Mistake::window_lower_bound_off_by_one: return same_visibility(mistake, p, Mask(p));
+    case Mistake::alibi_slopes_reversed:
+    case Mistake::alibi_sign_flipped: {
+      if (!p.bias.enabled || p.bias.kind != BiasSpec::Kind::alibi) return true;
+      const Tensor written = alibi_bias_as_written(mistake, p), right = Mask(p).bias_tensor();
+      for (std::int64_t e = 0; e < right.numel(); ++e)
+        if (written.get(e) != right.get(e)) return false;
+      return true;
+    }
+    case Mistake::lse_base2: return false;
+    case Mistake::sink_ignored:
+    case Mistake::sink_in_numerator: return !p.sinks.enabled;
     default: ADD_FAILURE() << to_string(mistake) << " has a mutant but no inert() rule"; return false;
   }
 }
@@ -123,16 +138,16 @@ std::string describe(const Record& r) {
 
 std::string implementation_name(Mistake m) { return "mutant_" + std::string(to_string(m)); }
 
-TEST(Mutants, TwentyFourDistinctNamedMutantsAndAControlThatPromiseEverything) {
+TEST(Mutants, ThirtyOneDistinctNamedMutantsAndAControlThatPromiseEverything) {
   const auto all = make_all();
-  ASSERT_EQ(all.size(), 24u);
-  ASSERT_EQ(all_mistakes().size(), 24u);
+  ASSERT_EQ(all.size(), 31u);
+  ASSERT_EQ(all_mistakes().size(), 31u);
   std::set<std::string> names;
   for (std::size_t n = 0; n < all.size(); ++n) {
     EXPECT_EQ(all[n]->name(), implementation_name(all_mistakes()[n]));
     names.insert(all[n]->name());
   }
-  EXPECT_EQ(names.size(), 24u);
+  EXPECT_EQ(names.size(), 31u);
   const auto control = make_correct_control();
   EXPECT_EQ(control->name(), "mutant_control");
   EXPECT_EQ(names.count(control->name()), 0u);
@@ -269,6 +284,16 @@ TEST(Mutants, EachMistakeIsCaughtByTheCaseMadeForIt) {
   caught(M::last_key_dropped, "per-query padding", [](const Problem& p) { return p.padding.kind == KeyPadding::Kind::per_query; });
   caught(M::output_all_zeros, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse; });
   caught(M::nondeterministic, "more than one row", [](const Problem& p) { return p.rows() > 1; });
+  const auto sliding = [](const Problem& p) { return p.window.left != Window::unbounded; };
+  caught(M::window_alignment_swapped, "a sliding window, n_q != n_k", [&](const Problem& p) { return sliding(p) && p.n_q != p.n_k; });
+  caught(M::window_lower_bound_off_by_one, "a sliding window", sliding);
+  const auto alibi = [](const Problem& p) { return p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi; };
+  caught(M::alibi_slopes_reversed, "ALiBi", alibi);
+  caught(M::alibi_sign_flipped, "ALiBi", alibi);
+  const auto sink = [](const Problem& p) { return p.sinks.enabled; };
+  caught(M::sink_ignored, "a sink", sink);
+  caught(M::sink_in_numerator, "a sink", sink);
+  caught(M::lse_base2, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse; });
 }
 
 struct Outputs {

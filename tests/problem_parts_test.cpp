@@ -144,6 +144,7 @@ class ClaimsBackward final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     c.dtypes = {DType::f16};
+    declare_every_mask_and_shape(c);
     c.operations = {Operation::forward, Operation::backward};
     return c;
   }
@@ -259,6 +260,30 @@ TEST(ProblemSoftcap, RoundTripsAndIsAppliedBetweenTheScaleAndTheBias) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("softcap"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Capabilities declare what is supported and nothing else: an implementation that names no
+// feature computes plain attention only, and every feature beyond it is refused naming it.
+TEST(Capabilities, NothingButPlainAttentionUnlessDeclared) {
+  Capabilities plain;
+  plain.dtypes = {DType::f32};
+  EXPECT_TRUE(covers(plain, parse_problem("b=1 hq=2 hkv=2 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none regime=diffuse seed=3")).ok);
+  for (const char* feature : {"hkv=1 causal=none", "hkv=2 causal=top_left", "hkv=2 causal=bottom_right", "hkv=2 causal=none pad=3",
+                              "hkv=2 causal=none bool=0.5@shared", "hkv=2 causal=none bias=1@shared", "hkv=2 causal=none bias=alibi",
+                              "hkv=2 window=2,0@top_left", "hkv=2 causal=none softcap=2"}) {
+    const Problem p = parse_problem(fmt::format("b=1 hq=2 {} nq=3 nk=5 dk=4 dv=4 dtype=f32 regime=diffuse seed=3", feature));
+    const Support s = covers(plain, p);
+    EXPECT_FALSE(s.ok) << feature;
+    EXPECT_NE(s.reason.find("not declared"), std::string::npos) << feature << ": " << s.reason;
+  }
+  EXPECT_FALSE(covers(plain, parse_problem("b=1 hq=2 hkv=2 nq=3 nk=5 dk=4 dv=8 dtype=f32 causal=none regime=diffuse seed=3")).ok);
+  // Every built-in names what it computes; none claims a mask kind it does not list.
+  Registry registry;
+  register_builtin_implementations(registry);
+  for (const Implementation* impl : registry.all()) {
+    const Capabilities c = impl->describe();
+    EXPECT_TRUE(c.masks.causal_top_left && c.masks.padding_per_query && c.gqa) << impl->name() << " lists its masks and GQA";
   }
 }
 

@@ -149,6 +149,8 @@ std::unique_ptr<Implementation> make_narrow() {
   c.dtypes = {DType::f32};
   c.layouts = {Layout::bhsd};
   c.masks = MaskSupport{true, true, true, false, false, false};
+  c.gqa = true;
+  c.different_dk_dv = true;
   return std::make_unique<DeclaredSubset>("narrow_f32_causal_padded", c, [](const Problem&) { return Support::yes(); });
 }
 
@@ -191,9 +193,9 @@ TEST(NarrowImplementations, EveryApplicablePropertyRunsItsFullCount) {
     EXPECT_EQ(v.kind, PropertyVerdict::Kind::held) << property.number << ": " << v.message << "\n" << describe_failure(v);
     EXPECT_EQ(v.cases, options.cases) << property.number;
   }
-  // Only property 1 (weights) and 16 (soft-capping, which it does not list) need what it lacks;
-  // 8 (GQA), 7 (causal), 2, 11, 13 (masks) apply.
-  EXPECT_EQ(applicable, int(property_suite().size()) - 2);
+  // Only property 1 (weights), 16 (soft-capping, which it does not list), 17 (windows), 18 (a
+  // bias) and 19 (sinks) need what it lacks; 8 (GQA), 7 (causal), 2, 11, 13 (masks) apply.
+  EXPECT_EQ(applicable, int(property_suite().size()) - 5);
 }
 
 TEST(NarrowImplementations, ThePlainestKernelHasAtLeastEightProperties) {
@@ -229,6 +231,8 @@ class ZeroTimesMaskedValues final : public Implementation {
     Capabilities c;
     c.dtypes = {DType::f32};
     c.masks = MaskSupport{true, true, true, false, false, false};
+    c.gqa = true;
+    c.different_dk_dv = true;
     c.masked_nonfinite_safe = declares_safe_;
     return c;
   }
@@ -280,6 +284,7 @@ TEST(MaskedNonFiniteValues, ALeakIsAFindingUnlessDeclaredSafe) {
 TEST(NarrowImplementations, TooFewAcceptedProblemsGiveUpWithAReason) {
   Capabilities c;
   c.dtypes = {DType::f32};
+  declare_every_mask_and_shape(c);
   const DeclaredSubset single_key("single_key_only", c, [](const Problem& p) {
     return p.n_k == 1 ? Support::yes() : Support::no("only n_k = 1");
   });

@@ -31,6 +31,7 @@ class RefusesEverything final : public Implementation {
   Capabilities describe() const override {
     Capabilities c;
     c.dtypes = {DType::f32};
+    declare_every_mask_and_shape(c);
     return c;
   }
   Support supports(const Problem&) const override { return Support::no("refuses everything"); }

@@ -117,6 +117,7 @@ class WrongLse final : public Implementation {
     Capabilities c;
     c.summary = "cpu_naive with the LSE of row 0 off by 1e-2";
     c.dtypes = {DType::f32};
+    declare_every_mask_and_shape(c);
     c.returns_lse = true;
     return c;
   }

@@ -201,6 +201,32 @@ void Diagnostician::isolated_rows_hypothesis(const Trial& against_truth) {
         against_truth);
 }
 
+// The output is right and the LSE is not: the LSE in base 2 (an exp2-based kernel's statistics
+// returned as they are), the reference's LSE times log2(e), within the LSE's own tolerance scaled
+// alike.
+void Diagnostician::lse_hypotheses() {
+  if (judging_.lse == nullptr || judging_.lse_agrees || !(judging_.lse_tolerance > 0)) return;
+  tried(M::lse_base2);
+  const ReferenceResult ref = compute_reference_at(p_, in_, rows_, reference_);
+  constexpr double log2e = 1.4426950408889634;
+  const double tolerance = judging_.lse_tolerance * log2e;
+  double worst = 0;
+  bool differs_from_natural = false;
+  for (std::size_t r = 0; r < rows_.size(); ++r) {
+    const double want = ref.lse[r], got = judging_.lse->get(rows_[r]);
+    if (!std::isfinite(want)) continue;  // a fully masked row's -inf is the same in every base
+    const double error = std::fabs(got - want * log2e);
+    if (!(error <= tolerance)) return;
+    worst = std::max(worst, error);
+    differs_from_natural |= !(std::fabs(got - want) <= judging_.lse_tolerance);
+  }
+  if (!differs_from_natural) return;
+  match(M::lse_base2,
+        "the LSE matches log2 of the row sum (max * log2(e) + log2(sum)): the exp2 softmax's statistics returned in base 2; the "
+        "LSE is the natural log (divide by log2(e), or multiply by ln 2)",
+        Trial{true, worst, tolerance});
+}
+
 Diagnosis Diagnostician::run() {
   diagnosis_.ran = true;
   diagnosis_.rows = std::int64_t(rows_.size());
@@ -218,6 +244,8 @@ Diagnosis Diagnostician::run() {
   const Prediction truth = by_reference(p_, in_);
   const Trial against_truth = judge_prediction(truth);
   if (against_truth.pass) {
+    lse_hypotheses();
+    if (!diagnosis_.matches.empty()) return diagnosis_;
     diagnosis_.note = "the output agrees with the reference on the rows the diagnosis compares; the failure is elsewhere (LSE or the baseline)";
     return diagnosis_;
   }
@@ -230,6 +258,8 @@ Diagnosis Diagnostician::run() {
     }
   scale_hypotheses();
   softcap_hypotheses();
+  alibi_hypotheses();
+  sink_hypotheses();
   mask_hypotheses();
   masked_fill_hypotheses();
   key_layout_hypotheses();

@@ -42,6 +42,10 @@ struct DiagnosisJudging {
   // A second run's output on the same inputs, or null. When its bits differ from the first run's
   // the failure is named nondeterministic, and a hypothesis is named only if both runs match it.
   const Tensor* rerun = nullptr;
+  // The LSE the implementation returned, or null, and the tolerance its verdict held it to: when
+  // the output is right and the LSE is not, the LSE's own mistakes are tested (lse_base2).
+  const Tensor* lse = nullptr;
+  double lse_tolerance = 0;
 };
 
 struct DiagnosisMatch {

@@ -43,6 +43,38 @@ void Diagnostician::softcap_hypotheses() {
              by_row_rule(RowRule{.softcap_mistake = M::softcap_after_bias}));
 }
 
+// ALiBi's slopes in reverse head order, or its bias added with the wrong sign: the reference on
+// the case's inputs with the bias as each mistake writes it (alibi_bias_as_written).
+void Diagnostician::alibi_hypotheses() {
+  if (!p_.bias.enabled || p_.bias.kind != BiasSpec::Kind::alibi) return;
+  auto with_alibi_as = [&](MistakeId id) { return CaseInputs{in_.q, in_.k, in_.v, in_.mask.with_bias(alibi_bias_as_written(id, p_))}; };
+  if (p_.h_q > 1)
+    consider(M::alibi_slopes_reversed,
+             fmt::format("the output matches ALiBi's slopes in reverse head order: head h used head {} - h's slope (head 0 has the "
+                         "steepest, {:g})",
+                         p_.h_q - 1, alibi_slope(0, p_.h_q)),
+             by_reference(p_, with_alibi_as(M::alibi_slopes_reversed)));
+  consider(M::alibi_sign_flipped,
+           "the output matches ALiBi's bias added with the wrong sign, + slope |i + delta - j|: distant keys favoured instead of "
+           "penalised",
+           by_reference(p_, with_alibi_as(M::alibi_sign_flipped)));
+}
+
+// The sink left out of the denominator: the reference without it; its term added to every
+// weight's numerator too: a row rule (the reference computes the sink as asked only).
+void Diagnostician::sink_hypotheses() {
+  if (!p_.sinks.enabled) return;
+  Problem without = p_;
+  without.sinks = {};
+  consider(M::sink_ignored,
+           "the output matches no sink: the softmax over the keys alone, without the head's sink logit in its denominator",
+           by_reference(without, in_));
+  consider(M::sink_in_numerator,
+           "the output matches the sink's term exp(sigma - m) added to every key's weight as well as to the denominator: the sink "
+           "belongs to the denominator alone (it carries no value)",
+           by_row_rule(RowRule{.sink_mistake = M::sink_in_numerator}));
+}
+
 // Another constant: fitted on a few rows (long double, the unscaled dot products computed once),
 // then confirmed on every diagnosis row with the reference. A fit close to a recognisable value
 // is confirmed with that exact value and named.

@@ -282,7 +282,10 @@ class Diagnostician {
   void scale_hypotheses();
   void fit_scale();
   void softcap_hypotheses();
+  void alibi_hypotheses();
+  void sink_hypotheses();
   void mask_hypotheses();
+  void lse_hypotheses();
   void masked_fill_hypotheses();
   void key_layout_hypotheses();
   void head_mapping_hypotheses();

@@ -12,6 +12,7 @@ Capabilities GivenOutputs::describe() const {
   Capabilities caps;
   caps.summary = summary_;
   declare_every_dtype(caps);
+  declare_every_mask_and_shape(caps);  // the outputs answer the given problem, whatever it is
   // The LSE is judged for all cases or none (verify asks an implementation for it on every case).
   caps.returns_lse = !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const GivenCase& c) { return c.lse.has_value(); });
   caps.fully_masked = FullyMaskedPolicy::zeros;

@@ -1,5 +1,6 @@
 #include "verification/mistakes.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace attn {
@@ -13,6 +14,10 @@ const std::vector<KnownMistake>& known_mistakes() {
       {M::softcap_ignored, "softcap_ignored", "the soft-cap was ignored: the scaled scores used as they are"},
       {M::softcap_clipped, "softcap_clipped", "the scores were clipped to [-c, c] instead of soft-capped, c tanh(s / c)"},
       {M::softcap_after_bias, "softcap_after_bias", "the soft-cap was applied after the bias, c tanh((s + bias) / c), instead of before it"},
+      {M::alibi_slopes_reversed, "alibi_slopes_reversed", "ALiBi's slopes were taken in reverse head order: head h got head h_q - 1 - h's slope"},
+      {M::alibi_sign_flipped, "alibi_sign_flipped", "ALiBi's bias was added with the wrong sign: + slope |i + delta - j|, favouring distant keys"},
+      {M::sink_ignored, "sink_ignored", "the attention sink was ignored: the softmax over the keys alone"},
+      {M::sink_in_numerator, "sink_in_numerator", "the sink's term exp(sigma - m) was added to every weight's numerator as well as to the denominator"},
       {M::causal_alignment_swapped, "causal_alignment_swapped", "a top-left causal mask where bottom-right was asked, or the reverse"},
       {M::causal_ignored, "causal_ignored", "the causal part of the mask was ignored"},
       {M::padding_ignored, "padding_ignored", "the key padding (valid lengths) was ignored"},
@@ -35,6 +40,7 @@ const std::vector<KnownMistake>& known_mistakes() {
       {M::no_max_subtraction, "no_max_subtraction", "exp(s) instead of exp(s - max): large scores overflow"},
       {M::softmax_over_queries, "softmax_over_queries", "the softmax normalised down each key's column (over the queries) instead of along the row"},
       {M::weights_rounded_to_bf16, "weights_rounded_to_bf16", "the softmax weights were rounded to bf16 before P V"},
+      {M::lse_base2, "lse_base2", "the LSE was returned in base 2 (max * log2(e) + log2(sum)) instead of the natural log"},
       {M::row_max_init_finite, "row_max_init_finite", "the row max started at a finite value instead of -inf: rows far below it underflow to 0/0"},
       {M::masked_nonfinite_leak, "masked_nonfinite_leak", "NaN/Inf in masked K/V rows reached visible outputs (0 * NaN)"},
       {M::output_all_zeros, "output_all_zeros", "the output was left as zeros (the kernel never ran)"},
@@ -43,6 +49,18 @@ const std::vector<KnownMistake>& known_mistakes() {
       {M::nondeterministic, "nondeterministic", "two runs on the same inputs differ in bits (a race)"},
   };
   return catalogue;
+}
+
+Tensor alibi_bias_as_written(MistakeId mistake, const Problem& p) {
+  Tensor bias(p.dtype_of(Role::bias), {1, p.h_q, p.n_q, p.n_k});
+  const std::int64_t delta = alibi_delta(p);
+  const double sign = mistake == MistakeId::alibi_sign_flipped ? 1.0 : -1.0;
+  for (std::int64_t h = 0; h < p.h_q; ++h) {
+    const double slope = alibi_slope(mistake == MistakeId::alibi_slopes_reversed ? p.h_q - 1 - h : h, p.h_q);
+    for (std::int64_t i = 0; i < p.n_q; ++i)
+      for (std::int64_t j = 0; j < p.n_k; ++j) bias.set(bias.offset(0, h, i, j), sign * slope * double(std::llabs(i + delta - j)));
+  }
+  return bias;
 }
 
 const KnownMistake& known_mistake(MistakeId id) {

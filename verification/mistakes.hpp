@@ -11,6 +11,7 @@
 
 #include "core/problem.hpp"
 #include "core/score_pipeline.hpp"
+#include "core/tensor.hpp"
 
 namespace attn {
 
@@ -21,6 +22,10 @@ enum class MistakeId {
   softcap_ignored,               // no soft-capping: the scaled scores used as they are
   softcap_clipped,               // the scores clipped to [-c, c] instead of c tanh(s / c)
   softcap_after_bias,            // c tanh((s + bias) / c): the cap applied after the bias
+  alibi_slopes_reversed,         // ALiBi's slopes in reverse head order: head h given head h_q - 1 - h's
+  alibi_sign_flipped,            // ALiBi added with the wrong sign: + slope_h |i + delta - j|
+  sink_ignored,                  // the sink left out of the denominator
+  sink_in_numerator,             // the sink's term exp(sigma_h - m) added to every weight's numerator too
   causal_alignment_swapped,      // top-left where bottom-right was asked, or the reverse
   causal_ignored,                // no causal mask
   padding_ignored,               // no key padding
@@ -43,6 +48,7 @@ enum class MistakeId {
   no_max_subtraction,            // exp(s) instead of exp(s - max)
   softmax_over_queries,          // the softmax down each key's column
   weights_rounded_to_bf16,       // P rounded to bf16 before P V
+  lse_base2,                     // the LSE returned in base 2 (log2 of the row sum), as exp2-based kernels hold it
   row_max_init_finite,           // the row max starts at a finite value
   masked_nonfinite_leak,         // NaN/Inf in masked K/V rows reach visible outputs
   output_all_zeros,              // O left as zeros
@@ -63,6 +69,11 @@ T softcap_as_written(std::optional<MistakeId> mistake, const ScorePipeline& pipe
   if (mistake == MistakeId::softcap_after_bias) return pipeline.capped<T>(scaled + bias);
   return pipeline.capped<T>(scaled) + bias;
 }
+
+// ALiBi's bias [1, h_q, n_q, n_k] as a mistake writes it (alibi_slopes_reversed,
+// alibi_sign_flipped; any other: the problem's own), rounded to the bias role's dtype as Mask
+// rounds the right one. The mutants compute with it, the diagnosis predicts with it.
+Tensor alibi_bias_as_written(MistakeId mistake, const Problem& p);
 
 struct KnownMistake {
   MistakeId id;

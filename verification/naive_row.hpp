@@ -44,6 +44,7 @@ struct RowRule {
   std::optional<DType> weights_rounded_to = std::nullopt;  // the weights rounded to this dtype before P V
   bool rounded_before_division = false;     // exp(s - max) rounded and P V divided by the (unrounded) sum after
   std::optional<MistakeId> softcap_mistake = std::nullopt;  // soft-capping written this way (softcap_as_written)
+  std::optional<MistakeId> sink_mistake = std::nullopt;     // the sink written this way: sink_ignored, sink_in_numerator
 };
 
 // One output row under a rule, in T: cpu_naive's order (sequential dot product, times the scale,
@@ -79,11 +80,20 @@ bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const R
   T m = *std::max_element(s.begin(), s.end());
   if (rule.max_init) m = std::max(m, static_cast<T>(*rule.max_init));
   if (m == excluded) return false;
+  // The sink (the pipeline's step 5) joins the max and the sum, as cpu_naive adds it.
+  const std::optional<double> sink = rule.sink_mistake == MistakeId::sink_ignored ? std::nullopt : pipeline.sink(h);
+  if (sink) m = std::max(m, static_cast<T>(*sink));
   T sum = 0;
   for (auto& e : s) {
     e = rule.subtract_max ? std::exp(e - m) : std::exp(e);
     sum += e;
   }
+  const T sink_term = sink ? (rule.subtract_max ? std::exp(static_cast<T>(*sink) - m) : std::exp(static_cast<T>(*sink))) : T(0);
+  sum += sink_term;
+  // sink_in_numerator: every visible key's numerator gets the sink's term as well.
+  if (sink && rule.sink_mistake == MistakeId::sink_in_numerator)
+    for (std::int64_t j = 0; j < p.n_k; ++j)
+      if (pipeline.visible(b, h, i, j)) s[static_cast<std::size_t>(j)] += sink_term;
   if (sum == T(0) && rule.zero_sum_gives_zeros) return true;
   auto rounded = [&](T w) { return rule.weights_rounded_to ? static_cast<T>(round_to(*rule.weights_rounded_to, static_cast<double>(w))) : w; };
   const bool divide_after = rule.normalise && rule.rounded_before_division;

@@ -231,7 +231,8 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
           record.verdict.reasons.push_back("in the diagnosis's second run: " + late);
       record.diagnosis = diagnose(p, in, o.out,
                                   DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale, caps.fully_masked,
-                                                   record.metrics, lse_agrees, rerun ? &rerun->out : nullptr},
+                                                   record.metrics, lse_agrees, rerun ? &rerun->out : nullptr,
+                                                   caps.returns_lse ? &o.lse : nullptr, lse ? lse->tolerance : 0.0},
                                   options.diagnosis);
     }
   } catch (const std::exception& e) {

@@ -118,10 +118,11 @@ def encode_output(out64, dtype):
     raise ValueError(f"unknown dtype {dtype}")
 
 
-def attention_numpy(arrays, scale, softcap=None):
+def attention_numpy(arrays, scale, softcap=None, sinks=None):
     """softmax(cap(q k^T * scale) + bias, masked keys excluded) v in float64, cap(s) = c tanh(s / c)
-    when the case has a soft-cap c; fully masked rows zero (apply_policy turns them into NaN where
-    that is the policy)."""
+    when the case has a soft-cap c, and head h's sink logit one more term of each row's denominator
+    when it has sinks; fully masked rows zero (apply_policy turns them into NaN where that is the
+    policy)."""
     q = arrays["q"].astype(np.float64)
     h_q = q.shape[1]
     k = repeat_kv(arrays["k"].astype(np.float64), h_q)
@@ -135,8 +136,14 @@ def attention_numpy(arrays, scale, softcap=None):
         scores = np.where(arrays["mask"], scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)
     visible = np.isfinite(row_max)
+    sink = None if sinks is None else np.asarray(sinks, dtype=np.float64).reshape(1, h_q, 1, 1)
+    if sink is not None:
+        row_max = np.maximum(row_max, sink)
     weights = np.exp(scores - np.where(visible, row_max, 0.0))
-    weights = weights / np.where(visible, weights.sum(axis=-1, keepdims=True), 1.0)
+    total = weights.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        total = total + np.exp(sink - np.where(visible, row_max, 0.0))
+    weights = weights / np.where(visible, total, 1.0)
     return np.einsum("bhij,bhjd->bhid", weights, v) * visible
 
 
@@ -149,14 +156,17 @@ def apply_policy(out, arrays, policy):
     return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
 
 
-def attention_torch(arrays, scale, dtypes, device, softcap=None):
+def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None):
     """SDPA on the case in compute_dtype(), its output in o's dtype's file encoding; a soft-capped
-    case (which SDPA cannot express) as PyTorch operations in the working precision."""
+    case or one with sinks (which SDPA cannot express) as PyTorch operations in the working
+    precision, the sinks as one more column of the scores whose weight is then dropped (gpt-oss's
+    reference form)."""
     import torch
     import torch.nn.functional as F
 
     dtype = compute_dtype(dtypes, arrays)
-    if softcap is not None:
+    manual = softcap is not None or sinks is not None
+    if manual:
         dtype = "f64" if dtype == "f64" else "f32"
     torch_dtype = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
@@ -177,13 +187,19 @@ def attention_torch(arrays, scale, dtypes, device, softcap=None):
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
     with torch.no_grad():
-        if softcap is None:
+        if not manual:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         else:
-            scores = softcap * torch.tanh(q @ k.transpose(-2, -1) * scale / softcap)
+            scores = q @ k.transpose(-2, -1) * scale
+            if softcap is not None:
+                scores = softcap * torch.tanh(scores / softcap)
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-            out = torch.softmax(scores, dim=-1) @ v
+            if sinks is None:
+                out = torch.softmax(scores, dim=-1) @ v
+            else:
+                column = tensor(np.asarray(sinks, dtype=np.float64)).reshape(1, h_q, 1, 1).expand(*scores.shape[:3], 1)
+                out = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1] @ v
     if dtype != dtypes["o"]:
         # A mixed-precision case: the f32 or f64 result rounded once to o's dtype (float64 holds
         # it exactly; encode_output rounds from there).
@@ -207,7 +223,7 @@ def declaration(fully_masked):
         "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query", "bool_mask", "bias"],
         "gqa": True,
         "different_dk_dv": True,
-        "score_modifications": ["softcap"],
+        "score_modifications": ["softcap", "sink"],
         "fully_masked": fully_masked,
         "returns_lse": False,
     }
@@ -269,11 +285,11 @@ def main():
         if policy not in ("zeros", "nan", "any"):
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
-        dtypes, scale, softcap = role_dtypes(case), case["scale"], case.get("softcap")
+        dtypes, scale, softcap, sinks = role_dtypes(case), case["scale"], case.get("softcap"), case.get("sinks")
         if backend == "torch":
-            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap), arrays, policy)
+            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks), arrays, policy)
         else:
-            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap), dtypes["o"]), arrays, policy)
+            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap, sinks), dtypes["o"]), arrays, policy)
         expected = case["out"]
         if list(out.shape) != expected["shape"] or out.dtype.str != expected["npy_dtype"]:
             sys.exit(f"case {case['index']} ({case['repro']}): the output is {list(out.shape)} {out.dtype.str}, "

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cmath>
+#include <optional>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
@@ -139,10 +140,15 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   copy_as<Acc>(in.q, in.q.offset(b, h, i0, 0), tq * dk, w.q);
   std::fill(w.q + tq * dk, w.q + rows_padded * dk, Acc(0));
   std::fill(w.o, w.o + rows_padded * dv_padded, Acc(0));
+  // The sink (the pipeline's step 5) is the running softmax's first term: max sigma, sum 1, no
+  // value. Every key's exp(s - m) is then taken against a max that holds it, as cpu_naive's are
+  // (folding it in at the end would scale the whole row by one rounded exp(m - sigma)).
+  const ScorePipeline pipeline(p, mask);
+  const std::optional<double> sink = pipeline.sink(h);
   std::int64_t tile_limit = 0, first_key = p.n_k;
   for (std::int64_t r = 0; r < rows_padded; ++r) {
-    w.m[r] = minus_inf;
-    w.l[r] = 0;
+    w.m[r] = sink ? static_cast<Acc>(*sink) : minus_inf;
+    w.l[r] = sink ? Acc(1) : Acc(0);
     const auto [lo, hi] = r < tq ? mask.key_range(b, i0 + r) : std::pair<std::int64_t, std::int64_t>{0, 0};
     w.limit[r] = hi;
     tile_limit = std::max(tile_limit, hi);
@@ -151,7 +157,6 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   // Scores are scaled after the product, as dot * scale (folding the scale into Q would round
   // every Q element first and double the score error). With a bias, scale and bias are applied
   // together where the bias is read; without, in the softmax's max pass.
-  const ScorePipeline pipeline(p, mask);
   const Acc exponent_scale = pipeline.beyond_scale() ? Acc(1) : static_cast<Acc>(pipeline.scale());
 
   // Key tiles past every row's causal/padding limit are never visited, nor those before every
@@ -299,7 +304,8 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   Tensor* lse = a.tensors.output(Role::lse);
   for (std::int64_t r = 0; r < tq; ++r) {
     const std::int64_t row = (b * p.h_q + h) * p.n_q + i0 + r;
-    const bool empty = w.l[r] == Acc(0);
+    // With a sink every row's sum holds its term from the start: emptiness is the mask's.
+    const bool empty = sink ? mask.row_fully_masked(b, h, i0 + r) : w.l[r] == Acc(0);
     // o / l, one rounding (o * (1 / l) would be two); an empty row's o is 0 and gives 0.
     const Acc sum = empty ? Acc(1) : w.l[r];
     const std::int64_t out0 = row * dv;
@@ -363,10 +369,12 @@ class CpuBlocked final : public Implementation {
     c.summary = "flash-style tiles (384 queries x 512 keys) with an online softmax, register-blocked SIMD micro-kernels, threads over (b, h, query tile); "
                 "f64, or f32 for f32/f16/bf16";
     declare_every_dtype(c);  // each tensor is read and written in its own dtype
+    declare_every_mask_and_shape(c);
     c.returns_lse = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
-    c.score_modifications = {ScoreModification::softcap};  // core/score_pipeline.hpp, on the scalar path of each tile
+    // core/score_pipeline.hpp: soft-capping on the scalar path of each tile, the sink when a row is written.
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "core/precision.hpp"
@@ -67,12 +68,16 @@ void run_in(const RunArgs& a) {
             for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), 0.0);
           continue;
         }
-        // Softmax: subtract the row max, exponentiate, normalise.
+        // Softmax: subtract the row max, exponentiate, normalise. A sink joins the max and the
+        // sum (the pipeline's step 5) and nothing else.
+        const std::optional<double> sink = pipeline.sink(h);
+        if (sink) m = std::max(m, static_cast<Acc>(*sink));
         Acc sum = 0;
         for (std::size_t j = 0; j < nk; ++j) {
           s[j] = std::exp(s[j] - m);
           sum += s[j];
         }
+        if (sink) sum += std::exp(static_cast<Acc>(*sink) - m);
         for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;
         // Weighted sum of V, each output summed over j in order; j outermost so V is read row
         // by row (column order made n_k * d_v strided reads, which fell out of cache at large n).

@@ -14,11 +14,12 @@ class CpuNaive final : public Implementation {
     Capabilities c;
     c.summary = "textbook softmax(QK^T * scale + mask) V with the score matrix materialised; f64, or f32 for f32/f16/bf16";
     declare_every_dtype(c);  // each tensor is read and written in its own dtype
+    declare_every_mask_and_shape(c);
     c.returns_lse = true;
     c.returns_weights = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
-    c.score_modifications = {ScoreModification::softcap};  // core/score_pipeline.hpp, per score
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};  // core/score_pipeline.hpp
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -177,7 +177,11 @@ class CublasAttention final : public Implementation {
     c.returns_lse = true;
     c.deterministic = true;  // fixed cuBLAS workspace, no atomics, no split-k reductions across streams
     c.fully_masked = FullyMaskedPolicy::zeros;
-    c.masks.windows = false;  // the softmax kernel takes one key limit per row: no lower bound
+    // The softmax kernel takes one key limit per row: causal windows and padding, no lower bound.
+    c.masks = {.causal_top_left = true, .causal_bottom_right = true, .padding_per_batch = true, .padding_per_query = true,
+               .bool_mask = true, .bias = true};
+    c.gqa = true;
+    c.different_dk_dv = true;
     if (precision_ == MatmulPrecision::tf32) {
       c.summary = "unfused on the GPU: cuBLAS GEMMs with TF32 tensor-core products (f32 inputs), masked softmax in f32";
       c.dtypes = {DType::f32};

@@ -165,7 +165,11 @@ class FusedAttention final : public Implementation {
     c.returns_lse = true;
     c.deterministic = true;  // no atomics; every row's keys are visited in one fixed order
     c.fully_masked = FullyMaskedPolicy::zeros;
-    c.masks.windows = false;  // one key limit per row: causal windows and padding only
+    // One key limit per row: causal windows and padding, no lower bound.
+    c.masks = {.causal_top_left = true, .causal_bottom_right = true, .padding_per_batch = true, .padding_per_query = true,
+               .bool_mask = true, .bias = true};
+    c.gqa = true;
+    c.different_dk_dv = true;  // zero-padded to the larger head dimension
     c.max_head_dim = 256;     // the largest kernel; smaller head dimensions pad up to the next one
     return c;
   }

@@ -64,6 +64,7 @@ Capabilities FileOutputs::describe() const {
   caps.summary = fmt::format("outputs another program wrote as .npy files into {}", dir_.string());
   caps.device = "cpu";
   declare_every_dtype(caps);
+  declare_every_mask_and_shape(caps);
   caps.returns_lse = has_lse_;
   caps.fully_masked = FullyMaskedPolicy::zeros;
   // Undeclared, the outputs answer the named cases exactly, soft-capped ones as named.

@@ -113,7 +113,11 @@ typedef struct {
  *   BIAS     [batch, h_q, n_q, n_k]       added to the scaled scores; stride 0 where broadcast
  *   MASK     [batch, h_q, n_q, n_k]       BOOL, nonzero = visible; stride 0 where broadcast. The
  *                                         window and the padding are NOT folded into it.
- *   SINK     [h_q]                        reserved: a per-head logit in every row's denominator
+ *   SINK     [h_q] FLOAT 32               the attention sink's logit of each query head (FEATURE_SINK):
+ *                                         one more term exp(sink - m) in every row's softmax
+ *                                         denominator, with no value (m: the max of the row's
+ *                                         scores and the sink); a row that sees no key stays
+ *                                         fully masked
  *   CU_SEQLENS_Q/K  [batch + 1] INT32     reserved: packed sequences (prefix sums of lengths)
  *   SEQLENS_K       [batch] INT32         reserved: per-sequence key lengths (paged caches)
  *   BLOCK_TABLE     [batch, blocks] INT32 reserved: paged K/V (page_size keys per block)
@@ -232,7 +236,7 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
 #define ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY (1u << 13)
 #define ATTNBENCH_FEATURE_CAUSAL_ONLY (1u << 14)
 #define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* softcap * tanh(s / softcap) of the scaled scores (call.softcap) */
-#define ATTNBENCH_FEATURE_SINK (1u << 17)      /* reserved */
+#define ATTNBENCH_FEATURE_SINK (1u << 17)      /* attention sinks: the SINK tensor, one logit per query head */
 #define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* reserved */
 #define ATTNBENCH_FEATURE_PACKED (1u << 19)    /* reserved: CU_SEQLENS_Q/K */
 #define ATTNBENCH_FEATURE_PAGED (1u << 20)     /* reserved: BLOCK_TABLE, page_size */

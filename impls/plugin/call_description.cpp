@@ -105,6 +105,8 @@ std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_
   const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
   if (p.bool_mask.enabled) specs.push_back({"mask", ATTNBENCH_ROLE_MASK, dl_bool, 4, scores, broadcast_strides(p, p.bool_mask.broadcast)});
   if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data(Role::bias), 4, scores, broadcast_strides(p, p.bias.broadcast)});
+  // [h_q] f32 (the trailing extents of 1 only fill the four every view is stored with).
+  if (p.sinks.enabled) specs.push_back({"sink", ATTNBENCH_ROLE_SINK, to_dl(DType::f32), 1, {p.h_q, 1, 1, 1}, {1, 1, 1, 1}});
   return specs;
 }
 

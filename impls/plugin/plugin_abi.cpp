@@ -210,6 +210,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.accumulation_precision = info.accumulation_precision;
   caps.fully_masked = info.fully_masked;
   if (info.has(ATTNBENCH_FEATURE_SOFTCAP)) caps.score_modifications.push_back(ScoreModification::softcap);
+  if (info.has(ATTNBENCH_FEATURE_SINK)) caps.score_modifications.push_back(ScoreModification::sink);
   return caps;
 }
 

@@ -228,10 +228,14 @@ def _round(a64, dtype):
 
 # ---- call styles: each returns (call, finish): call() calls fn, finish(result) -> (o, lse) ----
 
-def _pass_score_modifications(inputs, kwargs):
-    """softcap=c for a soft-capped case (only a convention that lists "softcap" is given one)."""
-    if inputs["softcap"] is not None:
-        kwargs["softcap"] = inputs["softcap"]
+def _pass_score_modifications(args, kwargs):
+    """softcap=c for a soft-capped case, sinks=[h_q] (float32, in the function's framework) for a
+    case with attention sinks: only a convention that lists them is given such cases."""
+    i = args.inputs
+    if i["softcap"] is not None:
+        kwargs["softcap"] = i["softcap"]
+    if i["sinks"] is not None:
+        kwargs["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
 
 
 def _call_native(conv, fn, args, want_lse):
@@ -239,7 +243,7 @@ def _call_native(conv, fn, args, want_lse):
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
     kwargs = dict(scale=i["scale"], window=i["window"], valid_lens=args.array(i["valid_lens"]), mask=args.array(i["mask"]),
                   bias=args.array(i["bias"], p.dtype_of("bias")) if i["bias"] is not None else None, o_dtype=args.dtype(p.dtype_of("o")))
-    _pass_score_modifications(i, kwargs)
+    _pass_score_modifications(args, kwargs)
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "native"))
 
 
@@ -254,7 +258,7 @@ def _call_torch_sdpa(conv, fn, args, want_lse):
         kwargs["attn_mask"] = _additive(args, args.visibility() if args.restricted() else None)
     elif args.restricted():
         kwargs["attn_mask"] = _plain(args.visibility().astype(bool), args.framework, args.device)
-    _pass_score_modifications(i, kwargs)
+    _pass_score_modifications(args, kwargs)
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "torch_sdpa"))
 
@@ -275,7 +279,7 @@ def _call_flash_attn(conv, fn, args, want_lse):
         kwargs["alibi_slopes"] = _plain(np.asarray(i["alibi_slopes"], np.float32), fw, args.device)
     if want_lse:
         kwargs["return_attn_probs"] = True
-    _pass_score_modifications(i, kwargs)  # flash_attn_func's softcap (FlashAttention >= 2.6)
+    _pass_score_modifications(args, kwargs)  # flash_attn_func's softcap (FlashAttention >= 2.6)
     def finish(result):
         if want_lse:
             return _split(result, True, "flash_attn")
@@ -306,7 +310,7 @@ def _call_described(conv, fn, args, want_lse):
                 if (needs or i["bias"] is not None) else None
         else:
             kwargs["mask"] = _plain(args.visibility().astype(bool), fw, args.device) if needs else None
-    _pass_score_modifications(i, kwargs)
+    _pass_score_modifications(args, kwargs)
     return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "described"))
 
 

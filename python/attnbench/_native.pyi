@@ -81,6 +81,12 @@ class Problem:
         """The soft-cap c (scores s become c tanh(s / c)), or None"""
 
     @property
+    def sinks(self) -> list[float] | None:
+        """
+        Each query head's attention-sink logit (one more term of its rows' softmax denominator), or None
+        """
+
+    @property
     def effective_scale(self) -> float: ...
 
     @property

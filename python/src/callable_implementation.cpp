@@ -60,6 +60,8 @@ nb::dict inputs_dict(const Problem& p, const CaseInputs& in) {
   d["scale"] = p.scale ? nb::cast(*p.scale) : nb::none();  // None: the default, 1/sqrt(d_k)
   d["effective_scale"] = p.effective_scale();
   d["softcap"] = p.softcap ? nb::cast(*p.softcap) : nb::none();  // c tanh(s / c) of the scaled scores, or none
+  // Each query head's sink logit (f32 values), one more term of its rows' denominator, or none.
+  d["sinks"] = p.sinks.enabled ? nb::cast(sink_logits(p)) : nb::none();
   if (p.window.is_none()) {
     d["window"] = nb::none();
   } else {

@@ -301,6 +301,9 @@ NB_MODULE(_native, m) {
            "The dtype of a role (q k v bias o), its own where the problem mixes dtypes")
       .def_prop_ro("scale", [](const Problem& p) { return p.scale; }, "The explicit scale, or None for 1/sqrt(d_k)")
       .def_prop_ro("softcap", [](const Problem& p) { return p.softcap; }, "The soft-cap c (scores s become c tanh(s / c)), or None")
+      .def_prop_ro(
+          "sinks", [](const Problem& p) { return p.sinks.enabled ? std::optional<std::vector<double>>(sink_logits(p)) : std::nullopt; },
+          "Each query head's attention-sink logit (one more term of its rows' softmax denominator), or None")
       .def_prop_ro("effective_scale", &Problem::effective_scale)
       .def_prop_ro("regime", [](const Problem& p) { return std::string(to_string(p.regime)); })
       .def_prop_ro("layout", [](const Problem& p) { return std::string(to_string(p.layout)); })

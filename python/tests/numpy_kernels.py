@@ -220,7 +220,7 @@ def _scale_as_written(mistake, scale, d_k: int) -> float:
 # The one implementation
 # ---------------------------------------------------------------------------------------------
 
-def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mistake=None):
+def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mistake=None, sinks=None):
     global _nondeterministic_calls
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -272,10 +272,16 @@ def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mista
         init = FINITE_ROW_MAX_INIT if mistake == "row_max_init_finite" else -np.inf
         m = np.fmax.reduce(s, axis=-1, initial=init).astype(acc)  # a NaN score is skipped, as std::max does
         full = m == -np.inf  # every key masked: zeros, LSE -inf
+        # Attention sinks: head h's logit joins the max and the sum of every row that sees a key.
+        sink = None if sinks is None or mistake == "sink_ignored" else np.asarray(sinks).astype(acc).reshape(1, h_q, 1)
+        if sink is not None:
+            m = np.where(full, m, np.maximum(m, sink)).astype(acc)
         subtract_max = mistake != "no_max_subtraction"
         e = np.exp(s - m[..., None]) if subtract_max else np.exp(s)
         e = np.where(full[..., None], 0, e).astype(acc)
         total = e.sum(axis=-1, dtype=acc)
+        if sink is not None:
+            total = np.where(full, total, total + np.exp(sink - m)).astype(acc)
         p = e if mistake == "weights_not_normalised" else e / total[..., None]  # 0/0 = NaN in row_max_init_finite
         p = np.where(full[..., None], 0, p).astype(acc)
         if mistake == "weights_rounded_to_bf16":
@@ -300,9 +306,9 @@ def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mista
 # ---------------------------------------------------------------------------------------------
 
 def _kernel(mistake, doc):
-    def fn(q, k, v, *, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=None):
+    def fn(q, k, v, *, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=None, sinks=None):
         return _attention(q, k, v, scale=scale, window=window, valid_lens=valid_lens, mask=mask, bias=bias,
-                          o_dtype=o_dtype, mistake=mistake)
+                          o_dtype=o_dtype, mistake=mistake, sinks=sinks)
     fn.__name__ = fn.__qualname__ = "correct_attention" if mistake is None else mistake
     fn.__doc__ = doc
     fn.mistake = mistake

@@ -30,10 +30,26 @@ ALSO_NAMED = {
 def test_a_correct_numpy_kernel_passes_the_default_set():
     result = attnbench.verify(numpy_kernels.CORRECT, cases="default", convention=MUTANT_CONVENTION)
     assert result.passed, result.summary()
-    # Only the soft-capped cases are skipped: torch's SDPA signature, the convention's, has no soft-cap.
+    # Only the soft-capped cases and those with sinks are skipped: the convention lists neither.
     skipped = [r for r in result.records if r["status"] == "skip"]
-    assert all(r["skip_reason"] == "soft-capping (softcap=) not declared" for r in skipped), skipped[:3]
-    assert len(skipped) == sum("softcap=" in r["repro"] for r in result.records) > 0
+    assert all(r["skip_reason"] in ("soft-capping (softcap=) not declared", "attention sinks (sink=, sinks=) not declared")
+               for r in skipped), skipped[:3]
+    assert len(skipped) == sum("softcap=" in r["repro"] or " sink=" in r["repro"] for r in result.records) > 0
+
+
+def test_attention_sinks_reach_a_callable_that_lists_them():
+    """score_modifications=("sink",) passes sinks=[h_q] (float32) on a case with sinks; a kernel
+    that adds them to its denominator passes every such default case, and one that drops them is
+    diagnosed sink_ignored."""
+    cases = [p for p in attnbench.cases("default") if p.sinks is not None and p.softcap is None]
+    assert len(cases) == 20 and all(len(p.sinks) == p.h_q for p in cases)
+    convention = attnbench.native(returns_lse=True, masked_nonfinite_safe=True, score_modifications=("sink",))
+    result = attnbench.verify(numpy_kernels.CORRECT, cases=cases, convention=convention, name="numpy_sinks")
+    assert result.passed and result.counts["skip"] == 0, result.summary()
+    dropping = attnbench.verify(lambda *a, sinks=None, **kw: numpy_kernels.CORRECT(*a, **kw), cases=cases[:6], convention=convention,
+                                name="numpy_sinks_dropped")
+    assert not dropping.passed
+    assert all(f.hypotheses and f.hypotheses[0] == "sink_ignored" for f in dropping.failures), dropping.summary()
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ expect_file_has capdeclared.out "1 passed, 0 failed, 0 skipped over 1 cases"
 echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"], "score_modifications": ["softcapp"]}' >typo.json
 run captypo check --cases capcases --outputs capout --declare typo.json --threads 1 --json ""
 expect_rc 2
-expect_file_has captypo.err "'score_modifications': unknown \"softcapp\" (expected a list of some of softcap)"
+expect_file_has captypo.err "'score_modifications': unknown \"softcapp\" (expected a list of some of softcap, sink)"
 
 mkdir foreign && echo keep >foreign/notes.txt
 run foreign cases --out foreign --cases "$here/cases.txt"

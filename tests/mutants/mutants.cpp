@@ -19,30 +19,26 @@ using Which = std::optional<Mistake>;  // none: the control
 
 // ---- The mistaken pieces of the mask, evaluated locally (core/mask.cpp's rules, one changed) ----
 
-// The end of Mask::key_range with the causal alignment and the padding as the mutant (mis)reads
-// them. Mutants read causal windows only (they refuse any other, Mutant::supports).
-std::int64_t key_limit_as_written(Which mistake, const Problem& p, std::int64_t b, std::int64_t i) {
-  Causal causal = p.window.as_causal().value_or(Causal::none);
-  if (mistake == M::causal_ignored) causal = Causal::none;
-  if (mistake == M::causal_alignment_swapped) {
-    if (causal == Causal::top_left)
-      causal = Causal::bottom_right;
-    else if (causal == Causal::bottom_right)
-      causal = Causal::top_left;
-  }
-  std::int64_t limit = p.n_k;
-  const std::int64_t diagonal_past = mistake == M::causal_strict ? 0 : 1;  // strict: key i + delta itself masked
-  if (causal == Causal::top_left) limit = std::min(limit, i + diagonal_past);
-  if (causal == Causal::bottom_right) limit = std::min(limit, i + diagonal_past + (p.n_k - p.n_q));
+// Mask::key_range with the window and the padding as the mutant (mis)reads them.
+std::pair<std::int64_t, std::int64_t> key_range_as_written(Which mistake, const Problem& p, std::int64_t b, std::int64_t i) {
+  Window w = p.window;
+  const bool causal = w.is_causal(), sliding = !w.is_none() && !causal;
+  if (mistake == M::causal_ignored && causal) w = Window{};
+  if ((mistake == M::causal_alignment_swapped && causal) || (mistake == M::window_alignment_swapped && sliding))
+    w.align = w.align == Align::top_left ? Align::bottom_right : Align::top_left;
+  // One key more before the diagonal: j >= i + delta - left - 1 (a `>` written `>=` one key early).
+  if (mistake == M::window_lower_bound_off_by_one && w.left != Window::unbounded) w.left += 1;
+  auto [lo, hi] = w.key_range(i, p.n_q, p.n_k);
+  if (mistake == M::causal_strict && causal) hi = std::min(hi, std::max<std::int64_t>(i + w.delta(p.n_q, p.n_k), 0));  // key i + delta masked
   if (mistake != M::padding_ignored) {
     const std::int64_t leak = mistake == M::padding_one_key_leaks ? 1 : 0;  // j <= valid_len
     if (p.padding.kind == KeyPadding::Kind::per_batch)
-      limit = std::min({limit, p.padding.valid_len[static_cast<std::size_t>(b)] + leak, p.n_k});
+      hi = std::min({hi, p.padding.valid_len[static_cast<std::size_t>(b)] + leak, p.n_k});
     if (p.padding.kind == KeyPadding::Kind::per_query)
-      limit = std::min({limit, p.padding.valid_len[static_cast<std::size_t>(b * p.n_q + i)] + leak, p.n_k});
+      hi = std::min({hi, p.padding.valid_len[static_cast<std::size_t>(b * p.n_q + i)] + leak, p.n_k});
   }
-  if (mistake == M::last_key_dropped) limit -= 1;  // for (j = 0; j < limit - 1; ++j)
-  return std::max<std::int64_t>(limit, 0);
+  if (mistake == M::last_key_dropped) hi -= 1;  // for (j = lo; j < hi - 1; ++j)
+  return {lo, std::max(lo, hi)};
 }
 
 // The boolean mask's flag for (b, h, i, j), whatever causality and padding say. The flags are
@@ -167,7 +163,12 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   const auto nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   const Acc scale = static_cast<Acc>(scale_as_written(mistake, p));
-  const ScorePipeline pipeline(p, in.mask);
+  // ALiBi's mistakes: the mask with the bias as they write it.
+  const bool alibi_mistake = (mistake == M::alibi_slopes_reversed || mistake == M::alibi_sign_flipped) && p.bias.enabled &&
+                             p.bias.kind == BiasSpec::Kind::alibi;
+  const std::optional<Mask> mask_as_written = alibi_mistake ? std::optional(in.mask.with_bias(alibi_bias_as_written(*mistake, p))) : std::nullopt;
+  const Mask& mask = mask_as_written ? *mask_as_written : in.mask;
+  const ScorePipeline pipeline(p, mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
   const Acc fill = static_cast<Acc>(masked_fill_value(p));
 
@@ -190,11 +191,14 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
           }
           Acc dot = 0;
           for (std::size_t t = 0; t < dk; ++t) dot += q[t] * k[j * dk + t];
-          s[j] = softcap_as_written<Acc>(mistake, pipeline, p, dot * scale, static_cast<Acc>(in.mask.bias(b, h, i, std::int64_t(j))));
+          s[j] = softcap_as_written<Acc>(mistake, pipeline, p, dot * scale, static_cast<Acc>(mask.bias(b, h, i, std::int64_t(j))));
         }
         Acc m = mistake == M::row_max_init_finite ? static_cast<Acc>(finite_row_max_init) : excluded;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
 
+        // The sink joins the max (rows that see no key stay fully masked, below).
+        const std::optional<double> sink = mistake == M::sink_ignored || m == excluded ? std::nullopt : pipeline.sink(h);
+        if (sink) m = std::max(m, static_cast<Acc>(*sink));
         const std::int64_t row = (b * p.h_q + h) * p.n_q + i;  // LSE and weights: the right row
         const std::int64_t out_row = (b * p.h_q + output_head_as_written(mistake, p, h)) * p.n_q + i;
         if (m == excluded) {  // every key masked: zeros, LSE -inf
@@ -211,6 +215,13 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
           s[j] = subtract_max ? std::exp(s[j] - m) : std::exp(s[j]);
           sum += s[j];
         }
+        if (sink) {
+          const Acc sink_term = subtract_max ? std::exp(static_cast<Acc>(*sink) - m) : std::exp(static_cast<Acc>(*sink));
+          sum += sink_term;
+          if (mistake == M::sink_in_numerator)  // every seen key's numerator gets the sink's term too
+            for (std::size_t j = 0; j < nk; ++j)
+              if (sees(mistake, p, in.mask, b, h, i, std::int64_t(j))) s[j] += sink_term;
+        }
         if (mistake != M::weights_not_normalised)
           for (std::size_t j = 0; j < nk; ++j) s[j] /= sum;  // row_max_init_finite: 0 / 0 where every exp underflowed
         if (mistake == M::weights_rounded_to_bf16)
@@ -222,7 +233,11 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
           if (s[j] != Acc(0) || mistake == M::masked_nonfinite_leak)
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
         for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
-        if (lse) lse->set(row, static_cast<double>(subtract_max ? m + std::log(sum) : std::log(sum)));
+        if (lse) {
+          const Acc natural = subtract_max ? m + std::log(sum) : std::log(sum);
+          // lse_base2: max * log2(e) + log2(sum), what an exp2-based kernel holds, returned as it is.
+          lse->set(row, mistake == M::lse_base2 ? static_cast<double>(m * Acc(1.4426950408889634) + std::log2(sum)) : static_cast<double>(natural));
+        }
         if (weights)
           for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
       }
@@ -268,6 +283,7 @@ class MutantAttention final : public Implementation {
     c.summary = "deliberately wrong attention (test only): " + description(mistake_) +
                 "; single-threaded, f64 or f32 for f32/f16/bf16";
     c.dtypes = {DType::f64, DType::f32, DType::f16, DType::bf16};
+    declare_every_mask_and_shape(c);
     c.returns_lse = true;
     c.returns_weights = true;
     c.deterministic = true;
@@ -275,8 +291,7 @@ class MutantAttention final : public Implementation {
     // The control leaves masked keys out of P V: NaN in a masked V row never reaches it. Declared,
     // property 13 is a failure (not a finding) for the mutant that multiplies them in.
     c.masked_nonfinite_safe = true;
-    c.masks.windows = false;  // the mutants' mask rules know causal windows only
-    c.score_modifications = {ScoreModification::softcap};
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
@@ -306,7 +321,8 @@ const std::vector<Mistake>& all_mistakes() {
       M::softmax_over_queries,     M::causal_strict,          M::weights_rounded_to_bf16,  M::padding_one_key_leaks,
       M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_nonfinite_leak,   M::last_key_dropped,
       M::output_all_zeros,        M::nondeterministic,       M::softcap_ignored,         M::softcap_clipped,
-      M::softcap_after_bias};
+      M::softcap_after_bias,       M::window_alignment_swapped, M::window_lower_bound_off_by_one, M::alibi_slopes_reversed,
+      M::alibi_sign_flipped,       M::lse_base2,                M::sink_ignored,             M::sink_in_numerator};
   return mistakes;
 }
 
@@ -320,7 +336,11 @@ bool sees(std::optional<Mistake> mistake, const Problem& p, const Mask& mask, st
     case M::causal_strict:
     case M::padding_one_key_leaks:
     case M::last_key_dropped:
-      return j < key_limit_as_written(mistake, p, b, i) && bool_flag(p, mask, b, h, i, j);
+    case M::window_alignment_swapped:
+    case M::window_lower_bound_off_by_one: {
+      const auto [lo, hi] = key_range_as_written(mistake, p, b, i);
+      return lo <= j && j < hi && bool_flag(p, mask, b, h, i, j);
+    }
     case M::last_key_tile_dropped: {
       // Loops over full tiles, then forgets the remainder tile (only once a full tile exists).
       const std::int64_t full_tiles_end = p.n_k / key_tile * key_tile;

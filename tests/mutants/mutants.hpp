@@ -6,7 +6,7 @@
 // everything (so a kill is the mistake's doing, not the harness's or the scaffolding's).
 //
 // Every mutant declares returns_lse, returns_weights, deterministic, fully_masked = zeros,
-// masked_nonfinite_safe and all four dtypes, and supports every problem with a causal window or none: nothing excuses it from a check.
+// masked_nonfinite_safe and all four dtypes, and supports every problem: nothing excuses it from a check.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,7 +28,7 @@ using Mistake = MistakeId;
 
 // The mistake's name in the catalogue; "control" for none.
 std::string_view to_string(std::optional<Mistake> mistake);
-// The 24 mistakes that have a mutant, in a fixed order (make_all()'s).
+// The 31 mistakes that have a mutant, in a fixed order (make_all()'s).
 const std::vector<Mistake>& all_mistakes();
 
 // The tile width of last_key_tile_dropped.
@@ -37,12 +37,13 @@ inline constexpr std::int64_t key_tile = 16;
 inline constexpr double finite_row_max_init = -1e4;
 
 std::unique_ptr<Implementation> make_mutant(Mistake mistake);
-std::vector<std::unique_ptr<Implementation>> make_all();       // the 24 mutants, in all_mistakes() order
+std::vector<std::unique_ptr<Implementation>> make_all();       // the 31 mutants, in all_mistakes() order
 std::unique_ptr<Implementation> make_correct_control();        // "mutant_control"
 
 // Whether the implementation with `mistake` treats key j as visible to query i of (b, h): the
 // Mask's answer, except for the mask mistakes (causal_ignored, causal_alignment_swapped,
-// padding_ignored, last_key_tile_dropped, causal_strict, padding_one_key_leaks, last_key_dropped),
+// padding_ignored, last_key_tile_dropped, causal_strict, padding_one_key_leaks, last_key_dropped,
+// window_alignment_swapped, window_lower_bound_off_by_one),
 // which evaluate visibility with the mistake applied. None: the control, the Mask's answer.
 // masked_fill sees what the Mask sees; its mistake is what it does with the rest.
 bool sees(std::optional<Mistake> mistake, const Problem& problem, const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i,

@@ -3,7 +3,8 @@
  * double and rounded once to the output type. It implements the forward pass with everything
  * attnbench asks of it today: f64, f32, f16 and bf16; any strides (so BHSD and BSHD); any window
  * (causal top-left and bottom-right among them), key padding per batch and per query, a boolean
- * mask and an additive bias, in any combination; soft-capping of the scaled scores; GQA/MQA;
+ * mask and an additive bias (ALiBi arrives as one), in any combination; soft-capping of the scaled
+ * scores; attention sinks (a per-head logit in each row's denominator); GQA/MQA;
  * d_k != d_v; the row log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
  * Single-threaded and O(n_k) scratch per row: a yardstick, not a fast kernel.
  *
@@ -99,7 +100,7 @@ static void store(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t 
 
 typedef struct {
   const attnbench_call* p;
-  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias;
+  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias, *sink;
   long double* scores; /* n_k entries */
   unsigned char* visible; /* n_k entries */
 } row_context;
@@ -136,12 +137,16 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
     if (!any || s > max) max = s;
     any = 1;
   }
-  if (!any) { /* fully masked: zeros, LSE -inf (the policy this plugin declares) */
+  if (!any) { /* fully masked: zeros, LSE -inf (the policy this plugin declares), sink or not */
     for (int64_t x = 0; x < p->d_v; ++x) store(c->out, b, h, i, x, 0.0L);
     if (c->lse != NULL) store(c->lse, b, h, i, 0, -INFINITY);
     return;
   }
-  long double sum = 0;
+  /* An attention sink: head h's logit joins the max and the denominator, and carries no value. */
+  const long double sink =
+      c->sink != NULL ? (long double)((const float*)((const char*)c->sink->data + c->sink->byte_offset))[h * c->sink->strides[0]] : 0.0L;
+  if (c->sink != NULL && sink > max) max = sink;
+  long double sum = c->sink != NULL ? expl(sink - max) : 0.0L;
   for (int64_t j = first; j < limit; ++j)
     if (c->visible[j]) sum += (c->scores[j] = expl(c->scores[j] - max));
   for (int64_t x = 0; x < p->d_v; ++x) {
@@ -172,6 +177,7 @@ static int c_cpu_run(const attnbench_call* p, char* error, size_t error_len) {
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_LSE),
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_MASK),
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_BIAS),
+                   attnbench_call_tensor(p, ATTNBENCH_ROLE_SINK),
                    NULL,
                    NULL};
   c.scores = malloc(sizeof(long double) * (size_t)(p->n_k > 0 ? p->n_k : 1));
@@ -214,7 +220,8 @@ static const attnbench_plugin_v2 c_cpu_plugin = {
         ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
             ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BOOL_MASK |
             ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_LSE |
-            ATTNBENCH_FEATURE_DETERMINISTIC | ATTNBENCH_FEATURE_SLIDING_WINDOW | ATTNBENCH_FEATURE_SOFTCAP,
+            ATTNBENCH_FEATURE_DETERMINISTIC | ATTNBENCH_FEATURE_SLIDING_WINDOW | ATTNBENCH_FEATURE_SOFTCAP |
+            ATTNBENCH_FEATURE_SINK,
         ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED,
         ATTNBENCH_FULLY_MASKED_AS_ZEROS,
         c_cpu_dtypes,
