@@ -50,10 +50,10 @@ struct Scratch {
            + aligned(sizeof(Acc) * row_block * key_tile)  // scores, then weights, of a row block
            + aligned(sizeof(Acc) * query_tile * dv)       // output accumulator
            + 2 * aligned(sizeof(Acc) * query_tile)        // running max and sum
-           + aligned(sizeof(std::int64_t) * query_tile);  // per-row key limits
+           + 2 * aligned(sizeof(std::int64_t) * query_tile);  // per-row first keys and key limits
   }
   Acc *q, *k, *v, *s, *o, *m, *l;
-  std::int64_t* limit;
+  std::int64_t *first, *limit;
   Scratch(std::byte* base, const Problem& p) {
     const auto dk = std::size_t(p.d_k), dv = std::size_t(padded_dv(p));
     auto take = [&](std::size_t n) {
@@ -68,6 +68,7 @@ struct Scratch {
     o = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile * dv));
     m = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile));
     l = reinterpret_cast<Acc*>(take(sizeof(Acc) * query_tile));
+    first = reinterpret_cast<std::int64_t*>(take(sizeof(std::int64_t) * query_tile));
     limit = reinterpret_cast<std::int64_t*>(take(sizeof(std::int64_t) * query_tile));
   }
 };
@@ -150,6 +151,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
     w.m[r] = sink ? static_cast<Acc>(*sink) : minus_inf;
     w.l[r] = sink ? Acc(1) : Acc(0);
     const auto [lo, hi] = r < tq ? mask.key_range(b, i0 + r) : std::pair<std::int64_t, std::int64_t>{0, 0};
+    w.first[r] = lo;
     w.limit[r] = hi;
     tile_limit = std::max(tile_limit, hi);
     if (lo < hi) first_key = std::min(first_key, lo);
@@ -185,20 +187,24 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
       // The block's work near the diagonal is per 12 rows and per panel of keys, not per tile:
       // leading row groups that see no key of this tile and panels past every row's limit are
       // left out of both products.
-      std::int64_t block_keys = 0, first_row = block_rows;
+      std::int64_t block_keys = 0, first_row = block_rows, first_col = tile_keys;
       for (std::int64_t r = 0; r < block_rows; ++r) {
         const std::int64_t visible = std::clamp<std::int64_t>(limit[r] - j0, 0, tile_keys);
         block_keys = std::max(block_keys, visible);
-        if (visible > 0) first_row = std::min(first_row, r);
+        if (visible > 0) first_row = std::min(first_row, r), first_col = std::min(first_col, std::max<std::int64_t>(w.first[block0 + r] - j0, 0));
       }
       if (block_keys == 0) continue;
       first_row = first_row / score_rows * score_rows;
+      // Under a sliding window the keys before every row's window start are left out of the
+      // scores, the softmax and the value product alike, from the panel that holds the first one
+      // on (their weights would be exactly 0: the same bits either way).
+      first_col = has_lower ? first_col / panel_width * panel_width : 0;
       // Scores are computed for whole vectors of keys: whole panels, and half of the last one
       // when no row of the block sees past its first vector.
       const std::int64_t columns = round_up(block_keys, L);
       Acc* const s = w.s;  // row r of the block at s + r * key_tile
 
-      for (std::int64_t c0 = 0; c0 < columns; c0 += panel_width)
+      for (std::int64_t c0 = first_col; c0 < columns; c0 += panel_width)
         for (std::int64_t r = first_row; r < block_rows; r += score_rows) {
           const Acc* q_rows = w.q + (block0 + r) * dk;
           Acc* s_rows = s + r * key_tile + c0;
@@ -214,22 +220,22 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         Acc* const scores = s + r * key_tile;
         const std::int64_t visible = std::clamp<std::int64_t>(limit[r] - j0, 0, block_keys);
         if (pipeline.beyond_scale())
-          for (std::int64_t c = 0; c < visible; ++c) scores[c] = pipeline.score<Acc>(scores[c], b, h, i0 + row, j0 + c);
+          for (std::int64_t c = first_col; c < visible; ++c) scores[c] = pipeline.score<Acc>(scores[c], b, h, i0 + row, j0 + c);
         if (has_bool)
-          for (std::int64_t c = 0; c < visible; ++c)
+          for (std::int64_t c = first_col; c < visible; ++c)
             if (!mask.visible(b, h, i0 + row, j0 + c)) scores[c] = minus_inf;
         if (has_lower && row < tq) {
-          const std::int64_t first = std::clamp<std::int64_t>(mask.key_range(b, i0 + row).first - j0, 0, visible);
-          std::fill(scores, scores + first, minus_inf);
+          const std::int64_t first = std::clamp<std::int64_t>(w.first[row] - j0, first_col, std::max(visible, first_col));
+          std::fill(scores + first_col, scores + first, minus_inf);
         }
-        std::fill(scores + visible, scores + columns, minus_inf);
+        std::fill(scores + std::max(visible, first_col), scores + columns, minus_inf);
 
         // Scaled scores are rounded and stored before the row max is taken and subtracted: an
         // FMA of score * scale - max would subtract from the unrounded product, off by up to
         // half an ulp of the score, which near the dtype's overflow is itself astronomically
         // large. Two running maxima: one alone would wait on max's latency at every vector.
         V top0 = simd::broadcast(minus_inf), top1 = top0;
-        std::int64_t c = 0;
+        std::int64_t c = first_col;
         for (; c + 2 * L <= columns; c += 2 * L) {
           const V scaled0 = simd::load(scores + c) * exponent_scale, scaled1 = simd::load(scores + c + L) * exponent_scale;
           simd::store(scores + c, scaled0);
@@ -249,7 +255,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         }
         const Acc correction = w.m[row] == minus_inf ? Acc(0) : std::exp(w.m[row] - m_new);
         V sum{};
-        for (std::int64_t c = 0; c < columns; c += L) {
+        for (std::int64_t c = first_col; c < columns; c += L) {
           // exp of -inf (a masked key) is exactly 0; every other argument is <= 0.
           const V weights = simd::exp<Acc>(simd::load(scores + c) - m_new);
           simd::store(scores + c, weights);
@@ -274,21 +280,22 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
           shared_keys = std::min(shared_keys, std::clamp<std::int64_t>(limit[g] - j0, 0, block_keys));
         if (has_bool || has_lower) shared_keys = 0;
         if (values_finite) shared_keys = block_keys;
-        const Acc* weights = s + r * key_tile;
+        const Acc* weights = s + r * key_tile + first_col;
+        const std::int64_t micro_keys = std::max<std::int64_t>(shared_keys - first_col, 0);
         for (std::int64_t c0 = 0; c0 < dv_padded; c0 += value_vectors * L) {
           const auto vectors = std::min<std::int64_t>(value_vectors, (dv_padded - c0) / L);
           Acc* out = w.o + (block0 + r) * dv_padded + c0;
-          const Acc* v0 = values + c0;
+          const Acc* v0 = values + first_col * values_stride + c0;
           switch (vectors) {
-            case 4: micro::weighted_values<Acc, value_rows, 4>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
-            case 3: micro::weighted_values<Acc, value_rows, 3>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
-            case 2: micro::weighted_values<Acc, value_rows, 2>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
-            default: micro::weighted_values<Acc, value_rows, 1>(weights, key_tile, v0, values_stride, shared_keys, out, dv_padded); break;
+            case 4: micro::weighted_values<Acc, value_rows, 4>(weights, key_tile, v0, values_stride, micro_keys, out, dv_padded); break;
+            case 3: micro::weighted_values<Acc, value_rows, 3>(weights, key_tile, v0, values_stride, micro_keys, out, dv_padded); break;
+            case 2: micro::weighted_values<Acc, value_rows, 2>(weights, key_tile, v0, values_stride, micro_keys, out, dv_padded); break;
+            default: micro::weighted_values<Acc, value_rows, 1>(weights, key_tile, v0, values_stride, micro_keys, out, dv_padded); break;
           }
         }
         for (std::int64_t g = r; g < r + value_rows; ++g) {
           Acc* out = w.o + (block0 + g) * dv_padded;
-          for (std::int64_t j = shared_keys; j < block_keys; ++j) {
+          for (std::int64_t j = std::max(shared_keys, first_col); j < block_keys; ++j) {
             const Acc weight = s[g * key_tile + j];
             if (weight == Acc(0)) continue;
             for (std::int64_t c = 0; c < dv_padded; c += L)
