@@ -116,6 +116,83 @@ def test_flex_attention_soft_capping_passes_the_default_sets_soft_capped_cases()
     assert all(f.hypotheses and f.hypotheses[0] == "softcap_ignored" for f in ignoring.failures), ignoring.summary()
 
 
+def flex_as_flash_attn(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None, softcap=0.0,
+                       return_attn_probs=False, mistake=None):
+    """FlexAttention called with flash_attn_func's arguments (BSHD), each variant in FlexAttention's
+    own form, computed from the positions: the causal mask and the sliding window as a mask_mod
+    (a BlockMask), ALiBi (-slope_h |i + n_k - n_q - j|) and the soft-cap in the score_mod. A
+    `mistake` writes one of them wrong, as a kernel author might."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    assert dropout_p == 0.0 and not return_attn_probs
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    n_q, n_k = qt.shape[2], kt.shape[2]
+    delta = n_k - n_q  # flash_attn_func aligns bottom-right
+    left, right = window_size
+    if causal:
+        right = 0
+    if mistake == "window_lower_bound_off_by_one" and left >= 0:
+        left += 1
+    slopes = None if alibi_slopes is None else alibi_slopes.to(qt.dtype)
+    if slopes is not None and mistake == "alibi_slopes_reversed":
+        slopes = slopes.flip(0)
+    cap = torch.tensor(softcap, dtype=qt.dtype) if softcap else None
+
+    def score_mod(score, b, h, i, j):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            score = score - slopes[h] * torch.abs(i + delta - j)
+        return score
+
+    def mask_mod(b, h, i, j):
+        keep = j >= 0
+        if right >= 0:
+            keep = keep & (j <= i + delta + right)
+        if left >= 0:
+            keep = keep & (j >= i + delta - left)
+        return keep
+
+    block_mask = None
+    if left >= 0 or right >= 0:
+        block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=n_q, KV_LEN=n_k, device=str(qt.device))
+    out = flex_attention(qt, kt, vt, score_mod=score_mod, block_mask=block_mask, scale=softmax_scale, enable_gqa=qt.shape[1] != kt.shape[1])
+    return out.transpose(1, 2)
+
+
+@torch_only
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
+def test_flex_attention_positional_alibi_window_and_soft_cap_pass_and_their_mistakes_are_named():
+    """FlexAttention's own forms of ALiBi (a score_mod of the positions), the sliding window and
+    the causal mask (a mask_mod), and soft-capping, as real third-party kernels through
+    flash_attn_func's convention, on every default case in f32 and f64 with ALiBi, a window or a
+    soft-cap; the same kernel with ALiBi's slopes reversed, or its window one key wider, is named."""
+    try:
+        import torch
+        q = torch.randn(1, 4, 1, 8)
+        flex_as_flash_attn(q, q, q, causal=True, alibi_slopes=torch.ones(1))
+    except Exception as e:  # noqa: BLE001 - this PyTorch cannot run it on the CPU
+        pytest.skip(f"FlexAttention does not run on this CPU build: {e}")
+    convention = attnbench.flash_attn(dtypes=("f32", "f64"), score_modifications=("softcap",))
+
+    def variant(p):
+        alibi = "bias=alibi" in p.repro()
+        return p.dtype in ("f32", "f64") and p.sinks is None and (alibi or "window=" in p.repro() or p.softcap is not None)
+
+    cases = [p for p in attnbench.cases("default") if variant(p)]
+    result = attnbench.verify(flex_as_flash_attn, cases=cases, convention=convention, arrays="torch", name="flex_attention_positional")
+    assert result.passed, result.summary()
+    ran = [r for r in result.records if r["status"] != "skip"]
+    assert len(ran) >= 20, result.summary()
+    assert any("bias=alibi" in r["repro"] for r in ran) and any("window=" in r["repro"] for r in ran)
+    for mistake, matched in (("alibi_slopes_reversed", lambda p: "bias=alibi" in p.repro() and p.h_q > 1),
+                             ("window_lower_bound_off_by_one", lambda p: "window=" in p.repro())):
+        wrong = attnbench.verify(lambda *a, **kw: flex_as_flash_attn(*a, mistake=mistake, **kw), cases=[p for p in cases if matched(p)][:4],
+                                 convention=convention, arrays="torch", name=f"flex_{mistake}")
+        assert not wrong.passed, mistake
+        assert all(f.hypotheses and f.hypotheses[0] == mistake for f in wrong.failures), wrong.summary()
+
+
 def jax_as_sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """jax.nn.dot_product_attention with torch SDPA's arguments (it takes BSHD and a boolean mask
     or an additive bias)."""
