@@ -230,6 +230,7 @@ std::string VerifyRecord::mask() const {
   // The score modifications: a soft-capped case is its own variant.
   if (problem.is_object() && problem.contains("softcap") && problem["softcap"].is_number())
     parts.push_back(fmt::format("softcap {:g}", problem["softcap"].get<double>()));
+  if (problem.is_object() && problem.contains("sinks") && problem["sinks"].is_object()) parts.push_back("sink");
   if (parts.empty()) return "none";
   std::string out = parts.front();
   for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];

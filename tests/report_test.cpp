@@ -332,13 +332,13 @@ TEST(VerifyRecord, RoundTripsRareFieldsAndNonFiniteFigures) {
 }
 
 // The verdict table groups by the problem's real variant: a sliding window is not "none", ALiBi is
-// not a plain bias, a soft-cap is named, and roles in a dtype of their own are part of the dtype.
+// not a plain bias, a soft-cap and sinks are named, and roles in a dtype of their own are part of the dtype.
 TEST(VerifyRecord, NamesWindowsAlibiAndRoleDtypes) {
   json r = {{"implementation", "impl"}, {"repro", "R"}, {"status", "pass"}, {"metrics", {{"max_abs", 1e-6}, {"max_ulps", 3.0}}}};
   r["problem"] = json::parse(R"({"dtype": "f16", "role_dtypes": {"o": "f32"}, "window": {"align": "bottom_right", "left": 3, "right": 0},
-                                  "bias": {"broadcast": "h", "kind": "alibi"}, "softcap": 30})");
+                                  "bias": {"broadcast": "h", "kind": "alibi"}, "softcap": 30, "sinks": {"logits": [0.5]}})");
   const VerifyRecord v = read_verify_record(r, 0, "v.json");
-  EXPECT_EQ(v.mask(), "window 3,0@bottom_right + alibi + softcap 30");
+  EXPECT_EQ(v.mask(), "window 3,0@bottom_right + alibi + softcap 30 + sink");
   EXPECT_EQ(v.dtype(), "f16 (o: f32)");
 }
 
