@@ -287,6 +287,40 @@ TEST(Capabilities, NothingButPlainAttentionUnlessDeclared) {
   }
 }
 
+// Sinks: drawn per head from the seed or given, f32 values either way; the repro string reads back
+// the same problem; a count other than h_q, or a logit that is not a number, is bad input naming it.
+TEST(ProblemSinks, TokensRoundTripAndValidateNamingTheField) {
+  const Problem drawn = parse_problem("b=1 hq=3 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f16 causal=none sink=2.5 regime=diffuse seed=9");
+  const std::vector<double> logits = sink_logits(drawn);
+  ASSERT_EQ(logits.size(), 3u);
+  for (double s : logits) EXPECT_EQ(s, double(float(s)));
+  EXPECT_NE(logits[0], logits[1]);
+  EXPECT_EQ(sink_logits(parse_problem(drawn.repro())), logits);
+  Problem other_seed = drawn;
+  other_seed.seed = 10;
+  EXPECT_NE(sink_logits(other_seed), logits);
+  const Problem given = parse_problem("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none sinks=0.1,-3 regime=diffuse seed=9");
+  EXPECT_EQ(sink_logits(given), (std::vector<double>{double(0.1f), -3.0}));
+  EXPECT_EQ(parse_problem(given.repro()), given);
+  EXPECT_NE(given.label().find("sink"), std::string::npos);
+  EXPECT_EQ(parse_problem("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=9").repro().find("sink"), std::string::npos);
+  for (const char* bad : {"sinks=1,2,3", "sinks=1,x", "sink=nan", "sink=1e31", "sinks=1,inf"}) {
+    const std::string repro = fmt::format("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none {} regime=diffuse seed=1", bad);
+    try {
+      parse_problem(repro).validate();
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("sink"), std::string::npos) << e.what();
+    }
+  }
+  Capabilities caps;
+  declare_every_dtype(caps);
+  declare_every_mask_and_shape(caps);
+  EXPECT_EQ(covers(caps, given).reason, "attention sinks (sink=, sinks=) not declared");
+  caps.score_modifications = {ScoreModification::sink};
+  EXPECT_TRUE(covers(caps, given).ok);
+}
+
 TEST(ProblemSoftcap, AnImplementationThatDoesNotListItSkipsItNamingIt) {
   const Problem p = parse_problem("b=1 hq=2 hkv=2 nq=3 nk=5 dk=4 dv=4 dtype=f32 causal=none softcap=2.5 regime=diffuse seed=3");
   Capabilities caps;

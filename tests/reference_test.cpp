@@ -442,6 +442,16 @@ TEST(ReferenceBound, HoldsWithMasksBiasAndOddShapes) {
     p.bias = {true, 1.0, Broadcast::per_head};
     problems.push_back(p);
   }
+  // Sinks: among the scores, far above them (rows that mostly attend to the sink), far below,
+  // with padding that leaves rows fully masked.
+  for (const auto& [dtype, regime, mean] : {std::tuple{DType::f32, Regime::diffuse, 0.0}, std::tuple{DType::f64, Regime::peaked, 40.0},
+                                            std::tuple{DType::bf16, Regime::saturated, -20.0}, std::tuple{DType::f16, Regime::uniform01, 3.0}}) {
+    Problem p = small(dtype, regime, 6, 21, 86);
+    p.sinks = {true, mean, {}};
+    p.padding.kind = KeyPadding::Kind::per_query;
+    for (std::int64_t r = 0; r < p.batch * p.n_q; ++r) p.padding.valid_len.push_back((r * 5) % 22);
+    problems.push_back(p);
+  }
   for (Problem& p : problems) {
     if (p.padding.kind == KeyPadding::Kind::none) p.batch = 1;  // keep the 256-bit work small
     p.validate();
@@ -586,7 +596,7 @@ std::vector<Problem> spread_of_problems() {
   std::uint64_t seed = 300;
   for (DType d : all_dtypes)
     for (Regime regime : all_regimes())
-      for (int variant = 0; variant < 7; ++variant) {
+      for (int variant = 0; variant < 8; ++variant) {
         Problem p = small(d, regime, 9, 13, ++seed);
         p.d_k = 24;
         switch (variant) {
@@ -600,6 +610,7 @@ std::vector<Problem> spread_of_problems() {
           case 4: p.bool_mask = {true, 0.5, Broadcast::per_batch_head}, p.bias = {true, 2.0, Broadcast::per_head}; break;
           case 5: p.scale = 0.7, p.h_kv = 1, p.d_v = 17; break;
           case 6: p.softcap = 2.5, p.bias = BiasSpec::alibi(), p.window = Window::of(Causal::bottom_right); break;
+          case 7: p.sinks = {true, regime == Regime::large ? 0.0 : 3.0, {}}, p.window = Window{4, 0, Align::top_left}; break;
         }
         p.validate();
         problems.push_back(p);
