@@ -52,9 +52,10 @@ run list list
 expect_rc 0
 expect_in out "cpu_naive"
 expect_in out "dtypes: f64, f32, f16, bf16"
-# What each supports, named with yes or no; the GPU ones list their masks, windows not among them.
+# What each supports, each mask kind, shape and score modification named with yes or no (the GPU
+# implementations, in builds that have them, say no to windows beyond causal and to sinks).
 expect_in out "attention sinks (sink=, sinks=) yes"
-expect_in out "windows beyond causal (sliding, local) no"
+expect_in out "windows beyond causal (sliding, local) yes"
 expect_in out "GQA/MQA yes"
 
 # --- verify on the quick cases, with JSON -----------------------------------------------------
