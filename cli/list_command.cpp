@@ -21,8 +21,7 @@ int ListCommand::run(const Registry& registry) const {
     // Every modification there is, "no" for those it does not list: not listed is not supported.
     std::vector<std::string> modifications;
     for (ScoreModification m : all_score_modifications) {
-      const bool listed = std::find(caps.score_modifications.begin(), caps.score_modifications.end(), m) != caps.score_modifications.end();
-      modifications.push_back(fmt::format("{} {}", describe(m), listed ? "yes" : "no"));
+      modifications.push_back(fmt::format("{} {}", describe(m), lists(caps, m) ? "yes" : "no"));
     }
     fmt::print("  score modifications: {}\n", fmt::join(modifications, "; "));
     // The masks and shapes, each with yes or no: a kind it does not declare it does not support.

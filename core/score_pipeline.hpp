@@ -32,33 +32,37 @@ namespace attn {
 
 // The steps of the pipeline beyond the scale and the masks, named as data: an implementation
 // computes only those its Capabilities list, so a new one is unsupported everywhere until an
-// implementation lists it.
+// implementation lists it. One row each: its name, what a skip's reason calls it, and whether a
+// problem uses it.
 enum class ScoreModification { softcap, sink };
-inline constexpr std::array<ScoreModification, 2> all_score_modifications{ScoreModification::softcap, ScoreModification::sink};
-inline constexpr std::string_view to_string(ScoreModification m) {
-  switch (m) {
-    case ScoreModification::softcap:
-      return "softcap";
-    case ScoreModification::sink:
-      return "sink";
-  }
-  return "?";
-}
-// For a skip's reason: "soft-capping (softcap=)".
-inline constexpr std::string_view describe(ScoreModification m) {
-  switch (m) {
-    case ScoreModification::softcap:
-      return "soft-capping (softcap=)";
-    case ScoreModification::sink:
-      return "attention sinks (sink=, sinks=)";
-  }
-  return "?";
-}
+struct ScoreModificationRow {
+  ScoreModification id;
+  std::string_view name;         // "softcap": declarations, the plugin ABI's feature names, JSON
+  std::string_view description;  // "soft-capping (softcap=)": skip reasons, attnbench list
+  bool (*used_by)(const Problem&);
+};
+inline constexpr std::array<ScoreModificationRow, 2> score_modification_rows{{
+    {ScoreModification::softcap, "softcap", "soft-capping (softcap=)", [](const Problem& p) { return p.softcap.has_value(); }},
+    {ScoreModification::sink, "sink", "attention sinks (sink=, sinks=)", [](const Problem& p) { return p.sinks.enabled; }},
+}};
+inline constexpr std::array<ScoreModification, score_modification_rows.size()> all_score_modifications = [] {
+  std::array<ScoreModification, score_modification_rows.size()> ids{};
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = score_modification_rows[i].id;
+  return ids;
+}();
+static_assert([] {
+  for (std::size_t i = 0; i < score_modification_rows.size(); ++i)
+    if (score_modification_rows[i].id != ScoreModification(i)) return false;
+  return true;
+}(), "score_modification_rows must be in ScoreModification order (row_of indexes it)");
+inline constexpr const ScoreModificationRow& row_of(ScoreModification m) { return score_modification_rows[static_cast<std::size_t>(m)]; }
+inline constexpr std::string_view to_string(ScoreModification m) { return row_of(m).name; }
+inline constexpr std::string_view describe(ScoreModification m) { return row_of(m).description; }
 // Those a problem uses.
 inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
   std::vector<ScoreModification> used;
-  if (p.softcap) used.push_back(ScoreModification::softcap);
-  if (p.sinks.enabled) used.push_back(ScoreModification::sink);
+  for (const ScoreModificationRow& row : score_modification_rows)
+    if (row.used_by(p)) used.push_back(row.id);
   return used;
 }
 

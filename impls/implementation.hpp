@@ -2,6 +2,7 @@
 // The one interface every implementation fills (CUTLASS-library style): describe, supports a
 // problem (or says why not), workspace size, run. An unsupported problem is a skip with a
 // reason, never a pass or a failure.
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -100,6 +101,11 @@ inline void declare_every_mask_and_shape(Capabilities& c) {
   c.masks = MaskSupport::every();
   c.gqa = true;
   c.different_dk_dv = true;
+}
+
+// Whether `caps` lists the score modification (covers() skips a problem that uses one it does not).
+inline bool lists(const Capabilities& caps, ScoreModification m) {
+  return std::find(caps.score_modifications.begin(), caps.score_modifications.end(), m) != caps.score_modifications.end();
 }
 
 struct Support {

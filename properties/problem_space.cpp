@@ -153,7 +153,7 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
   m.bool_mask = m.bool_mask && c.bool_mask;
   m.bias = m.bias && c.bias;
   m.windows = m.windows && c.windows;
-  std::erase_if(s.score_modifications, [&](ScoreModification m) { return !contains(caps.score_modifications, m); });
+  std::erase_if(s.score_modifications, [&](ScoreModification modification) { return !lists(caps, modification); });
   s.gqa = space.gqa && caps.gqa;
   s.different_dk_dv = space.different_dk_dv && caps.different_dk_dv;
   if (!caps.head_dims.empty()) {
@@ -189,8 +189,8 @@ bool admits(const ProblemSpace& space, const Problem& p) {
       (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query))
     return false;
   if ((p.bool_mask.enabled && !m.bool_mask) || (p.bias.enabled && !m.bias) || (p.scale && !space.custom_scale)) return false;
-  for (ScoreModification m : score_modifications_of(p))
-    if (!contains(space.score_modifications, m)) return false;
+  for (ScoreModification modification : score_modifications_of(p))
+    if (!contains(space.score_modifications, modification)) return false;
   if (space.needs_causal && p.window.is_none()) return false;
   if (space.needs_gqa && p.h_kv == p.h_q) return false;
   if (space.needs_mask && !some_key_masked(p)) return false;

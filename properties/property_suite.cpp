@@ -65,12 +65,7 @@ std::vector<Property> build_suite() {
   auto grouped_heads = [](Caps c) { return c.gqa ? "" : std::string("needs GQA (declares MHA only)"); };
   auto deterministic = [](Caps c) { return c.deterministic ? "" : std::string("needs deterministic (declares nondeterministic)"); };
   auto unless_declared_safe = [](Caps c) { return !c.masked_nonfinite_safe; };
-  auto soft_capping = [](Caps c) {
-    return std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::softcap) != c.score_modifications.end()
-               ? ""
-               : std::string("needs soft-capping (does not list it)");
-  };
-
+  auto soft_capping = [](Caps c) { return lists(c, ScoreModification::softcap) ? "" : std::string("needs soft-capping (does not list it)"); };
   auto window_and_mask = [](Caps c) {
     return !c.masks.windows    ? std::string("needs windows beyond causal (declares none)")
            : !c.masks.bool_mask ? std::string("needs a boolean mask, the window's explicit form (declares none)")
@@ -78,8 +73,7 @@ std::vector<Property> build_suite() {
   };
   auto bias = [](Caps c) { return c.masks.bias ? "" : std::string("needs an additive bias (declares none)"); };
   auto sink_key_form = [](Caps c) {
-    const bool sinks = std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::sink) != c.score_modifications.end();
-    return !sinks                            ? std::string("needs attention sinks (does not list them)")
+    return !lists(c, ScoreModification::sink)   ? std::string("needs attention sinks (does not list them)")
            : !c.masks.bool_mask || !c.masks.bias ? std::string("needs a boolean mask and a bias, the sink's explicit form (declares them not)")
                                                  : std::string();
   };

@@ -153,6 +153,14 @@ void weighted_sum_bound(const std::vector<double>& ln_w, const std::vector<doubl
 // The key index the sink takes among a row's keys (reference_row): it has no K or V row.
 inline constexpr std::int64_t sink_key = -1;
 
+// The typical error a sink adds to every output element's (times |O_c|) and the LSE's estimate: an
+// implementation may take exp(sigma - m_keys) or its reciprocal once for the whole row (an online
+// softmax that folds the sink in at the end), one rounding that scales every key's weight when the
+// sink lies above their max (the gap sigma - m_keys > 0), else the sink's share.
+inline double sink_coherent_error(double u_naive, double sigma_gap, double sink_share) {
+  return u_naive * std::fabs(sigma_gap) * (sigma_gap > 0 ? 1 - sink_share : sink_share);
+}
+
 // The visible keys of a row, ascending.
 inline std::vector<std::int64_t> visible_keys(const Mask& mask, std::int64_t b, std::int64_t h, std::int64_t i) {
   std::vector<std::int64_t> keys;
@@ -314,14 +322,9 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     }
   }
   for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] = u_naive * static_cast<double>(sqrt(squares[c]));
-  // A sink moves the whole row coherently: the larger of sigma and the keys' max is the one
-  // subtracted, and exp(sigma - m_keys) or its reciprocal, rounded once, scales either the sink's
-  // share of the sum or every key's (an online softmax's final rescale). Its typical error,
-  // u |sigma - m_keys| times the share it scales, adds to every output element's and the LSE's.
   if (keys.back() == sink_key && n > 1) {
-    const Real sigma = s[n - 1], m_keys = *std::max_element(s.begin(), s.end() - 1);
-    const Real sink_share = e[n - 1] / sum;
-    const double coherent = u_naive * static_cast<double>(abs(sigma - m_keys) * (sigma > m_keys ? Real(1) - sink_share : sink_share));
+    const Real m_keys = *std::max_element(s.begin(), s.end() - 1);
+    const double coherent = sink_coherent_error(u_naive, static_cast<double>(s[n - 1] - m_keys), static_cast<double>(e[n - 1] / sum));
     for (std::size_t c = 0; c < squares.size(); ++c) result.score_rounding[c] += coherent * std::fabs(static_cast<double>(result.out[c]));
     result.lse_score_rounding += coherent;
   }

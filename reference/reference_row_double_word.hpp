@@ -229,11 +229,9 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
         result.score_rounding[c] = u_naive * std::ldexp(std::sqrt(squares[c]), sigma_exponent + v_exponent);
     }
   }
-  // A sink's coherent share (reference_row.hpp).
   if (keys.back() == sink_key && n > 1) {
     const Quad m_keys = *std::max_element(s.begin(), s.end() - 1);
-    const double sigma_gap = static_cast<double>(s[n - 1] - m_keys), sink_share = static_cast<double>(e[n - 1] / sum);
-    const double coherent = u_naive * std::fabs(sigma_gap) * (sigma_gap > 0 ? 1 - sink_share : sink_share);
+    const double coherent = sink_coherent_error(u_naive, static_cast<double>(s[n - 1] - m_keys), static_cast<double>(e[n - 1] / sum));
     for (std::size_t c = 0; c < d_v; ++c) result.score_rounding[c] += coherent * std::fabs(out_hi[c]);
     result.lse_score_rounding += coherent;
   }

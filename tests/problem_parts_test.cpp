@@ -225,6 +225,18 @@ TEST(ProblemBias, AlibiRoundTripsAndIsThePapersLinearBias) {
   }
 }
 
+// Each token, put into `repro` at {}, is bad input whose message names `field`.
+void expect_refused_naming(std::string_view field, std::string_view repro, std::initializer_list<const char*> tokens) {
+  for (const char* token : tokens) {
+    try {
+      parse_problem(fmt::format(fmt::runtime(repro), token)).validate();
+      ADD_FAILURE() << token << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Soft-capping (core/score_pipeline.hpp, step 2): a field that round-trips and is left out when
 // unset, refused unless finite and positive, applied between the scale and the bias, and
 // unsupported by every implementation that does not list it.
@@ -252,15 +264,8 @@ TEST(ProblemSoftcap, RoundTripsAndIsAppliedBetweenTheScaleAndTheBias) {
   EXPECT_EQ(score_modifications_of(p), std::vector<ScoreModification>{ScoreModification::softcap});
   EXPECT_TRUE(score_modifications_of(plain).empty());
 
-  for (const char* bad : {"softcap=0", "softcap=-1", "softcap=inf", "softcap=nan", "softcap=1e39"}) {
-    const std::string repro = fmt::format("b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f16 causal=none {} regime=diffuse seed=1", bad);
-    try {
-      parse_problem(repro).validate();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("softcap"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused_naming("softcap", "b=1 hq=1 hkv=1 nq=2 nk=2 dk=8 dv=8 dtype=f16 causal=none {} regime=diffuse seed=1",
+                        {"softcap=0", "softcap=-1", "softcap=inf", "softcap=nan", "softcap=1e39"});
 }
 
 // Capabilities declare what is supported and nothing else: an implementation that names no
@@ -304,15 +309,8 @@ TEST(ProblemSinks, TokensRoundTripAndValidateNamingTheField) {
   EXPECT_EQ(parse_problem(given.repro()), given);
   EXPECT_NE(given.label().find("sink"), std::string::npos);
   EXPECT_EQ(parse_problem("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=9").repro().find("sink"), std::string::npos);
-  for (const char* bad : {"sinks=1,2,3", "sinks=1,x", "sink=nan", "sink=1e31", "sinks=1,inf"}) {
-    const std::string repro = fmt::format("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none {} regime=diffuse seed=1", bad);
-    try {
-      parse_problem(repro).validate();
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("sink"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused_naming("sink", "b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none {} regime=diffuse seed=1",
+                        {"sinks=1,2,3", "sinks=1,x", "sink=nan", "sink=1e31", "sinks=1,inf"});
   Capabilities caps;
   declare_every_dtype(caps);
   declare_every_mask_and_shape(caps);
@@ -341,7 +339,7 @@ TEST(ProblemSoftcap, AnImplementationThatDoesNotListItSkipsItNamingIt) {
   register_builtin_implementations(registry);
   for (const Implementation* impl : registry.all()) {
     const Capabilities c = impl->describe();
-    const bool listed = std::find(c.score_modifications.begin(), c.score_modifications.end(), ScoreModification::softcap) != c.score_modifications.end();
+    const bool listed = lists(c, ScoreModification::softcap);
     EXPECT_EQ(listed, impl->name() == "cpu_naive" || impl->name() == "cpu_blocked") << impl->name();
     if (!listed) {
       EXPECT_EQ(covers(c, p).reason, "soft-capping (softcap=) not declared") << impl->name();

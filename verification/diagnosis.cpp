@@ -1,5 +1,7 @@
 #include "verification/diagnosis.hpp"
 
+#include <numbers>
+
 #include "verification/diagnostician.hpp"
 
 namespace attn {
@@ -208,7 +210,7 @@ void Diagnostician::lse_hypotheses() {
   if (judging_.lse == nullptr || judging_.lse_agrees || !(judging_.lse_tolerance > 0)) return;
   tried(M::lse_base2);
   const ReferenceResult ref = compute_reference_at(p_, in_, rows_, reference_);
-  constexpr double log2e = 1.4426950408889634;
+  constexpr double log2e = std::numbers::log2e;
   const double tolerance = judging_.lse_tolerance * log2e;
   double worst = 0;
   bool differs_from_natural = false;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <vector>
@@ -236,7 +237,7 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         if (lse) {
           const Acc natural = subtract_max ? m + std::log(sum) : std::log(sum);
           // lse_base2: max * log2(e) + log2(sum), what an exp2-based kernel holds, returned as it is.
-          lse->set(row, mistake == M::lse_base2 ? static_cast<double>(m * Acc(1.4426950408889634) + std::log2(sum)) : static_cast<double>(natural));
+          lse->set(row, mistake == M::lse_base2 ? static_cast<double>(m * std::numbers::log2e_v<Acc> + std::log2(sum)) : static_cast<double>(natural));
         }
         if (weights)
           for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
