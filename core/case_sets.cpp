@@ -73,6 +73,7 @@ struct Scenario {
   double scale = 0;    // 0: the default 1/sqrt(d_k)
   double softcap = 0;  // 0: none
   std::optional<double> sink_mean = std::nullopt;  // sinks drawn per head around it; none: no sink
+  double dropout = 0;  // 0: none
 };
 
 Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::uint64_t seed) {
@@ -84,6 +85,7 @@ Problem make_problem(const Scenario& sc, const ProblemNumerics& numerics, std::u
   if (sc.scale > 0) p.scale = sc.scale;
   if (sc.softcap > 0) p.softcap = sc.softcap;
   if (sc.sink_mean) p.sinks = {true, *sc.sink_mean, {}};
+  if (sc.dropout > 0) p.dropout.p = double(float(sc.dropout));
   apply_mask(p, sc.mask);
   p.seed = seed;
   p.validate();
@@ -216,6 +218,18 @@ std::vector<Problem> default_cases() {
                                              {decode, M::sliding_alibi_br, R::peaked, 0, 10, 3.0}},
                                             6000);
   cases.insert(cases.end(), sinks.begin(), sinks.end());
+  // Dropout (appended), each case's keep mask drawn by the implementation and reported: p = 0.1
+  // (training's usual rate) with GQA under a causal mask; p = 0.9, where nine weights in ten are
+  // dropped and the kept ones scaled by 10, past a tile; with padding, a bias and fully masked rows;
+  // with a soft-cap and ALiBi; and everything together: soft-cap, sliding window, ALiBi, GQA, a
+  // sink and dropout.
+  const std::vector<Problem> dropout = expand({{gqa, M::causal_br, R::diffuse, 0, 0, std::nullopt, 0.1},
+                                               {mha_past_tile, M::none, R::peaked, 0, 0, std::nullopt, 0.9},
+                                               {odd, M::causal_br_pad_bias, R::uniform01, 0, 0, std::nullopt, 0.1},
+                                               {gqa, M::alibi_causal_br, R::peaked, 0, 20, std::nullopt, 0.9},
+                                               {decode, M::sliding_alibi_br, R::peaked, 0, 10, 3.0, 0.1}},
+                                              7000);
+  cases.insert(cases.end(), dropout.begin(), dropout.end());
   return cases;
 }
 

@@ -384,7 +384,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   CaseInputs inputs{std::move(tq), std::move(tk), std::move(tv), std::move(mask)};
   check_finite_where_used(p, inputs, [&](const char* role) { return file(fmt::format("{}.npy", role).c_str()); });
   check_scores_in_range(p, inputs, [&](const char* role) { return file(fmt::format("{}.npy", role).c_str()); }, file("settings.json"));
-  return GivenCase{p, std::move(inputs), std::move(out), std::move(lse), fmt::format("the tensors in {}", dir.string())};
+  return GivenCase{p, std::move(inputs), std::move(out), std::move(lse), fmt::format("the tensors in {}", dir.string()), std::nullopt};
 }
 
 }  // namespace attn

@@ -34,6 +34,7 @@ struct GivenCase {
   Tensor out;                // [b, h_q, n_q, d_v] in o's dtype
   std::optional<Tensor> lse;  // [b, h_q, n_q, 1] when lse.npy is there
   std::string source;        // "the tensors in DIR"
+  std::optional<Tensor> keep;  // [b, h_q, n_q, n_k] f32, dropout's keep mask, when keep.npy is there
 };
 
 // A user's tensors already in memory (the Python package's reference() and judge()), each in

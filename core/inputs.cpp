@@ -120,6 +120,12 @@ Tensor make_lse(const Problem& p) {
   return lse;
 }
 
+Tensor make_keep(const Problem& p) {
+  Tensor keep(DType::f32, {p.batch, p.h_q, p.n_q, p.n_k});
+  keep.poison();
+  return keep;
+}
+
 void check_scores_in_range(const Problem& p, const CaseInputs& in, const std::function<std::string(const char*)>& name,
                            const std::string& scale_from) {
   const DType working = working_dtype(p.numerics());

@@ -32,5 +32,7 @@ void check_scores_in_range(const Problem& p, const CaseInputs& in, const std::fu
 Tensor make_output(const Problem& problem);
 // Row log-sum-exp [b, h_q, n_q, 1]: f64 for f64 problems, f32 otherwise. Poisoned.
 Tensor make_lse(const Problem& problem);
+// Dropout's keep mask [b, h_q, n_q, n_k] as the harness holds it, f32 (1 kept, 0 dropped), poisoned.
+Tensor make_keep(const Problem& problem);
 
 }  // namespace attn

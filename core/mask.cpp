@@ -70,9 +70,14 @@ Mask Mask::given(const Problem& p, std::vector<std::uint8_t> flags, bool flags_p
 Mask Mask::with_visibility_of(const Problem& p) const {
   if (p.batch != batch_ || p.h_q != h_q_ || p.n_q != n_q_ || p.n_k != n_k_)
     throw std::invalid_argument("Mask::with_visibility_of: the problem does not have this mask's extents");
-  if (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi) return Mask(p);
+  if (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi) {
+    Mask m(p);
+    m.keep_ = keep_;
+    return m;
+  }
   Mask m(p, false);
   m.sinks_ = sinks_;
+  m.keep_ = keep_;
   m.bool_flags_ = bool_flags_;
   m.bool_batch_ = bool_batch_;
   m.bool_head_ = bool_head_;
@@ -90,6 +95,16 @@ Mask Mask::with_bias(Tensor bias) const {
   m.bias_batch_ = s[0] != 1;
   m.bias_head_ = s[1] != 1;
   m.bias_ = std::move(bias);
+  return m;
+}
+
+Mask Mask::with_keep(const Tensor& keep) const {
+  const auto& s = keep.shape();
+  if (s[0] != batch_ || s[1] != h_q_ || s[2] != n_q_ || s[3] != n_k_)
+    throw std::invalid_argument("Mask::with_keep: the keep mask does not have this mask's extents [b, h_q, n_q, n_k]");
+  Mask m = *this;
+  m.keep_.resize(static_cast<std::size_t>(keep.numel()));
+  for (std::int64_t e = 0; e < keep.numel(); ++e) m.keep_[static_cast<std::size_t>(e)] = keep.get(e) != 0.0;
   return m;
 }
 

@@ -34,6 +34,15 @@ class Mask {
   // hypothesis about the bias (ALiBi's slopes reversed) predicts with.
   Mask with_bias(Tensor bias) const;
 
+  // This mask with dropout's keep mask as an implementation reported it ([b, h_q, n_q, n_k],
+  // nonzero = kept): what the reference and the naive yardstick compute dropout with
+  // (ScorePipeline::kept). A generated mask has none: an implementation draws its own.
+  Mask with_keep(const Tensor& keep) const;
+  bool has_keep() const { return !keep_.empty(); }
+  bool kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return keep_[static_cast<std::size_t>(((b * h_q_ + h) * n_q_ + i) * n_k_ + j)] != 0;
+  }
+
   // Query i of batch b sees keys in [lo, hi) at most: the window and padding intersected (the
   // bool mask may mask more). lo == hi when it sees none.
   std::pair<std::int64_t, std::int64_t> key_range(std::int64_t b, std::int64_t i) const;
@@ -72,6 +81,7 @@ class Mask {
   Tensor bias_;
   bool bias_batch_ = false, bias_head_ = false;
   Tensor sinks_;
+  std::vector<std::uint8_t> keep_;  // [b, h_q, n_q, n_k]; empty: none reported
 };
 
 }  // namespace attn

@@ -163,6 +163,8 @@ double alibi_slope(std::int64_t head, std::int64_t heads) {
 
 std::int64_t alibi_delta(const Problem& p) { return p.window.is_none() ? p.n_k - p.n_q : p.window.delta(p.n_q, p.n_k); }
 
+std::uint64_t dropout_seed(const Problem& p) { return p.dropout.seed.value_or(p.seed); }
+
 std::vector<double> sink_logits(const Problem& p) {
   if (!p.sinks.enabled) return {};
   if (!p.sinks.given.empty()) return p.sinks.given;

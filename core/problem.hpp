@@ -160,8 +160,21 @@ struct SinkSpec {
   }
 };
 
+// Dropout (training kernels; core/score_pipeline.hpp, step 6): each weight of the softmax is kept
+// with probability 1 - p and scaled by 1 / (1 - p), O = (P * Z / (1 - p)) V with Z the 0/1 keep
+// mask, and the LSE is the softmax's, before dropout. Z comes from the implementation's own random
+// stream seeded with `seed` (unset: the problem's seed), and the implementation reports it (Role::
+// keep): the harness judges O given that Z, and Z by its statistics. p is rounded to f32, the dtype
+// kernels take it in, so every implementation rescales by the same 1 / (1 - p).
+struct DropoutSpec {
+  double p = 0;  // 0: none
+  std::optional<std::uint64_t> seed;
+  bool enabled() const { return p > 0; }
+  bool operator==(const DropoutSpec& o) const { return p == o.p && (!enabled() || seed == o.seed); }
+};
+
 // Which keys each query sees and how scores are formed (core/score_pipeline.hpp applies them in
-// order). Dropout joins here later.
+// order).
 struct ProblemVariant {
   Window window;
   KeyPadding padding;
@@ -172,6 +185,7 @@ struct ProblemVariant {
   // before the additive terms. Unset: none.
   std::optional<double> softcap;
   SinkSpec sinks;
+  DropoutSpec dropout;
   bool operator==(const ProblemVariant&) const = default;
 };
 
@@ -270,6 +284,8 @@ Problem parse_problem(std::string_view repro);
 std::int64_t alibi_delta(const Problem& p);
 // The sink logit of each query head (h_q values, each an f32), drawn or given; empty without sinks.
 std::vector<double> sink_logits(const Problem& p);
+// The seed of dropout's random stream: dropout_seed= when given, else the problem's seed.
+std::uint64_t dropout_seed(const Problem& p);
 // "o:f32,q:f16", the dtypes= token's value, naming `key` in its errors (unknown or non-data role,
 // a role twice, a bad dtype).
 std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view text);

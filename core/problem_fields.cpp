@@ -38,6 +38,12 @@ std::string format_double(double x) {
   auto result = std::to_chars(buffer, buffer + sizeof buffer, x);  // shortest round-trip form
   return std::string(buffer, result.ptr);
 }
+// An f32 value held in a double, in the shortest form that reads back to the same f32 ("0.1").
+std::string format_float(double x) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, float(x));
+  return std::string(buffer, result.ptr);
+}
 
 // One parser for every numeric field: the whole text must be the number.
 template <class Number>
@@ -405,6 +411,27 @@ const Field fields[] = {
          if (!(std::fabs(s) <= limit)) throw InputError(fmt::format("sinks: a logit must be finite, at most {:g} in size (got {})", limit, s));
      },
      LabelSlot::mask, [](const Problem& p) { return std::string(p.sinks.enabled ? "sink" : ""); }},
+    // dropout=P, and dropout_seed=S when the stream's seed is not the problem's.
+    {"dropout", {}, false, [](const Problem& p) { return p.dropout.enabled() ? "dropout=" + format_float(p.dropout.p) : std::string(); },
+     // Rounded to f32 (DropoutSpec), so that the string reads back the same.
+     [](Problem& p, std::string_view k, std::string_view v) { p.dropout.p = double(float(parse_double(k, v))); },
+     [](const Problem& p, nlohmann::json& j) {
+       if (p.dropout.enabled()) j["dropout"] = {{"p", p.dropout.p}, {"seed", dropout_seed(p)}};
+     },
+     [](const Problem& p) {
+       if (!(p.dropout.p >= 0.0 && p.dropout.p < 1.0))
+         throw InputError(fmt::format("dropout: p must be at least 0 and below 1 (got {}): every weight would be dropped", p.dropout.p));
+     },
+     LabelSlot::mask, [](const Problem& p) { return p.dropout.enabled() ? "dropout" + format_float(p.dropout.p) : std::string(); }},
+    {"dropout_seed", {}, false,
+     [](const Problem& p) { return p.dropout.enabled() && p.dropout.seed ? fmt::format("dropout_seed={}", *p.dropout.seed) : std::string(); },
+     [](Problem& p, std::string_view k, std::string_view v) { p.dropout.seed = parse_uint(k, v); },
+     [](const Problem&, nlohmann::json&) {},  // with dropout's
+     [](const Problem& p) {
+       if (p.dropout.seed && !p.dropout.enabled())
+         throw InputError("dropout_seed: given without dropout=P (a seed of a stream that nothing draws from)");
+     },
+     LabelSlot::none, no_label},
     // The data.
     {"regime", {}, true, [](const Problem& p) { return fmt::format("regime={}", to_string(p.regime)); },
      [](Problem& p, std::string_view, std::string_view v) { p.regime = parse_regime(v); },

@@ -19,9 +19,9 @@ namespace attn {
 class RoleTensors {
  public:
   // A forward pass's: q, k, v (and the bias, as the mask stores it: [b or 1, h_q or 1, n_q, n_k])
-  // in; o out, and lse and weights when not null (not wanted). The boolean mask's flags have no
-  // dtype of ours and stay with the Mask (CaseInputs::mask).
-  static RoleTensors forward(const CaseInputs& inputs, Tensor& o, Tensor* lse = nullptr, Tensor* weights = nullptr) {
+  // in; o out, and lse, weights and dropout's keep mask when not null (not wanted). The boolean
+  // mask's flags have no dtype of ours and stay with the Mask (CaseInputs::mask).
+  static RoleTensors forward(const CaseInputs& inputs, Tensor& o, Tensor* lse = nullptr, Tensor* weights = nullptr, Tensor* keep = nullptr) {
     RoleTensors t;
     t.set_input(Role::q, inputs.q);
     t.set_input(Role::k, inputs.k);
@@ -31,6 +31,7 @@ class RoleTensors {
     t.set_output(Role::o, &o);
     t.set_output(Role::lse, lse);
     t.set_output(Role::weights, weights);
+    t.set_output(Role::keep, keep);
     return t;
   }
 

@@ -15,6 +15,10 @@
 //      P_ij = exp(s_ij - m) / (exp(sigma_h - m) + sum_j' exp(s_ij' - m)), m = max(sigma_h, max_j s_ij),
 //      LSE = m + ln(exp(sigma_h - m) + sum_j exp(s_ij - m)). A row that sees no key stays fully
 //      masked: zeros and an LSE of -inf, sink or not.
+//   6. dropout, when the problem has it (dropout=p): after the softmax each weight P_ij is kept
+//      (Z_ij = 1) or dropped (Z_ij = 0) and O_i = sum_j P_ij Z_ij / (1 - p) v_j; the LSE is step 5's.
+//      Z is the implementation's own random stream (kept()); the reference and the naive yardstick
+//      take the one it reported (Mask::with_keep).
 // A new score modification joins here (a field of Problem, a step of score()), and an
 // implementation supports it only once it declares so (impls/implementation.hpp, Capabilities).
 #include <array>
@@ -34,16 +38,17 @@ namespace attn {
 // computes only those its Capabilities list, so a new one is unsupported everywhere until an
 // implementation lists it. One row each: its name, what a skip's reason calls it, and whether a
 // problem uses it.
-enum class ScoreModification { softcap, sink };
+enum class ScoreModification { softcap, sink, dropout };
 struct ScoreModificationRow {
   ScoreModification id;
   std::string_view name;         // "softcap": declarations, the plugin ABI's feature names, JSON
   std::string_view description;  // "soft-capping (softcap=)": skip reasons, attnbench list
   bool (*used_by)(const Problem&);
 };
-inline constexpr std::array<ScoreModificationRow, 2> score_modification_rows{{
+inline constexpr std::array<ScoreModificationRow, 3> score_modification_rows{{
     {ScoreModification::softcap, "softcap", "soft-capping (softcap=)", [](const Problem& p) { return p.softcap.has_value(); }},
     {ScoreModification::sink, "sink", "attention sinks (sink=, sinks=)", [](const Problem& p) { return p.sinks.enabled; }},
+    {ScoreModification::dropout, "dropout", "dropout with its keep mask reported (dropout=)", [](const Problem& p) { return p.dropout.enabled(); }},
 }};
 inline constexpr std::array<ScoreModification, score_modification_rows.size()> all_score_modifications = [] {
   std::array<ScoreModification, score_modification_rows.size()> ids{};
@@ -66,10 +71,25 @@ inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
   return used;
 }
 
+// The built-in implementations' dropout stream (cpu_naive, cpu_blocked, the mutants): whether the
+// weight of (b, h, i, j) is kept, a counter-based hash of the seed and the element's flat index
+// ((b h_q + h) n_q + i) n_k + j, so that every element's draw is independent of the order the
+// elements are computed in (as Philox gives FlashAttention's kernels). Kept with probability 1 - p.
+inline bool builtin_dropout_keeps(std::uint64_t seed, double p, std::uint64_t index) {
+  auto mix = [](std::uint64_t z) {  // SplitMix64's finaliser: every input bit reaches every output bit
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t bits = mix(mix(seed + 0x9e3779b97f4a7c15ULL) ^ (index * 0xd1b54a32d192ed03ULL + 0x632be59bd9b4e019ULL));
+  return double(bits >> 11) * 0x1p-53 >= p;
+}
+
 class ScorePipeline {
  public:
   ScorePipeline(const Problem& problem, const Mask& mask)
-      : mask_(mask), scale_(problem.effective_scale()), softcap_(problem.softcap.value_or(0.0)), sinks_(sink_logits(problem)) {}
+      : mask_(mask), scale_(problem.effective_scale()), softcap_(problem.softcap.value_or(0.0)), sinks_(sink_logits(problem)),
+        dropout_(problem.dropout.p), dropout_seed_(dropout_seed(problem)), h_q_(problem.h_q), n_q_(problem.n_q), n_k_(problem.n_k) {}
 
   double scale() const { return scale_; }
   const Mask& mask() const { return mask_; }
@@ -99,6 +119,20 @@ class ScorePipeline {
     return sinks_.empty() ? std::nullopt : std::optional<double>(sinks_[static_cast<std::size_t>(h)]);
   }
 
+  // Step 6: whether the weight of (b, h, i, j) is kept, from the keep mask the mask carries (one an
+  // implementation reported, for the reference and the yardstick) or else the built-in stream.
+  bool has_dropout() const { return dropout_ > 0; }
+  bool kept(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    if (dropout_ <= 0) return true;
+    if (mask_.has_keep()) return mask_.kept(b, h, i, j);
+    return builtin_dropout_keeps(dropout_seed_, dropout_, static_cast<std::uint64_t>(((b * h_q_ + h) * n_q_ + i) * n_k_ + j));
+  }
+  // What a kept weight is multiplied by, 1 / (1 - p) in T (1 without dropout).
+  template <class T>
+  T dropout_rescale() const {
+    return dropout_ > 0 ? T(1) / (T(1) - static_cast<T>(dropout_)) : T(1);
+  }
+
   // Row (b, h, i)'s scores s[0, n_k): score(dot(j)) for each visible key, `excluded` (usually
   // -inf: exp(-inf - m) is exactly 0) for the others. dot(j) returns <q_i, k_j> in T.
   template <class T, class Dot>
@@ -111,6 +145,9 @@ class ScorePipeline {
   double scale_;
   double softcap_;  // 0: none
   std::vector<double> sinks_;  // per query head; empty: none
+  double dropout_;             // 0: none
+  std::uint64_t dropout_seed_;
+  std::int64_t h_q_, n_q_, n_k_;
 };
 
 }  // namespace attn

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include <boost/math/distributions/binomial.hpp>
 #include <fmt/format.h>
 
 #include "core/error.hpp"
@@ -74,10 +75,83 @@ Judgement judge_output(const Problem& p, const CaseInputs& in, const Yardstick& 
   return j;
 }
 
+KeepJudgement judge_keep(const Problem& p, const Mask& mask, const Tensor& keep) {
+  KeepJudgement judged;
+  RoleVerdict& v = judged.verdict;
+  v.role = Role::keep;
+  v.reference_max_abs = 1.0 - p.dropout.p;
+  const auto& s = keep.shape();
+  if (s[0] != p.batch || s[1] != p.h_q || s[2] != p.n_q || s[3] != p.n_k) {
+    v.pass = false;
+    v.reasons.push_back(fmt::format("keep: the keep mask is [{}, {}, {}, {}], not [b, h_q, n_q, n_k] = [{}, {}, {}, {}]", s[0], s[1], s[2],
+                                    s[3], p.batch, p.h_q, p.n_q, p.n_k));
+    judged.usable = false;
+    return judged;
+  }
+  std::int64_t visible = 0, kept = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i) {
+        const auto [lo, hi] = mask.key_range(b, i);
+        for (std::int64_t j = lo; j < hi; ++j) {
+          if (!mask.visible(b, h, i, j)) continue;
+          const double z = keep.get(keep.offset(b, h, i, j));
+          if (z != 0.0 && z != 1.0) {
+            v.pass = false;
+            v.reasons.push_back(fmt::format("keep: {} at (b={}, h={}, i={}, j={}), a visible pair, is neither 0 (dropped) nor 1 (kept)", z, b,
+                                            h, i, j));
+            judged.usable = false;
+            return judged;
+          }
+          ++visible;
+          kept += z == 1.0;
+        }
+      }
+  if (visible == 0) return judged;
+  const double keep_probability = 1.0 - p.dropout.p;
+  const boost::math::binomial_distribution<double> drawn(double(visible), keep_probability);
+  constexpr double level = 1e-6;  // two-sided
+  const double below = boost::math::cdf(drawn, double(kept));
+  const double above = kept == 0 ? 1.0 : boost::math::cdf(boost::math::complement(drawn, double(kept - 1)));
+  const double low = boost::math::quantile(drawn, level / 2), high = boost::math::quantile(boost::math::complement(drawn, level / 2));
+  v.max_abs = std::fabs(double(kept) / double(visible) - keep_probability);
+  v.tolerance = std::max(keep_probability - low / double(visible), high / double(visible) - keep_probability);
+  if (std::min(below, above) < level / 2) {
+    v.pass = false;
+    v.reasons.push_back(fmt::format("keep: {} of {} visible weights kept ({:.4g}%) where 1 - p = {:g} keeps {:g} to {:g} but for a chance of 1e-6 "
+                                    "(binomial, two-sided): the dropout stream's rate is not 1 - p",
+                                    kept, visible, 100.0 * double(kept) / double(visible), keep_probability, low, high));
+  }
+  return judged;
+}
+
+void add_keep_verdict(Verdict& verdict, RoleVerdict keep) {
+  if (!keep.pass) {
+    verdict.pass = false;
+    verdict.reasons.insert(verdict.reasons.end(), keep.reasons.begin(), keep.reasons.end());
+  }
+  verdict.roles.push_back(std::move(keep));
+}
+
+CaseInputs with_reported_keep(const CaseInputs& in, const Tensor& keep) {
+  return CaseInputs{in.q.alias(), in.k.alias(), in.v.alias(), in.mask.with_keep(keep)};
+}
+
 Judgement judge_case(const Problem& p, const CaseInputs& in, const Tensor& out, const Tensor* lse, const JudgeOptions& options,
-                     const ReferenceOptions& reference) {
+                     const ReferenceOptions& reference, const Tensor* keep) {
   p.validate();
-  return judge_output(p, in, make_yardstick(p, in, reference), out, lse, options);
+  if (!p.dropout.enabled()) return judge_output(p, in, make_yardstick(p, in, reference), out, lse, options);
+  if (keep == nullptr)
+    throw InputError(fmt::format("dropout={:g}: judging its output needs the keep mask its implementation drew ([b, h_q, n_q, n_k], 1 kept, 0 dropped)",
+                                 p.dropout.p));
+  KeepJudgement keep_judged = judge_keep(p, in.mask, *keep);
+  Judgement j;
+  if (keep_judged.usable) {
+    const CaseInputs with_keep = with_reported_keep(in, *keep);
+    j = judge_output(p, with_keep, make_yardstick(p, with_keep, reference), out, lse, options);
+  }
+  add_keep_verdict(j.verdict, std::move(keep_judged.verdict));
+  return j;
 }
 
 }  // namespace attn

@@ -47,8 +47,30 @@ struct Judgement {
 Judgement judge_output(const Problem& problem, const CaseInputs& inputs, const Yardstick& yardstick, const Tensor& out, const Tensor* lse,
                        const JudgeOptions& options = {});
 
-// Both steps for one output: the reference, the yardstick and the verdict.
+// Dropout's keep mask [b, h_q, n_q, n_k] as an implementation reported it (core/score_pipeline.hpp,
+// step 6), judged on its own, over the visible pairs only (a masked key's entry does not matter):
+// every entry 0 or 1, and the number kept inside the binomial band of N visible pairs kept with
+// probability 1 - p at a two-sided level of 1e-6 (a correct stream fails it once in a million
+// cases; a kernel that keeps everything, or drops with the wrong p, fails it at once on any case
+// with a few hundred pairs). The verdict's role is keep; max_abs is |kept fraction - (1 - p)|,
+// tolerance the band's half-width as a fraction. usable: the mask has the problem's shape and is
+// binary where visible, so that a reference can be computed with it (a rate outside the band is
+// still usable: the output is judged given the mask all the same).
+struct KeepJudgement {
+  RoleVerdict verdict;
+  bool usable = true;
+};
+KeepJudgement judge_keep(const Problem& problem, const Mask& mask, const Tensor& keep);
+// Adds a keep mask's verdict to an output's: its role, and its failure to the case's.
+void add_keep_verdict(Verdict& verdict, RoleVerdict keep);
+
+// The inputs with the keep mask an implementation reported (Mask::with_keep), borrowing Q, K and V:
+// what a dropout case's yardstick is built on, as the reference takes the reported mask.
+CaseInputs with_reported_keep(const CaseInputs& inputs, const Tensor& keep);
+
+// Both steps for one output: the reference, the yardstick and the verdict. A dropout problem needs
+// its keep mask (judged too, judge_keep); throws InputError without it.
 Judgement judge_case(const Problem& problem, const CaseInputs& inputs, const Tensor& out, const Tensor* lse, const JudgeOptions& options = {},
-                     const ReferenceOptions& reference = {});
+                     const ReferenceOptions& reference = {}, const Tensor* keep = nullptr);
 
 }  // namespace attn

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -272,13 +273,26 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     sum += e[jj];
   }
   result.lse = m + log(sum);
+  // Dropout (the pipeline's step 6) with the keep mask the implementation reported: a dropped key
+  // is in the softmax's sum but carries no value, and the kept ones' sum is scaled by 1 / (1 - p),
+  // with p the f32 the problem holds. Without dropout every key is kept and the scale is 1.
+  std::vector<std::uint8_t> dropped(n, 0);
+  if (pipeline.has_dropout()) {
+    if (!in.mask.has_keep()) throw std::logic_error("reference: a dropout problem needs the keep mask its implementation reported (Mask::with_keep)");
+    for (std::size_t jj = 0; jj < n; ++jj) dropped[jj] = keys[jj] != sink_key && !pipeline.kept(b, h, i, keys[jj]);
+  }
+  const double dropout_p = p.dropout.p;
+  const Real rescale = Real(1) / (Real(1) - Real(dropout_p));
   for (std::size_t jj = 0; jj < n; ++jj) {
     if (keys[jj] == sink_key) continue;  // no value
     const Real w = e[jj] / sum;
     if (want_weights) result.weights[static_cast<std::size_t>(keys[jj])] = w;
+    if (dropped[jj]) continue;
     const std::int64_t v0 = in.v.offset(b, g, keys[jj], 0);
     for (std::int64_t c = 0; c < p.d_v; ++c) result.out[static_cast<std::size_t>(c)] += w * Real(wide.v[static_cast<std::size_t>(v0 + c)]);
   }
+  if (dropout_p > 0)
+    for (Real& x : result.out) x *= rescale;
 
   // Error bounds: for this computation (unit roundoff u) and for the naive algorithm in the
   // problem's working precision (which also rounds the scale and can underflow in exp).
@@ -303,8 +317,15 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
                                      *p.softcap, u_naive, 4 * u_naive);
     }
   }
-  const std::vector<double> no_value(static_cast<std::size_t>(p.d_v), 0.0);  // the sink's
-  auto v_row = [&](std::int64_t j) { return j == sink_key ? no_value.data() : wide.v.data() + in.v.offset(b, g, j, 0); };
+  const std::vector<double> no_value(static_cast<std::size_t>(p.d_v), 0.0);  // the sink's, a dropped key's
+  std::vector<double> dropped_key(static_cast<std::size_t>(p.n_k), 0.0);
+  for (std::size_t jj = 0; jj < n; ++jj)
+    if (dropped[jj]) dropped_key[static_cast<std::size_t>(keys[jj])] = 1;
+  auto v_row = [&](std::int64_t j) {
+    return j == sink_key || dropped_key[static_cast<std::size_t>(j)] != 0 ? no_value.data() : wide.v.data() + in.v.offset(b, g, j, 0);
+  };
+  // The bounds below are of the weighted sum before dropout's scale, times the scale after.
+  const double value_scale = static_cast<double>(rescale);
   Real lse_coherent = 0;
   std::vector<Real> weighted_sigma(n);  // w_j sigma_j
   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -317,7 +338,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   for (std::size_t jj = 0; jj < n; ++jj) {
     const double* v = v_row(keys[jj]);
     for (std::size_t c = 0; c < squares.size(); ++c) {
-      const Real term = weighted_sigma[jj] * (Real(v[c]) - result.out[c]);
+      const Real term = weighted_sigma[jj] * (Real(v[c] * value_scale) - result.out[c]);
       squares[c] += term * term;
     }
   }
@@ -332,6 +353,16 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // each product w_j v_jc one more, whatever |v_jc| is.
   weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * arithmetic.underflow, v_row, result.bound, &result.magnitude, arithmetic.underflow);
   weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_row, result.naive_bound);
+  if (dropout_p > 0) {
+    // Dropout's scale: 1 / (1 - p) rounds twice and multiplies once more (the naive algorithm
+    // scales each weight, a flash-style one the row's sum; 4 roundings cover either), and here
+    // 1 - p, the division and the product round once each.
+    for (std::size_t c = 0; c < result.bound.size(); ++c) {
+      result.magnitude[c] *= value_scale;
+      result.bound[c] = result.bound[c] * value_scale * (1 + 4 * u) + 3.03 * u * result.magnitude[c];
+      result.naive_bound[c] = result.naive_bound[c] * value_scale * (1 + 5 * u_naive) + 4.04 * u_naive * result.magnitude[c];
+    }
+  }
   // LSE = m + log(sum): perturbing every score by at most eta_j moves it by at most max_j eta_j;
   // the sum's own rounding (gamma(n)) and log's error on log(sum) <= log(n) add to that, and
   // m + log(sum) rounds once more.

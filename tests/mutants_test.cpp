@@ -35,7 +35,8 @@ std::vector<Problem> mutant_cases() {
   for (auto [scenario, dtype] : picks) cases.push_back(all.at(std::size_t(scenario * 4 + dtype)));
   // Soft-capped, sliding windows, ALiBi: the f32 and bf16 ones.
   for (const Problem& p : all) {
-    const bool variant = p.softcap || p.sinks.enabled || !p.window.as_causal() || (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi);
+    const bool variant = p.softcap || p.sinks.enabled || p.dropout.enabled() || !p.window.as_causal() ||
+                         (p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi);
     if (variant && (p.dtype == DType::f32 || p.dtype == DType::bf16)) cases.push_back(p);
   }
   return cases;
@@ -98,6 +99,7 @@ bool inert(std::optional<Mistake> which, const Problem& p) {
     case Mistake::lse_base2: return false;
     case Mistake::sink_ignored:
     case Mistake::sink_in_numerator: return !p.sinks.enabled;
+    case Mistake::dropout_not_rescaled: return !p.dropout.enabled();
     default: ADD_FAILURE() << to_string(mistake) << " has a mutant but no inert() rule"; return false;
   }
 }
@@ -138,16 +140,16 @@ std::string describe(const Record& r) {
 
 std::string implementation_name(Mistake m) { return "mutant_" + std::string(to_string(m)); }
 
-TEST(Mutants, ThirtyOneDistinctNamedMutantsAndAControlThatPromiseEverything) {
+TEST(Mutants, ThirtyTwoDistinctNamedMutantsAndAControlThatPromiseEverything) {
   const auto all = make_all();
-  ASSERT_EQ(all.size(), 31u);
-  ASSERT_EQ(all_mistakes().size(), 31u);
+  ASSERT_EQ(all.size(), 32u);
+  ASSERT_EQ(all_mistakes().size(), 32u);
   std::set<std::string> names;
   for (std::size_t n = 0; n < all.size(); ++n) {
     EXPECT_EQ(all[n]->name(), implementation_name(all_mistakes()[n]));
     names.insert(all[n]->name());
   }
-  EXPECT_EQ(names.size(), 31u);
+  EXPECT_EQ(names.size(), 32u);
   const auto control = make_correct_control();
   EXPECT_EQ(control->name(), "mutant_control");
   EXPECT_EQ(names.count(control->name()), 0u);
@@ -294,6 +296,8 @@ TEST(Mutants, EachMistakeIsCaughtByTheCaseMadeForIt) {
   caught(M::sink_ignored, "a sink", sink);
   caught(M::sink_in_numerator, "a sink", sink);
   caught(M::lse_base2, "diffuse", [](const Problem& p) { return p.regime == Regime::diffuse; });
+  caught(M::dropout_not_rescaled, "p = 0.1", [](const Problem& p) { return p.dropout.enabled() && p.dropout.p < 0.5; });
+  caught(M::dropout_not_rescaled, "p = 0.9", [](const Problem& p) { return p.dropout.p > 0.5; });
 }
 
 struct Outputs {

@@ -30,8 +30,9 @@ VerifyRequest given_outputs_request(const GivenOutputs& outputs, VerifyOptions o
   options.given_inputs = [&cases](const Problem&, std::size_t number) {
     const GivenCase& c = cases.at(number);
     GivenInputs given{CaseInputs{c.inputs.q.alias(), c.inputs.k.alias(), c.inputs.v.alias(), c.inputs.mask}, c.source, c.out.alias(),
-                      std::nullopt};
+                      std::nullopt, std::nullopt};
     if (c.lse) given.lse = c.lse->alias();
+    if (c.keep) given.keep = c.keep->alias();
     return given;
   };
   std::vector<Problem> problems;

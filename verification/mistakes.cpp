@@ -18,6 +18,7 @@ const std::vector<KnownMistake>& known_mistakes() {
       {M::alibi_sign_flipped, "alibi_sign_flipped", "ALiBi's bias was added with the wrong sign: + slope |i + delta - j|, favouring distant keys"},
       {M::sink_ignored, "sink_ignored", "the attention sink was ignored: the softmax over the keys alone"},
       {M::sink_in_numerator, "sink_in_numerator", "the sink's term exp(sigma - m) was added to every weight's numerator as well as to the denominator"},
+      {M::dropout_not_rescaled, "dropout_not_rescaled", "dropout's kept weights were not scaled by 1 / (1 - p): the output shrinks by 1 - p"},
       {M::causal_alignment_swapped, "causal_alignment_swapped", "a top-left causal mask where bottom-right was asked, or the reverse"},
       {M::causal_ignored, "causal_ignored", "the causal part of the mask was ignored"},
       {M::padding_ignored, "padding_ignored", "the key padding (valid lengths) was ignored"},

@@ -26,6 +26,7 @@ enum class MistakeId {
   alibi_sign_flipped,            // ALiBi added with the wrong sign: + slope_h |i + delta - j|
   sink_ignored,                  // the sink left out of the denominator
   sink_in_numerator,             // the sink's term exp(sigma_h - m) added to every weight's numerator too
+  dropout_not_rescaled,          // dropout's kept weights not divided by 1 - p
   causal_alignment_swapped,      // top-left where bottom-right was asked, or the reverse
   causal_ignored,                // no causal mask
   padding_ignored,               // no key padding

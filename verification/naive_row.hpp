@@ -48,7 +48,7 @@ struct RowRule {
 };
 
 // One output row under a rule, in T: cpu_naive's order (sequential dot product, times the scale,
-// plus the bias; row max; exp; sum; divide; P V in key order). In long double (64-bit significand:
+// plus the bias; row max; exp; sum; divide; dropout's keep and rescale; P V in key order). In long double (64-bit significand:
 // 2^-40 of f32's unit roundoff, 2^-11 of f64's) it is the prediction of a hypothesis the reference
 // cannot express; in the working precision it is the naive yardstick under that hypothesis.
 // Returns false for a row that has no visible key and no fill (a fully masked row).
@@ -97,9 +97,11 @@ bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const R
   if (sum == T(0) && rule.zero_sum_gives_zeros) return true;
   auto rounded = [&](T w) { return rule.weights_rounded_to ? static_cast<T>(round_to(*rule.weights_rounded_to, static_cast<double>(w))) : w; };
   const bool divide_after = rule.normalise && rule.rounded_before_division;
+  const T rescale = pipeline.dropout_rescale<T>();  // dropout (step 6), with the mask the inputs carry
   for (std::int64_t j = 0; j < p.n_k; ++j) {
     const T e = s[static_cast<std::size_t>(j)];
-    const T w = rounded(rule.normalise && !divide_after ? e / sum : e);
+    T w = rounded(rule.normalise && !divide_after ? e / sum : e);
+    if (pipeline.has_dropout()) w = pipeline.kept(b, h, i, j) ? w * rescale : T(0);
     if (w == T(0)) continue;  // excluded keys: their V (NaN included) must not reach the row
     const std::int64_t v0 = in.v.offset(b, g, j, 0);
     for (std::int64_t c = 0; c < p.d_v; ++c) o[static_cast<std::size_t>(c)] += w * static_cast<T>(in.v.get(v0 + c));

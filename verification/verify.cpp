@@ -28,13 +28,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 struct Output {
   Tensor out, lse;
+  Tensor keep;  // dropout's keep mask; empty without dropout
 };
 
-// Runs an implementation on fresh poisoned outputs; exceptions propagate.
+// Runs an implementation on fresh poisoned outputs; exceptions propagate. A dropout problem's
+// keep mask is always asked for: its output cannot be judged without it.
 Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& in, bool want_lse) {
-  Output o{make_output(p), make_lse(p)};
+  Output o{make_output(p), make_lse(p), p.dropout.enabled() ? make_keep(p) : Tensor{}};
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
-  impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, want_lse ? &o.lse : nullptr), workspace});
+  impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, want_lse ? &o.lse : nullptr, nullptr, p.dropout.enabled() ? &o.keep : nullptr),
+                   workspace});
   return o;
 }
 
@@ -112,17 +115,39 @@ Resolution plan_for(const Implementation& impl, const Capabilities& caps, const 
   return r;
 }
 
+// A yardstick of a dropout case: the reference takes the keep mask an implementation reported,
+// so there is one per distinct mask (implementations that draw the same stream share one).
+struct DropoutYardstick {
+  Tensor keep;
+  std::optional<CaseInputs> inputs;  // the case's, with that keep mask
+  Yardstick yardstick;
+};
+
 // A problem ready to run implementations on: its inputs and yardstick live while the case does.
 struct Prepared {
-  const CaseContext* context = nullptr;
+  CaseContext* context = nullptr;
   std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
-  std::optional<Tensor> given_out, given_lse;  // GivenInputs::out and lse
-  Yardstick yardstick;
+  std::optional<Tensor> given_out, given_lse, given_keep;  // GivenInputs::out, lse and keep
+  Yardstick yardstick;  // without dropout
+  std::vector<std::unique_ptr<DropoutYardstick>> dropout_yardsticks;
   // The implementations that had a failure on it diagnosed: a replayed case (the same problem
   // again) is diagnosed at its first failure only, as the diagnosis would say the same again.
   std::set<std::string> diagnosed_by;
   const CaseInputs& inputs() const { return *inputs_storage; }
 };
+
+// What a case's context says of its reference and yardstick.
+void set_reference_facts(CaseContext& ctx, const Yardstick& y) {
+  ctx.reference_seconds = y.reference_seconds;
+  ctx.rows_checked = std::int64_t(y.reference.rows.size());
+  ctx.sampled = y.reference.sampled;
+  ctx.reference_self_bound_ulps = y.reference.self_bound_max_ulps;
+  ctx.reference_rows_float128 = y.reference.rows_fallback;
+  ctx.score_rounding = y.reference.score_rounding;
+  ctx.baseline = y.baseline;
+  ctx.baseline_bound_ratio = y.baseline_bound_ratio;
+  ctx.baseline_problem = y.baseline_problem;
+}
 
 // The reference, the yardstick and their facts for one problem (judge/judge.hpp), on the
 // generated inputs or the ones the options give.
@@ -133,6 +158,7 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
     prepared.inputs_storage.emplace(std::move(given.inputs));
     prepared.given_out = std::move(given.out);
     prepared.given_lse = std::move(given.lse);
+    prepared.given_keep = std::move(given.keep);
     ctx->inputs_from = std::move(given.from);
   } else {
     prepared.inputs_storage.emplace(generate_inputs(p));
@@ -143,18 +169,25 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   ctx->problem = p;
   ctx->rows_total = p.rows();
   ctx->reference_computed = true;
+  // Dropout's reference waits for the keep mask of the first implementation run (dropout_yardstick).
+  if (p.dropout.enabled()) return ctx;
   prepared.yardstick = make_yardstick(p, prepared.inputs(), options.reference);
-  const Yardstick& y = prepared.yardstick;
-  ctx->reference_seconds = y.reference_seconds;
-  ctx->rows_checked = std::int64_t(y.reference.rows.size());
-  ctx->sampled = y.reference.sampled;
-  ctx->reference_self_bound_ulps = y.reference.self_bound_max_ulps;
-  ctx->reference_rows_float128 = y.reference.rows_fallback;
-  ctx->score_rounding = y.reference.score_rounding;
-  ctx->baseline = y.baseline;
-  ctx->baseline_bound_ratio = y.baseline_bound_ratio;
-  ctx->baseline_problem = y.baseline_problem;
+  set_reference_facts(*ctx, prepared.yardstick);
   return ctx;
+}
+
+// The yardstick of a dropout case for the keep mask an implementation reported: the one already
+// built for the same mask, or a new one. The case's facts are the first one's.
+const DropoutYardstick& dropout_yardstick(Prepared& prepared, const Tensor& keep, const VerifyOptions& options) {
+  for (const auto& known : prepared.dropout_yardsticks)
+    if (known->keep == keep) return *known;
+  auto made = std::make_unique<DropoutYardstick>();
+  made->keep = keep;
+  made->inputs.emplace(with_reported_keep(prepared.inputs(), made->keep));
+  made->yardstick = make_yardstick(prepared.context->problem, *made->inputs, options.reference);
+  if (prepared.dropout_yardsticks.empty()) set_reference_facts(*prepared.context, made->yardstick);
+  prepared.dropout_yardsticks.push_back(std::move(made));
+  return *prepared.dropout_yardsticks.back();
 }
 
 // A run that fails on a GQA or MQA case: the same case with one kv head per query head (MHA, fresh
@@ -169,7 +202,8 @@ std::string gqa_blame(const Implementation& impl, const Capabilities& caps, cons
     const CaseInputs in = generate_inputs(mha);
     const Output o = run_once(impl, mha, in, caps.returns_lse);
     const Judgement judged =
-        judge_case(mha, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()});
+        judge_case(mha, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()},
+                   ReferenceOptions{}, mha.dropout.enabled() ? &o.keep : nullptr);
     if (!judged.verdict.pass) return "";
   } catch (const std::exception&) {
     return "";  // it fails without GQA too: nothing to say about the head mapping
@@ -191,13 +225,35 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     const bool given = prepared.given_out.has_value();
     if (given && caps.returns_lse && !prepared.given_lse)
       throw std::logic_error("verify: an LSE is declared for a case whose given outputs have none");
-    Output o = given ? Output{prepared.given_out->alias(), caps.returns_lse ? prepared.given_lse->alias() : Tensor{}}
+    if (given && p.dropout.enabled() && !prepared.given_keep)
+      throw InputError(fmt::format("dropout={:g}: the given outputs come without the keep mask they were drawn with, so they cannot be judged",
+                                   p.dropout.p));
+    Output o = given ? Output{prepared.given_out->alias(), caps.returns_lse ? prepared.given_lse->alias() : Tensor{},
+                              prepared.given_keep ? prepared.given_keep->alias() : Tensor{}}
                      : run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
-    Judgement judged = judge_output(p, in, prepared.yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
-                                    JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()});
-    record.metrics = judged.metrics;
-    record.verdict = std::move(judged.verdict);
+    // Dropout: the keep mask first, by itself; the output is judged against a reference given it.
+    const Yardstick* yardstick = &prepared.yardstick;
+    const CaseInputs* judged_in = &in;
+    std::optional<KeepJudgement> keep;
+    if (p.dropout.enabled()) {
+      keep = judge_keep(p, in.mask, o.keep);
+      if (keep->usable) {
+        const DropoutYardstick& y = dropout_yardstick(prepared, o.keep, options);
+        yardstick = &y.yardstick;
+        judged_in = &*y.inputs;
+      }
+    }
+    if (keep && !keep->usable) {
+      record.verdict.pass = false;
+      add_keep_verdict(record.verdict, keep->verdict);
+    } else {
+      Judgement judged = judge_output(p, *judged_in, *yardstick, o.out, caps.returns_lse ? &o.lse : nullptr,
+                                      JudgeOptions{options.rule, caps.fully_masked, caps.judged_precision()});
+      record.metrics = judged.metrics;
+      record.verdict = std::move(judged.verdict);
+      if (keep) add_keep_verdict(record.verdict, keep->verdict);
+    }
     if (!given)
       if (std::string late = impl.late_problems(); !late.empty()) {
         record.verdict.pass = false;
@@ -211,13 +267,15 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     else if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
       record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
                                              options.diagnosis.max_cases, impl.name());
-    if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
+    if (keep && !keep->usable) {
+      record.diagnosis_skipped = "not diagnosed: the keep mask is not one a reference can be computed with";
+    } else if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
       ++diagnosed;
       prepared.diagnosed_by.insert(impl.name());
       // The LSE agrees when nothing failed it but an unsound yardstick, which fails every role.
       const RoleVerdict* lse = record.verdict.role(Role::lse);
       const bool lse_agrees = caps.returns_lse && lse != nullptr && std::all_of(lse->reasons.begin(), lse->reasons.end(), [&](const std::string& r) {
-                                return r == context.baseline_problem;
+                                return r == yardstick->baseline_problem;
                               });
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
       std::optional<Output> rerun;  // given outputs have no second run
@@ -229,8 +287,8 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
       if (std::string late = rerun ? impl.late_problems() : std::string(); !late.empty())
         if (std::find(record.verdict.reasons.begin(), record.verdict.reasons.end(), late) == record.verdict.reasons.end())
           record.verdict.reasons.push_back("in the diagnosis's second run: " + late);
-      record.diagnosis = diagnose(p, in, o.out,
-                                  DiagnosisJudging{options.rule, context.baseline, context.score_rounding, scale, caps.fully_masked,
+      record.diagnosis = diagnose(p, *judged_in, o.out,
+                                  DiagnosisJudging{options.rule, yardstick->baseline, yardstick->reference.score_rounding, scale, caps.fully_masked,
                                                    record.metrics, lse_agrees, rerun ? &rerun->out : nullptr,
                                                    caps.returns_lse ? &o.lse : nullptr, lse ? lse->tolerance : 0.0},
                                   options.diagnosis);

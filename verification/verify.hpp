@@ -28,6 +28,7 @@ struct GivenInputs {
   // produced it), judged where it lies: nothing is run, allocated or copied for it.
   std::optional<Tensor> out;
   std::optional<Tensor> lse;  // with out, when the LSE was given too
+  std::optional<Tensor> keep;  // with out, dropout's keep mask (a dropout case's output is judged given it)
 };
 
 struct VerifyOptions {

@@ -263,6 +263,10 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         }
         w.m[row] = m_new;
         w.l[row] = w.l[row] * correction + simd::reduce_sum<Acc>(sum);
+        // Dropout (the pipeline's step 6): the sum has every weight, the value product the kept ones.
+        if (pipeline.has_dropout() && row < tq)
+          for (std::int64_t c = first_col; c < visible; ++c)
+            if (!pipeline.kept(b, h, i0 + row, j0 + c)) scores[c] = Acc(0);
         if (correction != Acc(1))
           for (std::int64_t c = 0; c < dv_padded; c += L)
             simd::store(w.o + row * dv_padded + c, simd::load(w.o + row * dv_padded + c) * correction);
@@ -309,19 +313,27 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   // Normalise and write; a row with no visible key gives zeros and LSE -inf.
   Tensor& out_tensor = a.tensors.required_output(Role::o);
   Tensor* lse = a.tensors.output(Role::lse);
+  Tensor* keep = a.tensors.output(Role::keep);
+  const Acc rescale = pipeline.dropout_rescale<Acc>();
   for (std::int64_t r = 0; r < tq; ++r) {
     const std::int64_t row = (b * p.h_q + h) * p.n_q + i0 + r;
+    if (keep)
+      for (std::int64_t j = 0; j < p.n_k; ++j) keep->set(row * p.n_k + j, pipeline.kept(b, h, i0 + r, j) ? 1.0 : 0.0);
     // With a sink every row's sum holds its term from the start: emptiness is the mask's.
     const bool empty = sink ? mask.row_fully_masked(b, h, i0 + r) : w.l[r] == Acc(0);
     // o / l, one rounding (o * (1 / l) would be two); an empty row's o is 0 and gives 0.
     const Acc sum = empty ? Acc(1) : w.l[r];
     const std::int64_t out0 = row * dv;
     const Acc* o = w.o + r * dv_padded;
+    // With dropout, (o / l) / (1 - p) as FlashAttention scales: one more rounding.
     if (holds<Acc>(out_tensor)) {
       Acc* out = out_tensor.as<Acc>() + out0;
-      for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] / sum;
+      if (pipeline.has_dropout())
+        for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] / sum * rescale;
+      else
+        for (std::int64_t c = 0; c < dv; ++c) out[c] = o[c] / sum;
     } else {
-      for (std::int64_t c = 0; c < dv; ++c) out_tensor.set(out0 + c, static_cast<double>(o[c] / sum));
+      for (std::int64_t c = 0; c < dv; ++c) out_tensor.set(out0 + c, static_cast<double>(o[c] / sum * rescale));
     }
     if (lse)
       lse->set(row, empty ? -std::numeric_limits<double>::infinity() : static_cast<double>(w.m[r] + std::log(w.l[r])));
@@ -380,8 +392,9 @@ class CpuBlocked final : public Implementation {
     c.returns_lse = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
-    // core/score_pipeline.hpp: soft-capping on the scalar path of each tile, the sink when a row is written.
-    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};
+    // core/score_pipeline.hpp: soft-capping on the scalar path of each tile, the sink as the running
+    // softmax's first term, dropout on each tile's weights after their sum.
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink, ScoreModification::dropout};
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

@@ -30,6 +30,7 @@ void run_in(const RunArgs& a) {
   Tensor& out = a.tensors.required_output(Role::o);
   Tensor* lse = a.tensors.output(Role::lse);
   Tensor* weights = a.tensors.output(Role::weights);
+  Tensor* keep = a.tensors.output(Role::keep);
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
@@ -41,6 +42,7 @@ void run_in(const RunArgs& a) {
   Acc* o = v + nk * dv;
   const ScorePipeline pipeline(p, in.mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
+  const Acc rescale = pipeline.dropout_rescale<Acc>();
 
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.h_q; ++h) {
@@ -61,6 +63,8 @@ void run_in(const RunArgs& a) {
         Acc m = excluded;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
         const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
+        if (keep)  // dropout's keep mask, every key's draw (a masked key's does not matter)
+          for (std::size_t j = 0; j < nk; ++j) keep->set(row * p.n_k + std::int64_t(j), pipeline.kept(b, h, std::int64_t(i), std::int64_t(j)) ? 1.0 : 0.0);
         if (m == excluded) {  // every key masked: zeros, LSE -inf
           for (std::size_t c = 0; c < dv; ++c) out.set(row * p.d_v + std::int64_t(c), 0.0);
           if (lse) lse->set(row, -std::numeric_limits<double>::infinity());
@@ -83,14 +87,17 @@ void run_in(const RunArgs& a) {
         // by row (column order made n_k * d_v strided reads, which fell out of cache at large n).
         // Keys of weight 0 (every masked key) are skipped: 0 * V is NaN where V is NaN or
         // infinite, and a masked key's V must not matter.
+        // Dropout (the pipeline's step 6) after the weights are reported: P is the softmax's.
+        if (weights)
+          for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
+        if (pipeline.has_dropout())
+          for (std::size_t j = 0; j < nk; ++j) s[j] = pipeline.kept(b, h, std::int64_t(i), std::int64_t(j)) ? s[j] * rescale : Acc(0);
         std::fill(o, o + dv, Acc(0));
         for (std::size_t j = 0; j < nk; ++j)
           if (s[j] != Acc(0))
             for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
         write_row(out, row, dv, o);
         if (lse) lse->set(row, static_cast<double>(m + std::log(sum)));
-        if (weights)
-          for (std::size_t j = 0; j < nk; ++j) weights->set(row * p.n_k + std::int64_t(j), static_cast<double>(s[j]));
       }
     }
   }

@@ -19,7 +19,7 @@ class CpuNaive final : public Implementation {
     c.returns_weights = true;
     // Masked keys never reach P V (skipped, not multiplied by 0): NaN or Inf there stays out.
     c.masked_nonfinite_safe = true;
-    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};  // core/score_pipeline.hpp
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink, ScoreModification::dropout};  // core/score_pipeline.hpp
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }

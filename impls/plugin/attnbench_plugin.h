@@ -139,7 +139,8 @@ typedef struct {
 #define ATTNBENCH_ROLE_CU_SEQLENS_K 13
 #define ATTNBENCH_ROLE_SEQLENS_K 14
 #define ATTNBENCH_ROLE_BLOCK_TABLE 15
-#define ATTNBENCH_ROLE_COUNT 16
+#define ATTNBENCH_ROLE_KEEP 16
+#define ATTNBENCH_ROLE_COUNT 17
 /* In attnbench_role_dtype.role only: every role holding the problem's data (q k v o bias d_o dq
  * dk dv), so a plugin of one dtype declares it once. */
 #define ATTNBENCH_ROLE_DATA (-1)

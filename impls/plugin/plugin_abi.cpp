@@ -316,14 +316,15 @@ namespace {
 // Indexed by the ABI constant; the static_asserts below keep it complete and in the header's order.
 constexpr std::array<Role, ATTNBENCH_ROLE_COUNT> abi_roles{Role::q,   Role::k,    Role::v,    Role::o,    Role::lse,  Role::d_o,
                                                            Role::dq,  Role::dk,   Role::dv,   Role::bias, Role::mask, Role::sink,
-                                                           Role::cu_seqlens_q, Role::cu_seqlens_k, Role::seqlens_k, Role::block_table};
+                                                           Role::cu_seqlens_q, Role::cu_seqlens_k, Role::seqlens_k, Role::block_table,
+                                                           Role::keep};
 static_assert(abi_roles[ATTNBENCH_ROLE_Q] == Role::q && abi_roles[ATTNBENCH_ROLE_K] == Role::k && abi_roles[ATTNBENCH_ROLE_V] == Role::v &&
               abi_roles[ATTNBENCH_ROLE_O] == Role::o && abi_roles[ATTNBENCH_ROLE_LSE] == Role::lse && abi_roles[ATTNBENCH_ROLE_D_O] == Role::d_o &&
               abi_roles[ATTNBENCH_ROLE_DQ] == Role::dq && abi_roles[ATTNBENCH_ROLE_DK] == Role::dk && abi_roles[ATTNBENCH_ROLE_DV] == Role::dv &&
               abi_roles[ATTNBENCH_ROLE_BIAS] == Role::bias && abi_roles[ATTNBENCH_ROLE_MASK] == Role::mask &&
               abi_roles[ATTNBENCH_ROLE_SINK] == Role::sink && abi_roles[ATTNBENCH_ROLE_CU_SEQLENS_Q] == Role::cu_seqlens_q &&
               abi_roles[ATTNBENCH_ROLE_CU_SEQLENS_K] == Role::cu_seqlens_k && abi_roles[ATTNBENCH_ROLE_SEQLENS_K] == Role::seqlens_k &&
-              abi_roles[ATTNBENCH_ROLE_BLOCK_TABLE] == Role::block_table,
+              abi_roles[ATTNBENCH_ROLE_BLOCK_TABLE] == Role::block_table && abi_roles[ATTNBENCH_ROLE_KEEP] == Role::keep,
               "every ATTNBENCH_ROLE_* constant maps onto its Role");
 // Every role but weights is in the ABI, once: the ABI's roles and the harness's are one vocabulary.
 static_assert(ATTNBENCH_ROLE_COUNT + 1 == role_count, "a role added on one side only (core/tensor_role.hpp or attnbench_plugin.h)");

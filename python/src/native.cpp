@@ -163,7 +163,7 @@ std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, c
         l = std::move(want_lse);
       }
     }
-    given.push_back(GivenCase{problem, std::move(inputs), std::move(o), std::move(l), source});
+    given.push_back(GivenCase{problem, std::move(inputs), std::move(o), std::move(l), source, std::nullopt});
   }
   VerifyOptions options;
   options.rule = {k, floor_ulps};

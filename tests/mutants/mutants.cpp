@@ -113,6 +113,10 @@ void run_softmax_over_queries(const RunArgs& a) {
             dot += static_cast<Acc>(in.q.get(in.q.offset(b, h, std::int64_t(i), t))) * static_cast<Acc>(in.k.get(in.k.offset(b, g, j, t)));
           return dot;
         }, s.data() + i * nk, excluded);
+      if (Tensor* keep = a.tensors.output(Role::keep))  // reported as drawn; dropout is not applied
+        for (std::size_t i = 0; i < nq; ++i)
+          for (std::size_t j = 0; j < nk; ++j)
+            keep->set(((b * p.h_q + h) * p.n_q + std::int64_t(i)) * p.n_k + std::int64_t(j), pipeline.kept(b, h, std::int64_t(i), std::int64_t(j)) ? 1.0 : 0.0);
       for (std::size_t i = 0; i < nq; ++i) {  // the row LSE, from the raw scores
         Acc m = excluded, sum = 0;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[i * nk + j]);
@@ -151,12 +155,15 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   Tensor& out = a.tensors.required_output(Role::o);
   Tensor* lse = a.tensors.output(Role::lse);
   Tensor* weights = a.tensors.output(Role::weights);
+  Tensor* keep = a.tensors.output(Role::keep);
   if (mistake == M::output_all_zeros) {  // the kernel never ran; the caller's buffers were zeroed
     for (std::int64_t e = 0; e < out.numel(); ++e) out.set(e, 0.0);
     if (lse)
       for (std::int64_t e = 0; e < lse->numel(); ++e) lse->set(e, 0.0);
     if (weights)
       for (std::int64_t e = 0; e < weights->numel(); ++e) weights->set(e, 0.0);
+    if (keep)  // the keep mask it reports is drawn, as the control's (the output is what it forgot)
+      for (std::int64_t e = 0; e < keep->numel(); ++e) keep->set(e, 1.0);
     return;
   }
   const Problem& p = a.problem;
@@ -172,6 +179,8 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
   const ScorePipeline pipeline(p, mask);
   constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();  // exp(-inf - m) == 0 exactly
   const Acc fill = static_cast<Acc>(masked_fill_value(p));
+  // Dropout (the pipeline's step 6) on the built-in stream; dropout_not_rescaled forgets 1 / (1 - p).
+  const Acc rescale = mistake == M::dropout_not_rescaled ? Acc(1) : pipeline.dropout_rescale<Acc>();
 
   std::vector<Acc> q(dk), k(nk * dk), v(nk * dv), s(nk), o(dv);
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -201,6 +210,8 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         const std::optional<double> sink = mistake == M::sink_ignored || m == excluded ? std::nullopt : pipeline.sink(h);
         if (sink) m = std::max(m, static_cast<Acc>(*sink));
         const std::int64_t row = (b * p.h_q + h) * p.n_q + i;  // LSE and weights: the right row
+        if (keep)
+          for (std::size_t j = 0; j < nk; ++j) keep->set(row * p.n_k + std::int64_t(j), pipeline.kept(b, h, i, std::int64_t(j)) ? 1.0 : 0.0);
         const std::int64_t out_row = (b * p.h_q + output_head_as_written(mistake, p, h)) * p.n_q + i;
         if (m == excluded) {  // every key masked: zeros, LSE -inf
           for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), 0.0);
@@ -230,9 +241,11 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         // Weighted sum of V. Keys of weight 0 (every excluded key) are skipped, so a masked key's
         // V (NaN or infinite included) changes nothing; masked_value_nan_leaks multiplies them too.
         std::fill(o.begin(), o.end(), Acc(0));
-        for (std::size_t j = 0; j < nk; ++j)
-          if (s[j] != Acc(0) || mistake == M::masked_nonfinite_leak)
-            for (std::size_t c = 0; c < dv; ++c) o[c] += s[j] * v[j * dv + c];
+        for (std::size_t j = 0; j < nk; ++j) {
+          const Acc w = !pipeline.has_dropout() ? s[j] : pipeline.kept(b, h, i, std::int64_t(j)) ? s[j] * rescale : Acc(0);
+          if (w != Acc(0) || mistake == M::masked_nonfinite_leak)
+            for (std::size_t c = 0; c < dv; ++c) o[c] += w * v[j * dv + c];
+        }
         for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), static_cast<double>(o[c]));
         if (lse) {
           const Acc natural = subtract_max ? m + std::log(sum) : std::log(sum);
@@ -292,7 +305,7 @@ class MutantAttention final : public Implementation {
     // The control leaves masked keys out of P V: NaN in a masked V row never reaches it. Declared,
     // property 13 is a failure (not a finding) for the mutant that multiplies them in.
     c.masked_nonfinite_safe = true;
-    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink};
+    c.score_modifications = {ScoreModification::softcap, ScoreModification::sink, ScoreModification::dropout};
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
@@ -323,7 +336,8 @@ const std::vector<Mistake>& all_mistakes() {
       M::kv_head_as_query_head,    M::row_max_init_finite,    M::masked_nonfinite_leak,   M::last_key_dropped,
       M::output_all_zeros,        M::nondeterministic,       M::softcap_ignored,         M::softcap_clipped,
       M::softcap_after_bias,       M::window_alignment_swapped, M::window_lower_bound_off_by_one, M::alibi_slopes_reversed,
-      M::alibi_sign_flipped,       M::lse_base2,                M::sink_ignored,             M::sink_in_numerator};
+      M::alibi_sign_flipped,       M::lse_base2,                M::sink_ignored,             M::sink_in_numerator,
+      M::dropout_not_rescaled};
   return mistakes;
 }
 
