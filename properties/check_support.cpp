@@ -18,10 +18,13 @@ Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) 
   const Capabilities caps = impl.describe();
   if (Support s = covers(caps, p); !s.ok || !(s = impl.supports(p)).ok)
     throw DerivedProblemRefused(fmt::format("the check runs {}, which {} refuses: {}", p.repro(), impl.name(), s.reason));
-  Outputs o{make_output(p), make_lse(p), caps.returns_weights ? make_weights(p) : Tensor{}, {}};
+  Outputs o{make_output(p), make_lse(p), caps.returns_weights ? make_weights(p) : Tensor{}, p.dropout.enabled() ? make_keep(p) : Tensor{}, {}};
   try {
     std::vector<std::byte> workspace(impl.workspace_bytes(p));
-    impl.run(RunArgs{p, in, RoleTensors::forward(in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr), workspace});
+    impl.run(RunArgs{p, in,
+                     RoleTensors::forward(in, o.out, caps.returns_lse ? &o.lse : nullptr, caps.returns_weights ? &o.weights : nullptr,
+                                          p.dropout.enabled() ? &o.keep : nullptr),
+                     workspace});
   } catch (const std::exception& e) {
     o.error = fmt::format("{}{}", run_failed_prefix, e.what());
   }
@@ -51,7 +54,8 @@ std::string first_bit_difference(const Problem& p, const Tensor& expected, const
 // the naive baseline's rows understates its error against an implementation's worst row.
 Verdict judge_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Outputs& o) {
   const Capabilities caps = impl.describe();
-  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.judged_precision()})
+  return judge_case(p, in, o.out, caps.returns_lse ? &o.lse : nullptr, JudgeOptions{PassRule{}, caps.fully_masked, caps.judged_precision()},
+                    ReferenceOptions{}, p.dropout.enabled() ? &o.keep : nullptr)
       .verdict;
 }
 

@@ -5,6 +5,8 @@
 // The variant's output is judged against the explicit form's reference, which computes neither
 // the window nor ALiBi, so these hold an implementation to the variant's definition rather than
 // to the reference's own window, ALiBi and sink code (property 12).
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/mask.hpp"
@@ -113,6 +115,49 @@ std::string a_sink_equals_one_more_key_of_zero_value(const Implementation& impl,
       }
   const CaseInputs form_in{in.q, appended(in.k, p.d_k), appended(in.v, p.d_v), Mask::given(form, std::move(flags), true, true, std::move(bias))};
   return judge_against_explicit_form(impl, p, in, form, form_in, "the sinks judged against one more key of zero value scored by the sink's logit");
+}
+
+// Dropout is judged given the keep mask it reports (property 12's verdict, with the keep mask's
+// own: every visible entry 0 or 1, the kept count inside the binomial band at 1e-6); then its
+// stream is checked against its seed: the same seed again gives the same mask, and another seed a
+// different one on the visible pairs (asked only where two independent masks would agree by chance
+// less than once in a million: (p^2 + (1 - p)^2)^N < 1e-6 over N visible pairs).
+std::string dropout_keeps_at_its_rate_and_follows_its_seed(const Implementation& impl, const Problem& p) {
+  const CaseInputs in = generate_inputs(p);
+  const Outputs o = run(impl, p, in);
+  if (!o.error.empty()) return o.error;
+  if (std::string failed = verdict_failure(judge_against_reference(impl, p, in, o), "given its keep mask"); !failed.empty()) return failed;
+  // The first visible pair where two keep masks differ, as "(b, h, i, j)"; "" where none does.
+  std::int64_t visible = 0;
+  auto first_difference = [&](const Tensor& a, const Tensor& b) -> std::string {
+    visible = 0;
+    std::string where;
+    for (std::int64_t bb = 0; bb < p.batch; ++bb)
+      for (std::int64_t h = 0; h < p.h_q; ++h)
+        for (std::int64_t i = 0; i < p.n_q; ++i)
+          for (std::int64_t j = 0; j < p.n_k; ++j) {
+            if (!in.mask.visible(bb, h, i, j)) continue;
+            ++visible;
+            const std::int64_t e = a.offset(bb, h, i, j);
+            if (where.empty() && a.get(e) != b.get(e)) where = fmt::format("(b={}, h={}, i={}, j={}): {} then {}", bb, h, i, j, a.get(e), b.get(e));
+          }
+    return where;
+  };
+  const Outputs again = run(impl, p, in);
+  if (!again.error.empty()) return again.error;
+  if (std::string where = first_difference(o.keep, again.keep); !where.empty())
+    return fmt::format("the same dropout seed {} gave another keep mask: first at {}", dropout_seed(p), where);
+  const double agree = p.dropout.p * p.dropout.p + (1 - p.dropout.p) * (1 - p.dropout.p);
+  if (!(double(visible) * std::log(agree) < std::log(1e-6))) return "";  // too few pairs to tell two seeds apart
+  Problem other = p;
+  other.dropout.seed = dropout_seed(p) + 1 + check_rng(p, 20).below(1000);
+  const Outputs reseeded = run(impl, other, in);
+  if (!reseeded.error.empty()) return reseeded.error;
+  if (first_difference(o.keep, reseeded.keep).empty())
+    return fmt::format("dropout seeds {} and {} gave the same keep mask on all {} visible pairs (by chance: (p^2 + (1 - p)^2)^{} = {:.2g}): "
+                       "the stream ignores its seed",
+                       dropout_seed(p), *other.dropout.seed, visible, visible, std::pow(agree, double(visible)));
+  return "";
 }
 
 }  // namespace attn::property_detail

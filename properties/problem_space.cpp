@@ -184,7 +184,9 @@ bool admits(const ProblemSpace& space, const Problem& p) {
   const bool beyond_causal = !p.window.as_causal();
   if (beyond_causal && !m.windows) return false;
   const bool alibi = p.bias.enabled && p.bias.kind == BiasSpec::Kind::alibi;
-  if ((space.needs_window && !beyond_causal) || (space.needs_alibi && !alibi) || (space.needs_sink && !p.sinks.enabled)) return false;
+  if ((space.needs_window && !beyond_causal) || (space.needs_alibi && !alibi) || (space.needs_sink && !p.sinks.enabled) ||
+      (space.needs_dropout && !p.dropout.enabled()))
+    return false;
   if ((p.padding.kind == KeyPadding::Kind::per_batch && !m.padding_per_batch) ||
       (p.padding.kind == KeyPadding::Kind::per_query && !m.padding_per_query))
     return false;
@@ -301,6 +303,8 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     // Sinks around the scores, below them, and far above them (rows that mostly attend to the sink).
     if (contains(space.score_modifications, ScoreModification::sink) && (space.needs_sink || chance(25)))
       p.sinks = {true, *rc::gen::element(-4.0, 0.0, 2.0, 40.0), {}};
+    if (contains(space.score_modifications, ScoreModification::dropout) && (space.needs_dropout || chance(25)))
+      p.dropout.p = double(float(*rc::gen::element(0.1, 0.5, 0.9)));
     p.layout = pick(space.layouts);
     p.dtype = pick(space.dtypes);
     // No draw at all where no role has a dtype of its own: a one-dtype kernel's problems stay the same.

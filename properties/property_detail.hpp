@@ -25,6 +25,7 @@ bool masks_keys(const MaskSupport& m);
 
 struct Outputs {
   Tensor out, lse, weights;
+  Tensor keep;  // dropout's keep mask, on dropout problems
   std::string error;  // what it threw, if it did: run_failed_prefix and the message
 };
 // A check's message that starts with it reports a run that threw or crashed: a failure wherever
@@ -83,5 +84,6 @@ std::string a_soft_cap_far_above_every_score_changes_nothing(const Implementatio
 std::string a_window_equals_its_keys_as_a_boolean_mask(const Implementation& impl, const Problem& p);
 std::string alibi_equals_its_bias_given_explicitly(const Implementation& impl, const Problem& p);
 std::string a_sink_equals_one_more_key_of_zero_value(const Implementation& impl, const Problem& p);
+std::string dropout_keeps_at_its_rate_and_follows_its_seed(const Implementation& impl, const Problem& p);
 
 }  // namespace attn::property_detail

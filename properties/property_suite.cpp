@@ -12,7 +12,10 @@ namespace {
 using namespace property_detail;
 
 std::vector<Property> build_suite() {
-  const ProblemSpace any;
+  // Dropout changes what the other properties compare (a row's output depends on its keep mask,
+  // which moves with the positions): only property 20 draws it.
+  ProblemSpace any;
+  std::erase(any.score_modifications, ScoreModification::dropout);
   // A sink takes weight from the keys: rows sum to less than one, a constant added to V adds less
   // than itself, the output may leave the values' hull towards 0, and a shift of every score is
   // not one of the sink's. Properties 1, 4, 5 and 14 are about the softmax over keys alone.
@@ -51,6 +54,9 @@ std::vector<Property> build_suite() {
   windowed.needs_window = true;
   ProblemSpace alibi = rescaled;
   alibi.needs_alibi = true;
+  ProblemSpace dropout = rescaled;
+  dropout.score_modifications.push_back(ScoreModification::dropout);
+  dropout.needs_dropout = true;
 
   using Caps = const Capabilities&;
   auto returns_weights = [](Caps c) { return c.returns_weights ? "" : std::string("needs returns_weights (returns no weights)"); };
@@ -78,6 +84,7 @@ std::vector<Property> build_suite() {
                                                  : std::string();
   };
 
+  auto lists_dropout = [](Caps c) { return lists(c, ScoreModification::dropout) ? "" : std::string("needs dropout (does not list it)"); };
   std::vector<Property> suite{
       {1, "the weights of every visible row sum to one", sinkless, returns_weights, weights_of_visible_rows_sum_to_one, {}},
       {2, "masked keys get exactly zero weight, and large finite values in their K and V change no output bit", masked, a_mask,
@@ -112,6 +119,9 @@ std::vector<Property> build_suite() {
        alibi_equals_its_bias_given_explicitly, {}},
       {19, "a sink equals one more key with a zero value whose score is the sink's logit", sink, sink_key_form,
        a_sink_equals_one_more_key_of_zero_value, {}},
+      {20, "dropout's output agrees with the reference given its reported keep mask, which keeps at the rate 1 - p; one seed gives one mask, "
+           "another seed another",
+       dropout, lists_dropout, dropout_keeps_at_its_rate_and_follows_its_seed, {}},
   };
   for (auto& property : suite)
     if (!property.missing) property.missing = [](Caps) { return std::string(); };

@@ -41,7 +41,8 @@ struct ProblemSpace {
   bool custom_scale = true;  // explicit scales, some far from 1/sqrt(d_k): 0.05x, 2x, and plain 1
   // The score pipeline's modifications that may be drawn (core/score_pipeline.hpp), each for about
   // one problem in four of an implementation that lists it: soft-caps of 0.5, 2, 8 and 50 (below,
-  // around and far above the scores of each regime); sinks drawn around -4, 0, 2 and 40.
+  // around and far above the scores of each regime); sinks drawn around -4, 0, 2 and 40; dropout
+  // at p = 0.1, 0.5 and 0.9.
   std::vector<ScoreModification> score_modifications{all_score_modifications.begin(), all_score_modifications.end()};
   std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated, Regime::large, Regime::sparse_int, Regime::uniform01};
   // What every problem of the property must have (a property about it means nothing otherwise).
@@ -51,6 +52,7 @@ struct ProblemSpace {
   bool needs_window = false;       // a window beyond causal (a bounded left side, or a right side past the diagonal)
   bool needs_alibi = false;        // ALiBi's bias
   bool needs_sink = false;         // an attention sink
+  bool needs_dropout = false;      // dropout
   bool wants_fully_masked = false; // shaped so that fully masked rows are likely
   // Upper bound on b * h_q * n_q * n_k * (d_k + d_v): keeps every check within milliseconds.
   double max_work = 2.0e6;

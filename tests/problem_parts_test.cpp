@@ -347,5 +347,82 @@ TEST(ProblemSoftcap, AnImplementationThatDoesNotListItSkipsItNamingIt) {
   }
 }
 
+
+// Dropout: p is an f32 and reads back the same; its seed is the problem's unless given, and a
+// seed without dropout, or a p outside [0, 1), is bad input naming the field.
+TEST(ProblemDropout, TokensRoundTripAndValidateNamingTheField) {
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none dropout=0.1 regime=diffuse seed=9");
+  EXPECT_EQ(p.dropout.p, double(0.1f));
+  EXPECT_EQ(dropout_seed(p), 9u);
+  EXPECT_NE(p.repro().find("dropout=0.1 "), std::string::npos) << p.repro();
+  EXPECT_EQ(parse_problem(p.repro()), p);
+  EXPECT_NE(p.label().find("dropout0.1"), std::string::npos) << p.label();
+  const Problem seeded = parse_problem("b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none dropout=0.5 dropout_seed=77 regime=diffuse seed=9");
+  EXPECT_EQ(dropout_seed(seeded), 77u);
+  EXPECT_EQ(parse_problem(seeded.repro()), seeded);
+  EXPECT_FALSE(seeded == p);
+  const nlohmann::json j = seeded;
+  EXPECT_EQ(j.at("dropout").at("seed"), 77u);
+  EXPECT_EQ(j.at("dropout").at("p"), 0.5);
+  expect_refused_naming("dropout", "b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none {} regime=diffuse seed=1",
+                        {"dropout=1", "dropout=-0.1", "dropout=nan", "dropout=x"});
+  expect_refused_naming("dropout_seed", "b=1 hq=2 hkv=1 nq=2 nk=4 dk=8 dv=8 dtype=f32 causal=none {} regime=diffuse seed=1",
+                        {"dropout_seed=3", "dropout=0.2 dropout_seed=-1"});
+  Capabilities caps;
+  declare_every_dtype(caps);
+  declare_every_mask_and_shape(caps);
+  EXPECT_EQ(covers(caps, p).reason, "dropout with its keep mask reported (dropout=) not declared");
+  caps.score_modifications = {ScoreModification::dropout};
+  EXPECT_TRUE(covers(caps, p).ok);
+}
+
+// The built-in stream keeps at the rate 1 - p, differs between seeds, and does not depend on the
+// order it is asked in; judge_keep passes it and fails a mask that keeps everything, one that is
+// not 0/1, and one of the wrong shape, naming each.
+TEST(ProblemDropout, TheBuiltinStreamKeepsAtItsRateAndTheKeepMaskIsJudgedByItself) {
+  Problem p = parse_problem("b=2 hq=3 hkv=3 nq=40 nk=50 dk=8 dv=8 dtype=f32 causal=bottom_right dropout=0.9 regime=diffuse seed=4");
+  const Mask mask(p);
+  const ScorePipeline pipeline(p, mask);
+  Tensor keep = make_keep(p);
+  std::int64_t kept = 0, same_as_other_seed = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i)
+        for (std::int64_t j = 0; j < p.n_k; ++j) {
+          const std::uint64_t index = std::uint64_t(keep.offset(b, h, i, j));
+          const bool k = pipeline.kept(b, h, i, j);
+          EXPECT_EQ(k, builtin_dropout_keeps(4, p.dropout.p, index));
+          keep.set(keep.offset(b, h, i, j), k ? 1.0 : 0.0);
+          kept += k;
+          same_as_other_seed += k == builtin_dropout_keeps(5, p.dropout.p, index);
+        }
+  const double n = double(keep.numel());
+  EXPECT_NEAR(double(kept) / n, 0.1, 5 * std::sqrt(0.09 / n));
+  EXPECT_LT(double(same_as_other_seed), 0.9 * n);  // independent masks agree on 82% of pairs
+  const KeepJudgement fine = judge_keep(p, mask, keep);
+  EXPECT_TRUE(fine.verdict.pass && fine.usable) << (fine.verdict.reasons.empty() ? "" : fine.verdict.reasons.front());
+  EXPECT_EQ(fine.verdict.role, Role::keep);
+  Tensor all_kept = keep;
+  for (std::int64_t e = 0; e < all_kept.numel(); ++e) all_kept.set(e, 1.0);
+  const KeepJudgement everything = judge_keep(p, mask, all_kept);
+  EXPECT_FALSE(everything.verdict.pass);
+  EXPECT_TRUE(everything.usable);
+  ASSERT_FALSE(everything.verdict.reasons.empty());
+  EXPECT_NE(everything.verdict.reasons.front().find("visible weights kept"), std::string::npos) << everything.verdict.reasons.front();
+  Tensor half = keep;
+  half.set(half.offset(1, 2, 39, 49), 0.5);  // visible under bottom-right causal
+  const KeepJudgement not_binary = judge_keep(p, mask, half);
+  EXPECT_FALSE(not_binary.verdict.pass || not_binary.usable);
+  EXPECT_NE(not_binary.verdict.reasons.front().find("(b=1, h=2, i=39, j=49)"), std::string::npos) << not_binary.verdict.reasons.front();
+  Tensor masked_garbage = keep;
+  masked_garbage.set(masked_garbage.offset(0, 0, 0, 49), 0.5);  // masked: i = 0 sees keys 0..10
+  EXPECT_TRUE(judge_keep(p, mask, masked_garbage).verdict.pass);
+  EXPECT_FALSE(judge_keep(p, mask, make_lse(p)).usable);
+  // judge_case needs the keep mask of a dropout problem, naming it.
+  const CaseInputs in = generate_inputs(p);
+  Tensor out = make_output(p);
+  EXPECT_THROW(judge_case(p, in, out, nullptr), InputError);
+}
+
 }  // namespace
 }  // namespace attn

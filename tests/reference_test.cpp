@@ -343,7 +343,16 @@ struct BoundStats {
 
 BoundStats check_bound(const Problem& p) {
   BoundStats stats;
-  const CaseInputs in = generate_inputs(p);
+  CaseInputs in = generate_inputs(p);
+  if (p.dropout.enabled()) {  // the keep mask of the built-in stream, as an implementation reports it
+    const ScorePipeline pipeline(p, in.mask);
+    Tensor keep = make_keep(p);
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t h = 0; h < p.h_q; ++h)
+        for (std::int64_t i = 0; i < p.n_q; ++i)
+          for (std::int64_t j = 0; j < p.n_k; ++j) keep.set(keep.offset(b, h, i, j), pipeline.kept(b, h, i, j) ? 1.0 : 0.0);
+    in.mask = in.mask.with_keep(keep);
+  }
   double v_max = 0;
   for (std::int64_t e = 0; e < in.v.numel(); ++e) v_max = std::max(v_max, std::fabs(in.v.get(e)));
   for (std::int64_t row = 0; row < p.rows(); ++row) {
@@ -450,6 +459,16 @@ TEST(ReferenceBound, HoldsWithMasksBiasAndOddShapes) {
     p.sinks = {true, mean, {}};
     p.padding.kind = KeyPadding::Kind::per_query;
     for (std::int64_t r = 0; r < p.batch * p.n_q; ++r) p.padding.valid_len.push_back((r * 5) % 22);
+    problems.push_back(p);
+  }
+  // Dropout at p = 0.1, 0.5 and 0.9, with a sink and with fully masked rows.
+  for (const auto& [dtype, regime, rate] : {std::tuple{DType::f32, Regime::peaked, 0.1}, std::tuple{DType::f64, Regime::diffuse, 0.5},
+                                            std::tuple{DType::bf16, Regime::large, 0.9}}) {
+    Problem p = small(dtype, regime, 6, 21, 87);
+    p.dropout.p = double(float(rate));
+    p.sinks = {true, 1.0, {}};
+    p.padding.kind = KeyPadding::Kind::per_query;
+    for (std::int64_t r = 0; r < p.batch * p.n_q; ++r) p.padding.valid_len.push_back((r * 7) % 22);
     problems.push_back(p);
   }
   for (Problem& p : problems) {
