@@ -231,6 +231,9 @@ std::string VerifyRecord::mask() const {
   if (problem.is_object() && problem.contains("softcap") && problem["softcap"].is_number())
     parts.push_back(fmt::format("softcap {:g}", problem["softcap"].get<double>()));
   if (problem.is_object() && problem.contains("sinks") && problem["sinks"].is_object()) parts.push_back("sink");
+  if (problem.is_object() && problem.contains("dropout") && problem["dropout"].is_object() && problem["dropout"].contains("p") &&
+      problem["dropout"]["p"].is_number())
+    parts.push_back(fmt::format("dropout {:g}", problem["dropout"]["p"].get<double>()));
   if (parts.empty()) return "none";
   std::string out = parts.front();
   for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];

@@ -143,7 +143,15 @@ std::vector<MutantCase> mutant_cases() {
     p.sinks = {true, mean, {}};
     return p;
   };
+  // Dropout at p = 0.1 and 0.9, with a causal mask and with a sink.
+  auto with_dropout = [&](Problem p, double rate) {
+    p.dropout.p = double(float(rate));
+    return p;
+  };
   return {
+      {Mistake::dropout_not_rescaled, "without the 1 / (1 - p)",
+       {with_dropout(small(), 0.1), with_dropout(causal(Causal::bottom_right, 12, 20, DType::bf16), 0.9),
+        with_dropout(with_sink(causal(Causal::top_left, 20, 20, DType::f64), 1.0), 0.5)}},
       {Mistake::sink_ignored, "no sink",
        {with_sink(small(), 0.0), with_sink(causal(Causal::bottom_right, 12, 20, DType::bf16), 2.0), with_sink(padded(KeyPadding::Kind::per_query), 1.0)}},
       {Mistake::sink_in_numerator, "the denominator alone",

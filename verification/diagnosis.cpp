@@ -262,6 +262,7 @@ Diagnosis Diagnostician::run() {
   softcap_hypotheses();
   alibi_hypotheses();
   sink_hypotheses();
+  dropout_hypotheses();
   mask_hypotheses();
   masked_fill_hypotheses();
   key_layout_hypotheses();

@@ -75,6 +75,16 @@ void Diagnostician::sink_hypotheses() {
            by_row_rule(RowRule{.sink_mistake = M::sink_in_numerator}));
 }
 
+// Dropout's kept weights not rescaled: a row rule on the inputs with the reported keep mask.
+void Diagnostician::dropout_hypotheses() {
+  if (!p_.dropout.enabled()) return;
+  consider(M::dropout_not_rescaled,
+           fmt::format("the output matches dropout's kept weights without the 1 / (1 - p) = {:g} rescale: every output is {:g} times "
+                       "too small",
+                       1.0 / (1.0 - p_.dropout.p), 1.0 - p_.dropout.p),
+           by_row_rule(RowRule{.dropout_rescaled = false}));
+}
+
 // Another constant: fitted on a few rows (long double, the unscaled dot products computed once),
 // then confirmed on every diagnosis row with the reference. A fit close to a recognisable value
 // is confirmed with that exact value and named.

@@ -284,6 +284,7 @@ class Diagnostician {
   void softcap_hypotheses();
   void alibi_hypotheses();
   void sink_hypotheses();
+  void dropout_hypotheses();
   void mask_hypotheses();
   void lse_hypotheses();
   void masked_fill_hypotheses();

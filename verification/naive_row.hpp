@@ -45,6 +45,7 @@ struct RowRule {
   bool rounded_before_division = false;     // exp(s - max) rounded and P V divided by the (unrounded) sum after
   std::optional<MistakeId> softcap_mistake = std::nullopt;  // soft-capping written this way (softcap_as_written)
   std::optional<MistakeId> sink_mistake = std::nullopt;     // the sink written this way: sink_ignored, sink_in_numerator
+  bool dropout_rescaled = true;             // false: dropout's kept weights not scaled by 1 / (1 - p)
 };
 
 // One output row under a rule, in T: cpu_naive's order (sequential dot product, times the scale,
@@ -97,7 +98,7 @@ bool row_under(const Problem& p, const CaseInputs& in, std::int64_t row, const R
   if (sum == T(0) && rule.zero_sum_gives_zeros) return true;
   auto rounded = [&](T w) { return rule.weights_rounded_to ? static_cast<T>(round_to(*rule.weights_rounded_to, static_cast<double>(w))) : w; };
   const bool divide_after = rule.normalise && rule.rounded_before_division;
-  const T rescale = pipeline.dropout_rescale<T>();  // dropout (step 6), with the mask the inputs carry
+  const T rescale = rule.dropout_rescaled ? pipeline.dropout_rescale<T>() : T(1);  // dropout (step 6), with the mask the inputs carry
   for (std::int64_t j = 0; j < p.n_k; ++j) {
     const T e = s[static_cast<std::size_t>(j)];
     T w = rounded(rule.normalise && !divide_after ? e / sum : e);
