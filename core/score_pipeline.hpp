@@ -21,6 +21,7 @@
 //      take the one it reported (Mask::with_keep).
 // A new score modification joins here (a field of Problem, a step of score()), and an
 // implementation supports it only once it declares so (impls/implementation.hpp, Capabilities).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -105,6 +106,33 @@ class ScorePipeline {
     const T c = static_cast<T>(softcap_);
     return c * tanh(s / c);
   }
+  // Step 2's error analysis, which the reference's bound takes from here (reference/README.md), so
+  // that a change to step 2 brings its own: whether it changes the scaled product at all; its
+  // slope f'(x) at x (how a small error in x reaches the score); and the absolute error of f(x)
+  // given an error e in x, with |x| = x_abs and |f(x)| = modified_abs, in arithmetic of unit
+  // roundoff u whose elementary functions err by fn_error (relative). Soft-capping, c tanh(x / c):
+  // the slope sech^2(x / c) is at most 1 and tiny where |x| >> c (and the result stays in (-c, c):
+  // at most 2c), plus the step's own rounding: the division (u |x| sech^2(x / c) <= u min(|x|, c/2)),
+  // tanh (fn_error |c tanh|) and the product by c (u |c tanh|).
+  bool modifies_product() const { return softcap_ > 0; }
+  template <class Real>
+  Real product_slope(const Real& x) const {
+    if (softcap_ <= 0) return Real(1);
+    using std::cosh;
+    const Real ch = cosh(x / Real(softcap_));
+    return Real(1) / (ch * ch);
+  }
+  double product_step_error(double e, double x_abs, double modified_abs, double u, double fn_error) const {
+    if (softcap_ <= 0) return 0.0;
+    const double c = softcap_;
+    double through = std::min(e, 2 * c);
+    if (e < x_abs) {  // the slope is largest where |x| is smallest within e of it
+      const double ch = std::cosh((x_abs - e) / c);
+      through = std::min(through, e / (ch * ch));
+    }
+    return through + u * std::min(x_abs, 0.5 * c) + (fn_error + u) * modified_abs;
+  }
+
   // Steps 1 to 3 for a visible key, in T's arithmetic, in the pipeline's order.
   template <class T>
   T score(T dot, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {

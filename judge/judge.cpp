@@ -83,7 +83,7 @@ KeepJudgement judge_keep(const Problem& p, const Mask& mask, const Tensor& keep)
   const auto& s = keep.shape();
   if (s[0] != p.batch || s[1] != p.h_q || s[2] != p.n_q || s[3] != p.n_k) {
     v.pass = false;
-    v.reasons.push_back(fmt::format("keep: the keep mask is [{}, {}, {}, {}], not [b, h_q, n_q, n_k] = [{}, {}, {}, {}]", s[0], s[1], s[2],
+    v.reasons.push_back(fmt::format("the keep mask is [{}, {}, {}, {}], not [b, h_q, n_q, n_k] = [{}, {}, {}, {}]", s[0], s[1], s[2],
                                     s[3], p.batch, p.h_q, p.n_q, p.n_k));
     judged.usable = false;
     return judged;
@@ -98,7 +98,7 @@ KeepJudgement judge_keep(const Problem& p, const Mask& mask, const Tensor& keep)
           const double z = keep.get(keep.offset(b, h, i, j));
           if (z != 0.0 && z != 1.0) {
             v.pass = false;
-            v.reasons.push_back(fmt::format("keep: {} at (b={}, h={}, i={}, j={}), a visible pair, is neither 0 (dropped) nor 1 (kept)", z, b,
+            v.reasons.push_back(fmt::format("{} at (b={}, h={}, i={}, j={}), a visible pair, is neither 0 (dropped) nor 1 (kept)", z, b,
                                             h, i, j));
             judged.usable = false;
             return judged;
@@ -118,7 +118,7 @@ KeepJudgement judge_keep(const Problem& p, const Mask& mask, const Tensor& keep)
   v.tolerance = std::max(keep_probability - low / double(visible), high / double(visible) - keep_probability);
   if (std::min(below, above) < level / 2) {
     v.pass = false;
-    v.reasons.push_back(fmt::format("keep: {} of {} visible weights kept ({:.4g}%) where 1 - p = {:g} keeps {:g} to {:g} but for a chance of 1e-6 "
+    v.reasons.push_back(fmt::format("{} of {} visible weights kept ({:.4g}%) where 1 - p = {:g} keeps {:g} to {:g} but for a chance of 1e-6 "
                                     "(binomial, two-sided): the dropout stream's rate is not 1 - p",
                                     kept, visible, 100.0 * double(kept) / double(visible), keep_probability, low, high));
   }

@@ -1,5 +1,8 @@
 #include "properties/reference_implementation.hpp"
 
+#include <optional>
+
+#include "core/score_pipeline.hpp"
 #include "reference/reference.hpp"
 
 namespace attn {
@@ -30,7 +33,19 @@ class ReferenceImplementation final : public Implementation {
     options.max_work = 4.0 * double(p.rows()) * double(p.n_k) * double(p.d_k + p.d_v) + 1;
     options.weights = weights != nullptr;
     options.threads = a.threads;
-    const ReferenceResult ref = compute_reference(p, a.inputs, options);
+    // Dropout: the built-in stream's keep mask (core/score_pipeline.hpp), reported and computed with.
+    std::optional<CaseInputs> with_keep;
+    if (p.dropout.enabled()) {
+      const ScorePipeline pipeline(p, a.inputs.mask);
+      Tensor keep = make_keep(p);
+      for (std::int64_t b = 0; b < p.batch; ++b)
+        for (std::int64_t h = 0; h < p.h_q; ++h)
+          for (std::int64_t i = 0; i < p.n_q; ++i)
+            for (std::int64_t j = 0; j < p.n_k; ++j) keep.set(keep.offset(b, h, i, j), pipeline.kept(b, h, i, j) ? 1.0 : 0.0);
+      with_keep.emplace(CaseInputs{a.inputs.q.alias(), a.inputs.k.alias(), a.inputs.v.alias(), a.inputs.mask.with_keep(keep)});
+      if (Tensor* reported = a.tensors.output(Role::keep)) *reported = keep;
+    }
+    const ReferenceResult ref = compute_reference(p, with_keep ? *with_keep : a.inputs, options);
     for (std::size_t r = 0; r < ref.rows.size(); ++r) {
       const std::int64_t row = ref.rows[r];
       for (std::int64_t c = 0; c < p.d_v; ++c) out.set(row * p.d_v + c, ref.out[r * std::size_t(p.d_v) + std::size_t(c)]);

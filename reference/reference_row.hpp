@@ -42,27 +42,6 @@ struct ReferenceRow {
 
 inline double gamma_n(double n, double u) { return n * u / (1.0 - n * u); }
 
-// Soft-capping (core/score_pipeline.hpp, step 2) in a score's error bound, absolute: the scaled
-// product's error e (as the dot product and the scale left it) carried through c tanh(x / c),
-// whose slope sech^2(x / c) is at most 1 and tiny where |x| >> c (and the result stays in (-c, c):
-// at most 2c), plus the step's own rounding: the division (u |x| sech^2(x / c) <= u min(|x|, c/2)),
-// tanh (tanh_error |c tanh|) and the product by c (u |c tanh|).
-inline double softcap_error(double e, double x_abs, double capped_abs, double c, double u, double tanh_error) {
-  double through = std::min(e, 2 * c);
-  if (e < x_abs) {  // the slope is largest where |x| is smallest within e of it
-    const double ch = std::cosh((x_abs - e) / c);
-    through = std::min(through, e / (ch * ch));
-  }
-  return through + u * std::min(x_abs, 0.5 * c) + (tanh_error + u) * capped_abs;
-}
-// The slope of c tanh(x / c), sech^2(x / c): how a small error in x reaches the capped score.
-template <class Real>
-Real softcap_slope(const Real& x, double c) {
-  using std::cosh;
-  const Real ch = cosh(x / Real(c));
-  return Real(1) / (ch * ch);
-}
-
 // Q, K and V widened exactly to double once per case: Tensor::get's out-of-line call and dtype
 // switch per element would cost more than the whole arithmetic of the double pass.
 struct WidenedInputs {
@@ -206,25 +185,26 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
   // A_j = scale * sum_t |q_t k_jt| + |bias_j|, kept in Real: with f64 inputs near overflow it can
   // exceed the double range even though every score fits.
   std::vector<Real> magnitude(n), score_sigma(n);
-  // Soft-capping's |x|, |c tanh(x / c)| and scale sum_t |q_t k_jt| per key (softcap_error); with
-  // it, A_j holds what is added after the cap: |c tanh(x / c)| + |bias_j|.
-  std::vector<Real> scaled_abs(p.softcap ? n : 0), capped_abs(p.softcap ? n : 0), product_magnitude(p.softcap ? n : 0);
+  // Where step 2 changes the scaled product (soft-capping): |x|, |f(x)| and scale sum_t |q_t k_jt|
+  // per key (ScorePipeline::product_step_error); A_j then holds what is added after it, |f(x)| + |bias_j|.
   const ScorePipeline pipeline(p, in.mask);
+  const bool step2 = pipeline.modifies_product();
+  std::vector<Real> scaled_abs(step2 ? n : 0), capped_abs(step2 ? n : 0), product_magnitude(step2 ? n : 0);
   auto score_key = [&](std::size_t jj, const Real& dot, const Real& abs_dot, const Real& partial_squares) {
     const double bias = in.mask.bias(b, h, i, keys[jj]);
     // pipeline.score, step by step.
     const Real scaled = dot * Real(scale);
     const Real capped = pipeline.capped<Real>(scaled);
     s[jj] = capped + Real(bias);
-    if (p.softcap) scaled_abs[jj] = abs(scaled), capped_abs[jj] = abs(capped);
+    if (step2) scaled_abs[jj] = abs(scaled), capped_abs[jj] = abs(capped);
     // Typical error of this score in the working precision: each addition of a sequential dot
     // rounds relative to its partial sum, then the scale and the bias round once more.
-    score_sigma[jj] = Real(scale) * sqrt(partial_squares) * (p.softcap ? softcap_slope(scaled, *p.softcap) : Real(1)) + abs(s[jj]);
+    score_sigma[jj] = Real(scale) * sqrt(partial_squares) * (step2 ? pipeline.product_slope(scaled) : Real(1)) + abs(s[jj]);
     // Inflated so that the computed sum of |products| (rounded d_k + 2 times) still bounds the
     // exact one: by 2^-50 at least (far more than float128 needs), by 2 gamma(d_k + 3) in double.
     const Real inflate = Real(1 + std::max(0x1p-50, 2 * gamma_n(double(p.d_k) + 3, u)));
     magnitude[jj] = (Real(scale) * abs_dot + Real(std::fabs(bias))) * inflate;
-    if (p.softcap) product_magnitude[jj] = Real(scale) * abs_dot * inflate, magnitude[jj] = (abs(capped) + Real(std::fabs(bias))) * inflate;
+    if (step2) product_magnitude[jj] = Real(scale) * abs_dot * inflate, magnitude[jj] = (abs(capped) + Real(std::fabs(bias))) * inflate;
   };
   const std::int64_t q0 = in.q.offset(b, h, i, 0);
   // The scores of `lanes` keys at a time: each key's three sums are sequential dependency chains,
@@ -262,7 +242,7 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
     s.push_back(Real(*sink));
     magnitude.push_back(Real(0));
     score_sigma.push_back(Real(0));
-    if (p.softcap) scaled_abs.push_back(Real(0)), capped_abs.push_back(Real(0)), product_magnitude.push_back(Real(0));
+    if (step2) scaled_abs.push_back(Real(0)), capped_abs.push_back(Real(0)), product_magnitude.push_back(Real(0));
     ++n;
   }
   Real m = *std::max_element(s.begin(), s.end());
@@ -308,13 +288,13 @@ ReferenceRow<Real> reference_row(const Problem& p, const WidenedInputs& wide, st
               2 * arithmetic.underflow;
     eta_naive[jj] = static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * magnitude[jj] +
                                         Real(u_naive * 1.01) * spread) + 2 * u_naive;
-    if (p.softcap && keys[jj] != sink_key) {  // the sink is not capped
+    if (step2 && keys[jj] != sink_key) {  // the sink is not capped
       const double x = static_cast<double>(scaled_abs[jj]), capped = static_cast<double>(capped_abs[jj]);
-      eta[jj] += softcap_error(static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * product_magnitude[jj]), x, capped, *p.softcap, u,
-                               arithmetic.exp_error);
+      eta[jj] += pipeline.product_step_error(static_cast<double>(Real(gamma_n(double(p.d_k) + 2, u)) * product_magnitude[jj]), x, capped, u,
+                                             arithmetic.exp_error);
       // A libm's tanh in the working precision: 2 ulps.
-      eta_naive[jj] += softcap_error(static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * product_magnitude[jj]), x, capped,
-                                     *p.softcap, u_naive, 4 * u_naive);
+      eta_naive[jj] += pipeline.product_step_error(static_cast<double>(Real(gamma_n(double(p.d_k) + 3, u_naive)) * product_magnitude[jj]), x,
+                                                   capped, u_naive, 4 * u_naive);
     }
   }
   const std::vector<double> no_value(static_cast<std::size_t>(p.d_v), 0.0);  // the sink's, a dropped key's

@@ -85,7 +85,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   // that score_rounding estimates from (reference_row.hpp's sigma_j).
   std::vector<Quad> s(n);
   std::vector<double> magnitude(n), score_sigma(n);
-  std::vector<double> scaled_abs(n, 0.0), capped_abs(n, 0.0), product_magnitude(n, 0.0);  // soft-capping's (softcap_error)
+  std::vector<double> scaled_abs(n, 0.0), capped_abs(n, 0.0), product_magnitude(n, 0.0);  // step 2's (ScorePipeline::product_step_error)
   const ScorePipeline pipeline(p, in.mask);
   const double* q = wide.q.data() + in.q.offset(b, h, i, 0);
   const double inflate = 1 + std::max(0x1p-50, 2 * gamma_n(double(p.d_k) + 3, 0x1p-53));
@@ -114,16 +114,16 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     const DoubleWord score = add(mul(dot, scale), {bias, 0.0});
     s[jj] = Quad(score.hi) + Quad(score.lo);
     double slope = 1;
-    if (p.softcap) {  // the pipeline's step 2 between the product and the bias, in float128
+    if (pipeline.modifies_product()) {  // the pipeline's step 2 between the product and the bias, in float128
       const DoubleWord scaled_dw = mul(dot, scale);
       const Quad scaled = Quad(scaled_dw.hi) + Quad(scaled_dw.lo), capped = pipeline.capped<Quad>(scaled);
       s[jj] = capped + Quad(bias);
       scaled_abs[jj] = std::fabs(scaled_dw.hi), capped_abs[jj] = std::fabs(static_cast<double>(capped));
-      slope = static_cast<double>(softcap_slope(scaled, *p.softcap));
+      slope = static_cast<double>(pipeline.product_slope(scaled));
     }
     score_sigma[jj] = scale * std::sqrt(partial_squares) * square_scale * slope + std::fabs(static_cast<double>(s[jj]));
     magnitude[jj] = (scale * abs_dot + std::fabs(bias)) * inflate;
-    if (p.softcap) product_magnitude[jj] = scale * abs_dot * inflate, magnitude[jj] = (capped_abs[jj] + std::fabs(bias)) * inflate;
+    if (pipeline.modifies_product()) product_magnitude[jj] = scale * abs_dot * inflate, magnitude[jj] = (capped_abs[jj] + std::fabs(bias)) * inflate;
   }
 
   // The sink: a pseudo-key with an exact score and no value, as in reference_row.hpp.
@@ -177,12 +177,12 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     const double spread = std::fabs(shifted[jj]);
     eta[jj] = gamma_n(double(p.d_k) + 2, u) * magnitude[jj] + u * spread + 2 * u + score_underflow;
     eta_naive[jj] = gamma_n(double(p.d_k) + 3, u_naive) * magnitude[jj] + u_naive * 1.01 * spread + 2 * u_naive;
-    if (p.softcap && keys[jj] != sink_key) {  // the sink is not capped
+    if (pipeline.modifies_product() && keys[jj] != sink_key) {  // the sink is not capped
       // |x| from below (its double word's high part may lie above it): the slope is taken from above.
-      eta[jj] += softcap_error(gamma_n(double(p.d_k) + 2, u) * product_magnitude[jj], scaled_abs[jj] * (1 - 0x1p-50), capped_abs[jj], *p.softcap,
-                               u, 2 * u);
-      eta_naive[jj] += softcap_error(gamma_n(double(p.d_k) + 3, u_naive) * product_magnitude[jj], scaled_abs[jj], capped_abs[jj], *p.softcap,
-                                     u_naive, 4 * u_naive);
+      eta[jj] += pipeline.product_step_error(gamma_n(double(p.d_k) + 2, u) * product_magnitude[jj], scaled_abs[jj] * (1 - 0x1p-50),
+                                             capped_abs[jj], u, 2 * u);
+      eta_naive[jj] += pipeline.product_step_error(gamma_n(double(p.d_k) + 3, u_naive) * product_magnitude[jj], scaled_abs[jj], capped_abs[jj],
+                                                   u_naive, 4 * u_naive);
     }
   }
   // The weight's conversion to a double word and its product with v may each lose a product

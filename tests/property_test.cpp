@@ -194,8 +194,8 @@ TEST(NarrowImplementations, EveryApplicablePropertyRunsItsFullCount) {
     EXPECT_EQ(v.cases, options.cases) << property.number;
   }
   // Only property 1 (weights), 16 (soft-capping, which it does not list), 17 (windows), 18 (a
-  // bias) and 19 (sinks) need what it lacks; 8 (GQA), 7 (causal), 2, 11, 13 (masks) apply.
-  EXPECT_EQ(applicable, int(property_suite().size()) - 5);
+  // bias), 19 (sinks) and 20 (dropout) need what it lacks; 8 (GQA), 7 (causal), 2, 11, 13 (masks) apply.
+  EXPECT_EQ(applicable, int(property_suite().size()) - 6);
 }
 
 TEST(NarrowImplementations, ThePlainestKernelHasAtLeastEightProperties) {
@@ -277,6 +277,46 @@ TEST(MaskedNonFiniteValues, ALeakIsAFindingUnlessDeclaredSafe) {
   Registry registry;
   register_builtin_implementations(registry);
   EXPECT_EQ(check_property(nonfinite, *registry.find("cpu_naive"), options).kind, PropertyVerdict::Kind::held);
+}
+
+// Dropout whose stream ignores its seed (a fixed Philox key, a seed read from the wrong argument):
+// every output agrees with the reference given its keep mask, and the keep rate is right, so only
+// property 20's second seed can tell.
+class DropoutSeedIgnored final : public Implementation {
+ public:
+  std::string name() const override { return "dropout_seed_ignored"; }
+  Capabilities describe() const override {
+    Capabilities c;
+    c.dtypes = {DType::f32, DType::f64};
+    declare_every_mask_and_shape(c);
+    c.score_modifications = {ScoreModification::dropout};
+    return c;
+  }
+  Support supports(const Problem& p) const override { return covers(describe(), p); }
+  std::size_t workspace_bytes(const Problem& p) const override { return naive_workspace_bytes(p); }
+  void run(const RunArgs& a) const override {
+    Problem fixed = a.problem;
+    fixed.dropout.seed = 12345;
+    naive_attention(RunArgs{fixed, a.inputs, a.tensors, a.workspace});
+  }
+};
+
+TEST(Dropout, AStreamThatIgnoresItsSeedFailsPropertyTwentyAndTheBuiltinsHoldIt) {
+  const Property& dropout = property_suite().at(19);
+  ASSERT_EQ(dropout.number, 20);
+  const PropertyOptions options = fixed_options(30);
+  const DropoutSeedIgnored seedless;
+  const PropertyVerdict v = check_property(dropout, seedless, options);
+  EXPECT_EQ(v.kind, PropertyVerdict::Kind::failed) << v.message;
+  EXPECT_NE(v.message.find("the stream ignores its seed"), std::string::npos) << v.message;
+  std::printf("%s", describe_failure(v).c_str());
+  Registry registry;
+  register_builtin_implementations(registry);
+  EXPECT_EQ(check_property(dropout, *registry.find("cpu_naive"), options).kind, PropertyVerdict::Kind::held);
+  // What does not list dropout is not asked, and says so.
+  const PropertyVerdict unlisted = check_property(dropout, ZeroTimesMaskedValues(false), options);
+  EXPECT_EQ(unlisted.kind, PropertyVerdict::Kind::not_applicable);
+  EXPECT_NE(unlisted.message.find("needs dropout"), std::string::npos) << unlisted.message;
 }
 
 // Gave up is its own outcome: an implementation that accepts too few of the problems drawn (and
