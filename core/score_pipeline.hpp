@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/inputs.hpp"
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 
@@ -155,6 +156,11 @@ class ScorePipeline {
     if (mask_.has_keep()) return mask_.kept(b, h, i, j);
     return builtin_dropout_keeps(dropout_seed_, dropout_, static_cast<std::uint64_t>(((b * h_q_ + h) * n_q_ + i) * n_k_ + j));
   }
+  // Row (b, h, i)'s keep mask as kept() draws it, written into `keep` ([b, h_q, n_q, n_k], 1 kept,
+  // 0 dropped, every key's: a masked key's entry does not matter): what an implementation reports.
+  void write_keep_row(Tensor& keep, std::int64_t b, std::int64_t h, std::int64_t i) const {
+    for (std::int64_t j = 0; j < n_k_; ++j) keep.set(((b * h_q_ + h) * n_q_ + i) * n_k_ + j, kept(b, h, i, j) ? 1.0 : 0.0);
+  }
   // What a kept weight is multiplied by, 1 / (1 - p) in T (1 without dropout).
   template <class T>
   T dropout_rescale() const {
@@ -177,5 +183,16 @@ class ScorePipeline {
   std::uint64_t dropout_seed_;
   std::int64_t h_q_, n_q_, n_k_;
 };
+
+// The whole keep mask of the built-in stream (builtin_dropout_keeps) for a problem with dropout,
+// as an implementation on that stream reports it (make_keep's tensor).
+inline Tensor builtin_keep_mask(const Problem& p, const Mask& mask) {
+  const ScorePipeline pipeline(p, mask);
+  Tensor keep = make_keep(p);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i) pipeline.write_keep_row(keep, b, h, i);
+  return keep;
+}
 
 }  // namespace attn

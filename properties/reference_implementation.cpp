@@ -36,12 +36,7 @@ class ReferenceImplementation final : public Implementation {
     // Dropout: the built-in stream's keep mask (core/score_pipeline.hpp), reported and computed with.
     std::optional<CaseInputs> with_keep;
     if (p.dropout.enabled()) {
-      const ScorePipeline pipeline(p, a.inputs.mask);
-      Tensor keep = make_keep(p);
-      for (std::int64_t b = 0; b < p.batch; ++b)
-        for (std::int64_t h = 0; h < p.h_q; ++h)
-          for (std::int64_t i = 0; i < p.n_q; ++i)
-            for (std::int64_t j = 0; j < p.n_k; ++j) keep.set(keep.offset(b, h, i, j), pipeline.kept(b, h, i, j) ? 1.0 : 0.0);
+      const Tensor keep = builtin_keep_mask(p, a.inputs.mask);
       with_keep.emplace(CaseInputs{a.inputs.q.alias(), a.inputs.k.alias(), a.inputs.v.alias(), a.inputs.mask.with_keep(keep)});
       if (Tensor* reported = a.tensors.output(Role::keep)) *reported = keep;
     }

@@ -344,15 +344,7 @@ struct BoundStats {
 BoundStats check_bound(const Problem& p) {
   BoundStats stats;
   CaseInputs in = generate_inputs(p);
-  if (p.dropout.enabled()) {  // the keep mask of the built-in stream, as an implementation reports it
-    const ScorePipeline pipeline(p, in.mask);
-    Tensor keep = make_keep(p);
-    for (std::int64_t b = 0; b < p.batch; ++b)
-      for (std::int64_t h = 0; h < p.h_q; ++h)
-        for (std::int64_t i = 0; i < p.n_q; ++i)
-          for (std::int64_t j = 0; j < p.n_k; ++j) keep.set(keep.offset(b, h, i, j), pipeline.kept(b, h, i, j) ? 1.0 : 0.0);
-    in.mask = in.mask.with_keep(keep);
-  }
+  if (p.dropout.enabled()) in.mask = in.mask.with_keep(builtin_keep_mask(p, in.mask));  // as an implementation reports it
   double v_max = 0;
   for (std::int64_t e = 0; e < in.v.numel(); ++e) v_max = std::max(v_max, std::fabs(in.v.get(e)));
   for (std::int64_t row = 0; row < p.rows(); ++row) {

@@ -317,8 +317,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
   const Acc rescale = pipeline.dropout_rescale<Acc>();
   for (std::int64_t r = 0; r < tq; ++r) {
     const std::int64_t row = (b * p.h_q + h) * p.n_q + i0 + r;
-    if (keep)
-      for (std::int64_t j = 0; j < p.n_k; ++j) keep->set(row * p.n_k + j, pipeline.kept(b, h, i0 + r, j) ? 1.0 : 0.0);
+    if (keep) pipeline.write_keep_row(*keep, b, h, i0 + r);
     // With a sink every row's sum holds its term from the start: emptiness is the mask's.
     const bool empty = sink ? mask.row_fully_masked(b, h, i0 + r) : w.l[r] == Acc(0);
     // o / l, one rounding (o * (1 / l) would be two); an empty row's o is 0 and gives 0.

@@ -64,7 +64,7 @@ void run_in(const RunArgs& a) {
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[j]);
         const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
         if (keep)  // dropout's keep mask, every key's draw (a masked key's does not matter)
-          for (std::size_t j = 0; j < nk; ++j) keep->set(row * p.n_k + std::int64_t(j), pipeline.kept(b, h, std::int64_t(i), std::int64_t(j)) ? 1.0 : 0.0);
+          pipeline.write_keep_row(*keep, b, h, std::int64_t(i));
         if (m == excluded) {  // every key masked: zeros, LSE -inf
           for (std::size_t c = 0; c < dv; ++c) out.set(row * p.d_v + std::int64_t(c), 0.0);
           if (lse) lse->set(row, -std::numeric_limits<double>::infinity());

@@ -114,9 +114,7 @@ void run_softmax_over_queries(const RunArgs& a) {
           return dot;
         }, s.data() + i * nk, excluded);
       if (Tensor* keep = a.tensors.output(Role::keep))  // reported as drawn; dropout is not applied
-        for (std::size_t i = 0; i < nq; ++i)
-          for (std::size_t j = 0; j < nk; ++j)
-            keep->set(((b * p.h_q + h) * p.n_q + std::int64_t(i)) * p.n_k + std::int64_t(j), pipeline.kept(b, h, std::int64_t(i), std::int64_t(j)) ? 1.0 : 0.0);
+        for (std::size_t i = 0; i < nq; ++i) pipeline.write_keep_row(*keep, b, h, std::int64_t(i));
       for (std::size_t i = 0; i < nq; ++i) {  // the row LSE, from the raw scores
         Acc m = excluded, sum = 0;
         for (std::size_t j = 0; j < nk; ++j) m = std::max(m, s[i * nk + j]);
@@ -210,8 +208,7 @@ void run_in(Which mistake, const RunArgs& a, std::uint64_t run_number) {
         const std::optional<double> sink = mistake == M::sink_ignored || m == excluded ? std::nullopt : pipeline.sink(h);
         if (sink) m = std::max(m, static_cast<Acc>(*sink));
         const std::int64_t row = (b * p.h_q + h) * p.n_q + i;  // LSE and weights: the right row
-        if (keep)
-          for (std::size_t j = 0; j < nk; ++j) keep->set(row * p.n_k + std::int64_t(j), pipeline.kept(b, h, i, std::int64_t(j)) ? 1.0 : 0.0);
+        if (keep) pipeline.write_keep_row(*keep, b, h, i);
         const std::int64_t out_row = (b * p.h_q + output_head_as_written(mistake, p, h)) * p.n_q + i;
         if (m == excluded) {  // every key masked: zeros, LSE -inf
           for (std::size_t c = 0; c < dv; ++c) out.set(out_row * p.d_v + std::int64_t(c), 0.0);
