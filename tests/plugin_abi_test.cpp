@@ -17,7 +17,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/role_tensors.hpp"
 #include "impls/plugin/abi_v1_shim.hpp"
+#include "impls/plugin/arena_tensors.hpp"
 #include "impls/plugin/call_description.hpp"
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
@@ -118,6 +120,64 @@ TEST(PluginAbi, ExplicitScaleAndMasksCarryOver) {
   EXPECT_EQ(abi.call().valid_len, nullptr);
   EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_LSE), nullptr);
   EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_BIAS)->shape[3], 3);
+}
+
+// Dropout: its probability and seed cross as data; the keep mask is an output of bytes (dense
+// BHSD whatever the layout), poisoned 0xFF in the arena and read back into the harness's f32
+// tensor as each byte's value, so a byte neither 0 nor 1 reaches the judge as it is; a visible
+// pair left poisoned is named, a masked one does not matter; the feature bit is the score
+// modification.
+TEST(PluginAbi, DropoutCrossesWithItsKeepMask) {
+  const Problem p =
+      parse_problem("b=1 hq=2 hkv=2 nq=3 nk=4 dk=16 dv=16 dtype=f32 causal=top_left dropout=0.25 dropout_seed=77 regime=diffuse seed=5");
+  const CallDescription d = nlohmann::json(describe_call(p)).get<CallDescription>();
+  EXPECT_DOUBLE_EQ(d.dropout_p, 0.25);
+  EXPECT_EQ(d.dropout_seed, 77u);
+  EXPECT_EQ(describe_call(parse_problem("b=1 hq=2 hkv=2 nq=3 nk=4 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=5")).dropout_p, 0.0);
+  const std::vector<TensorSpec> specs = nlohmann::json(plan_tensors(p, Layout::bshd, false)).get<std::vector<TensorSpec>>();
+  ASSERT_EQ(specs.size(), 5u);  // q k v out keep
+  const TensorSpec& keep_spec = specs.back();
+  EXPECT_EQ(keep_spec.role, ATTNBENCH_ROLE_KEEP);
+  EXPECT_EQ(keep_spec.dtype, dl_bool);
+  EXPECT_EQ(keep_spec.shape, (Tensor::Shape{1, 2, 3, 4}));
+  EXPECT_EQ(keep_spec.strides, (Strides{24, 12, 4, 1}));
+  const AbiCall abi(d, specs, nullptr);
+  EXPECT_DOUBLE_EQ(abi.call().dropout_p, 0.25);
+  EXPECT_EQ(abi.call().dropout_seed, 77u);
+  ASSERT_NE(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_KEEP), nullptr);
+  EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_KEEP)->ndim, 4);
+
+  const CaseInputs in = generate_inputs(p);
+  Tensor out = make_output(p), keep = make_keep(p);
+  const RunArgs args{p, in, RoleTensors::forward(in, out, nullptr, nullptr, &keep), {}};
+  const std::vector<Item> items = call_items(specs, args);
+  const Item& k = items.back();
+  ASSERT_TRUE(k.bytes_to_f32);
+  ASSERT_EQ(item_bytes(k), 24u);
+  std::vector<std::byte> arena(item_bytes(k));
+  copy_in(k, arena.data());
+  EXPECT_TRUE(std::all_of(arena.begin(), arena.end(), [](std::byte b) { return std::to_integer<std::uint8_t>(b) == keep_poison; }));
+  copy_out(k, arena.data());
+  // Causal top-left: row i sees keys 0..i, 6 pairs per head.
+  EXPECT_EQ(unwritten_keep(p, in.mask, keep), "keep not written (still poison 0xFF): 12 visible pair(s), first at b=0 h=0 i=0 j=0");
+  for (std::size_t e = 0; e < arena.size(); ++e) arena[e] = std::byte(e % 2);
+  arena[std::size_t(keep.offset(0, 1, 2, 1))] = std::byte{7};     // visible: its value reaches the judge
+  arena[std::size_t(keep.offset(0, 0, 0, 3))] = std::byte{0xFF};  // masked: does not matter
+  copy_out(k, arena.data());
+  EXPECT_EQ(keep.get(keep.offset(0, 0, 0, 1)), 1.0);
+  EXPECT_EQ(keep.get(keep.offset(0, 0, 1, 0)), 0.0);
+  EXPECT_EQ(keep.get(keep.offset(0, 1, 2, 1)), 7.0);
+  EXPECT_EQ(keep.get(keep.offset(0, 0, 0, 3)), 255.0);
+  EXPECT_EQ(unwritten_keep(p, in.mask, keep), "");
+
+  // Declared or not: the feature bit is ScoreModification::dropout.
+  attnbench_plugin_v2 plain = description();
+  EXPECT_FALSE(check_capabilities(read_plugin_info(plain, "/x.so"), p).ok);
+  EXPECT_NE(check_capabilities(read_plugin_info(plain, "/x.so"), p).reason.find("dropout"), std::string::npos);
+  plain.capabilities.features |= ATTNBENCH_FEATURE_DROPOUT;
+  const PluginInfo dropping = read_plugin_info(plain, "/x.so");
+  EXPECT_EQ(to_capabilities(dropping).score_modifications, std::vector<ScoreModification>{ScoreModification::dropout});
+  EXPECT_TRUE(check_capabilities(dropping, p).ok) << check_capabilities(dropping, p).reason;
 }
 
 // What loading a description says when it is refused; "accepted" when it is not.
@@ -354,6 +414,10 @@ TEST(PluginAbiV1Shim, CapabilitiesMeanTheSame) {
   EXPECT_NE(shim.plugin().run(&abi.call(), error, sizeof error), 0);
   EXPECT_NE(std::string(error).find("ABI version 1 cannot express a sliding window"), std::string::npos);
   abi.call().window.left = ATTNBENCH_WINDOW_UNBOUNDED;
+  abi.call().dropout_p = 0.1;
+  EXPECT_NE(shim.plugin().run(&abi.call(), error, sizeof error), 0);
+  EXPECT_NE(std::string(error).find("dropout"), std::string::npos) << error;
+  abi.call().dropout_p = 0;
   abi.call().operation = ATTNBENCH_OP_BACKWARD;
   EXPECT_EQ(shim.plugin().supports(&abi.call(), why, sizeof why), 0);
 }

@@ -49,7 +49,14 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
     // tensors; the bias is one, stored broadcast: its stored shape is not the logical one.
     if (*role == Role::mask) {
       items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
-                           stored(p.bool_mask.broadcast), s.strides, 1});
+                           stored(p.bool_mask.broadcast), s.strides, 1, false});
+      continue;
+    }
+    // Dropout's keep mask: the harness holds it in f32, the plugin writes bytes.
+    if (*role == Role::keep) {
+      Tensor& keep = a.tensors.required_output(Role::keep);
+      if (keep.dtype() != DType::f32) throw std::logic_error("the keep mask is not make_keep's f32 tensor");
+      items.push_back(Item{s.name, nullptr, static_cast<std::byte*>(keep.data()), s.shape, keep.shape(), s.strides, 1, true});
       continue;
     }
     const Tensor* t = a.tensors.input(*role);
@@ -59,7 +66,7 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
       back = static_cast<std::byte*>(out->data());
     }
     if (t == nullptr) throw std::logic_error(fmt::format("a {} planned without a tensor for it", role_name(s.role)));
-    items.push_back(Item{s.name, bytes_of(*t), back, s.shape, t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype()))});
+    items.push_back(Item{s.name, bytes_of(*t), back, s.shape, t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype())), false});
   }
   return items;
 }
@@ -67,6 +74,10 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
 std::size_t item_bytes(const Item& it) { return std::size_t(storage_elements(it.shape, it.strides)) * it.element; }
 
 void copy_in(const Item& it, std::byte* arena) {
+  if (it.bytes_to_f32) {
+    std::memset(arena, keep_poison, item_bytes(it));
+    return;
+  }
   if (dense_copy(it)) {
     std::memcpy(arena, it.source, std::size_t(it.storage_shape[0] * it.storage_shape[1] * it.storage_shape[2] * it.storage_shape[3]) * it.element);
     return;
@@ -77,6 +88,13 @@ void copy_in(const Item& it, std::byte* arena) {
 }
 
 void copy_out(const Item& it, const std::byte* arena) {
+  if (it.bytes_to_f32) {
+    for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
+      const float value = float(std::to_integer<std::uint8_t>(arena[std::size_t(at)]));
+      std::memcpy(it.destination + std::size_t(dense) * sizeof(float), &value, sizeof value);
+    });
+    return;
+  }
   for_each_element(it, [&](std::int64_t dense, std::int64_t at) {
     std::memcpy(it.destination + std::size_t(dense) * it.element, arena + std::size_t(at) * it.element, it.element);
   });
@@ -114,5 +132,20 @@ std::string unwritten_output(const Problem& p, const Tensor& out, const char* na
   const std::string where = width == p.d_v ? output_coordinates(p, first) : row_text(first);
   return fmt::format("{} not written (still poison): {} element(s) in {} row(s), first at {}; rows {}{}", name, count, rows.size(), where,
                      fmt::join(shown, ", "), rows.size() > shown.size() ? fmt::format(" and {} more", rows.size() - shown.size()) : "");
+}
+
+std::string unwritten_keep(const Problem& p, const Mask& mask, const Tensor& keep) {
+  std::int64_t count = 0;
+  std::string first;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h)
+      for (std::int64_t i = 0; i < p.n_q; ++i) {
+        const auto [lo, hi] = mask.key_range(b, i);
+        for (std::int64_t j = lo; j < hi; ++j)
+          if (mask.visible(b, h, i, j) && keep.get(keep.offset(b, h, i, j)) == double(keep_poison))
+            if (count++ == 0) first = fmt::format("b={} h={} i={} j={}", b, h, i, j);
+      }
+  if (count == 0) return "";
+  return fmt::format("keep not written (still poison 0x{:02X}): {} visible pair(s), first at {}", keep_poison, count, first);
 }
 }  // namespace attn::plugin

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "impls/implementation.hpp"
@@ -25,7 +26,14 @@ struct Item {
   Tensor::Shape storage_shape;   // the source's shape (differs from shape where broadcast)
   Strides strides;
   std::size_t element;
+  // Dropout's keep mask: bytes in the arena (1 kept, 0 dropped), filled with keep_poison before
+  // the call (no source), and copied back into the harness's f32 tensor as each byte's value, so
+  // that a byte neither 0 nor 1 stays visible to the judge.
+  bool bytes_to_f32 = false;
 };
+
+// What an unwritten byte of the keep mask holds.
+inline constexpr std::uint8_t keep_poison = 0xFF;
 
 // The items of a call's tensors (plan_tensors), their data taken from the run's arguments.
 std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs& args);
@@ -37,5 +45,8 @@ void copy_out(const Item& it, const std::byte* arena);
 std::string compare_input(const Item& it, const std::byte* arena);
 // "out not written (still poison): 64 elements in 1 row(s), first at b=0 h=1 i=16 c=0; rows b=0 h=1 i=16", or "".
 std::string unwritten_output(const Problem& p, const Tensor& out, const char* name);
+// The keep mask's visible pairs still holding keep_poison (a masked pair's entry does not matter):
+// "keep not written (still poison 0xFF): 12 visible pair(s), first at b=0 h=1 i=3 j=5", or "".
+std::string unwritten_keep(const Problem& p, const Mask& mask, const Tensor& keep);
 
 }  // namespace attn::plugin

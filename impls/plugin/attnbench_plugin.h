@@ -50,8 +50,9 @@ extern "C" {
 /* --- DLPack's vocabulary --------------------------------------------------------------------- */
 
 /* DLDataTypeCode: attnbench_dl_datatype.code. f16 is {FLOAT, 16, 1}, bf16 {BFLOAT, 16, 1}, f32
- * {FLOAT, 32, 1}, f64 {FLOAT, 64, 1}; a boolean mask {BOOL, 8, 1} (one byte, 0 masked, 1 visible);
- * an index array (cu_seqlens, block table) {INT, 32, 1}. The fp8, fp6 and fp4 codes are DLPack's. */
+ * {FLOAT, 32, 1}, f64 {FLOAT, 64, 1}; a boolean mask {BOOL, 8, 1} (one byte, 0 masked, 1 visible),
+ * dropout's keep mask too (1 kept, 0 dropped); an index array (cu_seqlens, block table)
+ * {INT, 32, 1}. The fp8, fp6 and fp4 codes are DLPack's. */
 #define ATTNBENCH_DL_INT 0
 #define ATTNBENCH_DL_UINT 1
 #define ATTNBENCH_DL_FLOAT 2
@@ -89,9 +90,9 @@ typedef struct {
 /* A tensor view; attnbench owns the memory. shape and strides have ndim entries, strides are in
  * ELEMENTS (as DLPack's) and never NULL; stride 0 broadcasts (the mask and bias over batch or
  * heads). data is a host pointer (CPU) or a CUDA device pointer (CUDA, device_id); byte_offset is
- * 0. Outputs arrive filled with a NaN pattern no arithmetic produces, so an element the plugin
- * does not write is detected; they end exactly at a guard page (host) or a canary region (CUDA).
- * data is aligned to the element size only. */
+ * 0. Outputs arrive filled with a NaN pattern no arithmetic produces (KEEP: bytes 0xFF), so an
+ * element the plugin does not write is detected; they end exactly at a guard page (host) or a
+ * canary region (CUDA). data is aligned to the element size only. */
 typedef struct {
   void* data;
   attnbench_dl_device device;
@@ -118,11 +119,16 @@ typedef struct {
  *                                         denominator, with no value (m: the max of the row's
  *                                         scores and the sink); a row that sees no key stays
  *                                         fully masked
+ *   KEEP     [batch, h_q, n_q, n_k] BOOL  dropout's keep mask Z, an output (FEATURE_DROPOUT): 8
+ *                                         bits, 1 kept, 0 dropped, dense; passed whenever
+ *                                         call.dropout_p > 0, and then written: attnbench judges O
+ *                                         given the Z reported (the stream is the plugin's own) and
+ *                                         Z's rate. A masked pair's entry does not matter
  *   CU_SEQLENS_Q/K  [batch + 1] INT32     reserved: packed sequences (prefix sums of lengths)
  *   SEQLENS_K       [batch] INT32         reserved: per-sequence key lengths (paged caches)
  *   BLOCK_TABLE     [batch, blocks] INT32 reserved: paged K/V (page_size keys per block)
- * Forward: Q K V (BIAS MASK SINK) in, O (LSE) out. Backward: Q K V O LSE D_O (BIAS MASK SINK) in,
- * DQ DK DV out. Inputs must not be written. */
+ * Forward: Q K V (BIAS MASK SINK) in, O (LSE KEEP) out. Backward: Q K V O LSE D_O (BIAS MASK SINK)
+ * in, DQ DK DV out. Inputs must not be written. */
 #define ATTNBENCH_ROLE_Q 0
 #define ATTNBENCH_ROLE_K 1
 #define ATTNBENCH_ROLE_V 2
@@ -182,12 +188,17 @@ typedef struct {
   const int64_t* valid_len; /* host memory; batch or batch * n_q entries; NULL when NONE */
   int64_t valid_len_count;
   /* Soft-capping (ATTNBENCH_FEATURE_SOFTCAP; 0: none): each scaled score s becomes
-   * softcap * tanh(s / softcap), before the bias is added. Reserved for the variants later
-   * versions of attnbench request (each has a feature bit; 0 means off): dropout with its
-   * probability and seed, packed sequences' longest lengths, the paged caches' page size. */
+   * softcap * tanh(s / softcap), before the bias is added. */
   double softcap;
+  /* Dropout (ATTNBENCH_FEATURE_DROPOUT; dropout_p 0: none): after the softmax each weight P_ij is
+   * kept (Z_ij = 1) with probability 1 - dropout_p or dropped (Z_ij = 0), and
+   * O_i = sum_j P_ij Z_ij / (1 - dropout_p) V_j; the LSE is the softmax's, before dropout. Z comes
+   * from the plugin's own random stream seeded by dropout_seed (the same seed must give the same
+   * Z, another seed another); the plugin reports it in the KEEP tensor. */
   double dropout_p;
   uint64_t dropout_seed;
+  /* Reserved for the variants later versions of attnbench request (each has a feature bit; 0
+   * means off): packed sequences' longest lengths, the paged caches' page size. */
   int64_t max_seqlen_q, max_seqlen_k;
   int64_t page_size;
   /* The precision attnbench's reference accumulates in: {FLOAT, 64} for f64 data, else {FLOAT,
@@ -238,7 +249,8 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
 #define ATTNBENCH_FEATURE_CAUSAL_ONLY (1u << 14)
 #define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* softcap * tanh(s / softcap) of the scaled scores (call.softcap) */
 #define ATTNBENCH_FEATURE_SINK (1u << 17)      /* attention sinks: the SINK tensor, one logit per query head */
-#define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* reserved */
+#define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* dropout (call.dropout_p, dropout_seed): O = P Z / (1 - p) V, the
+                                                  LSE before dropout; the plugin reports Z (KEEP) */
 #define ATTNBENCH_FEATURE_PACKED (1u << 19)    /* reserved: CU_SEQLENS_Q/K */
 #define ATTNBENCH_FEATURE_PAGED (1u << 20)     /* reserved: BLOCK_TABLE, page_size */
 

@@ -28,6 +28,10 @@ CallDescription describe_call(const Problem& p) {
   d.d_v = p.d_v;
   d.scale = p.effective_scale();
   d.softcap = p.softcap.value_or(0.0);
+  if (p.dropout.enabled()) {
+    d.dropout_p = p.dropout.p;
+    d.dropout_seed = dropout_seed(p);
+  }
   d.window = abi_window(p);
   d.key_padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_KEY_PADDING_PER_BATCH
                   : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY
@@ -107,6 +111,9 @@ std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_
   if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data(Role::bias), 4, scores, broadcast_strides(p, p.bias.broadcast)});
   // [h_q] f32 (the trailing extents of 1 only fill the four every view is stored with).
   if (p.sinks.enabled) specs.push_back({"sink", ATTNBENCH_ROLE_SINK, to_dl(DType::f32), 1, {p.h_q, 1, 1, 1}, {1, 1, 1, 1}});
+  // Dropout's keep mask, an output of bytes (1 kept, 0 dropped), dense BHSD: whenever the problem
+  // has dropout, since a plugin that declares it writes one whenever dropout_p > 0.
+  if (p.dropout.enabled()) specs.push_back({"keep", ATTNBENCH_ROLE_KEEP, dl_bool, 4, scores, layout_strides(scores, Layout::bhsd)});
   return specs;
 }
 

@@ -51,7 +51,8 @@ void to_json(nlohmann::json& j, const TensorSpec& t);
 void from_json(const nlohmann::json& j, TensorSpec& t);
 
 // The tensors of a forward call of this problem handed over in `layout`: q k v out (lse when
-// wanted, 3-D) in the layout's strides, the mask and bias with stride 0 where they broadcast.
+// wanted, 3-D) in the layout's strides, the mask and bias with stride 0 where they broadcast, the
+// sink, and dropout's keep mask (an output of bytes, dense) when the problem has dropout.
 std::vector<TensorSpec> plan_tensors(const Problem& problem, Layout layout, bool with_lse);
 
 // The worker's attnbench_call: owns the views' shapes, strides and padding lengths it points to,

@@ -211,6 +211,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.fully_masked = info.fully_masked;
   if (info.has(ATTNBENCH_FEATURE_SOFTCAP)) caps.score_modifications.push_back(ScoreModification::softcap);
   if (info.has(ATTNBENCH_FEATURE_SINK)) caps.score_modifications.push_back(ScoreModification::sink);
+  if (info.has(ATTNBENCH_FEATURE_DROPOUT)) caps.score_modifications.push_back(ScoreModification::dropout);
   return caps;
 }
 

@@ -71,7 +71,7 @@ std::string late_access(const ArenaLayout& layout, const StatusPage& status, con
   std::string where = fmt::format("byte {} of the call's buffers", status.fault.offset);
   for (const ArenaBuffer& b : layout.buffers)
     if (status.fault.offset >= b.offset && status.fault.offset < b.offset + std::max<std::size_t>(b.bytes, 1))
-      where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" ? "output" : "buffer", b.name,
+      where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" || b.name == "keep" ? "output" : "buffer", b.name,
                           (status.fault.offset - b.offset) / std::max<std::size_t>(b.element_bytes, 1));
   return fmt::format("the plugin {} {} after its run() returned (the call of case '{}'): a thread of that call outlived it; the worker, "
                      "which keeps a returned call's buffers read-only, died of it and was restarted",
@@ -277,7 +277,7 @@ std::vector<double> PluginImplementation::timed_runs(const Problem& problem, con
               std::max(warmup, 0), std::max(iterations, 1));
 }
 
-std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int iterations) const {
+std::vector<double> PluginImplementation::call(const RunArgs& given, int warmup, int iterations) const {
   std::lock_guard lock(mutex_);
   if (!pending_failure_.empty()) {
     const std::string failure = std::move(pending_failure_);
@@ -292,7 +292,15 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
     throw std::runtime_error(fmt::format("before this call: {} (this case did not run)", late));
   }
   last_call_.reset();
-  const Problem& p = a.problem;
+  const Problem& p = given.problem;
+  // A plugin that declares dropout writes its keep mask whenever dropout_p > 0: one is handed to
+  // it whether the caller asked for it or not (then into a scratch tensor).
+  Tensor scratch_keep;
+  RunArgs a{given.problem, given.inputs, given.tensors, given.workspace, given.threads};
+  if (p.dropout.enabled() && a.tensors.output(Role::keep) == nullptr) {
+    scratch_keep = make_keep(p);
+    a.tensors.set_output(Role::keep, &scratch_keep);
+  }
   const std::optional<Layout> layout = handover_layout(info_, p);
   if (!layout) throw std::runtime_error("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
   const bool want_lse = info_.has(ATTNBENCH_FEATURE_LSE) && a.tensors.output(Role::lse) != nullptr;
@@ -367,6 +375,8 @@ std::vector<double> PluginImplementation::call(const RunArgs& a, int warmup, int
     if (std::string u = unwritten_output(p, a.tensors.required_output(Role::o), "out"); !u.empty()) problems.push_back(u);
     if (want_lse)
       if (std::string u = unwritten_output(p, *a.tensors.output(Role::lse), "lse"); !u.empty()) problems.push_back(u);
+    if (p.dropout.enabled())
+      if (std::string u = unwritten_keep(p, a.inputs.mask, *a.tensors.output(Role::keep)); !u.empty()) problems.push_back(u);
   }
   if (!problems.empty()) {
     if (!memory.empty()) problems.push_back(memory);

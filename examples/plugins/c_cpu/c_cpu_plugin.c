@@ -4,8 +4,9 @@
  * attnbench asks of it today: f64, f32, f16 and bf16; any strides (so BHSD and BSHD); any window
  * (causal top-left and bottom-right among them), key padding per batch and per query, a boolean
  * mask and an additive bias (ALiBi arrives as one), in any combination; soft-capping of the scaled
- * scores; attention sinks (a per-head logit in each row's denominator); GQA/MQA;
- * d_k != d_v; the row log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
+ * scores; attention sinks (a per-head logit in each row's denominator); dropout on its own
+ * counter-based random stream, with the keep mask reported; GQA/MQA; d_k != d_v; the row
+ * log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
  * Single-threaded and O(n_k) scratch per row: a yardstick, not a fast kernel.
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -I impls/plugin examples/plugins/c_cpu/c_cpu_plugin.c -lm -o c_cpu_plugin.so
@@ -100,7 +101,7 @@ static void store(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t 
 
 typedef struct {
   const attnbench_call* p;
-  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias, *sink;
+  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias, *sink, *keep;
   long double* scores; /* n_k entries */
   unsigned char* visible; /* n_k entries */
 } row_context;
@@ -118,11 +119,34 @@ static void key_range(const attnbench_call* p, int64_t b, int64_t i, int64_t* fi
   *limit = hi < lo ? lo : hi;
 }
 
+/* Dropout's random stream: a counter-based hash of the seed and the weight's flat index
+ * ((b h_q + h) n_q + i) n_k + j, so each draw is independent of the order rows are computed in
+ * (as Philox gives GPU kernels); the weight is kept iff its uniform in [0, 1) is >= p. The mix is
+ * MurmurHash3's 64-bit finaliser, applied to the seed and then to the index folded in. */
+static uint64_t fmix64(uint64_t z) {
+  z ^= z >> 33;
+  z *= 0xff51afd7ed558ccdULL;
+  z ^= z >> 33;
+  z *= 0xc4ceb9fe1a85ec53ULL;
+  return z ^ (z >> 33);
+}
+
+static int dropout_keeps(uint64_t seed, double p, uint64_t index) {
+  const uint64_t bits = fmix64(fmix64(seed ^ 0x5851f42d4c957f2dULL) + index * 0x9e3779b97f4a7c15ULL);
+  return (double)(bits >> 11) * 0x1p-53 >= p;
+}
+
 static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
   const attnbench_call* p = c->p;
   const int64_t g = h / (p->h_q / p->h_kv); /* the kv head this query head reads */
   int64_t first, limit;
   key_range(p, b, i, &first, &limit);
+  /* Dropout: this row's keep mask, every key's draw (a masked key's entry does not matter). */
+  if (c->keep != NULL) {
+    const uint64_t row = (uint64_t)(((b * p->h_q + h) * p->n_q + i) * p->n_k);
+    for (int64_t j = 0; j < p->n_k; ++j)
+      ((uint8_t*)c->keep->data)[offset_of(c->keep, b, h, i, j)] = (uint8_t)dropout_keeps(p->dropout_seed, p->dropout_p, row + (uint64_t)j);
+  }
   long double max = -INFINITY;
   int any = 0;
   for (int64_t j = first; j < limit; ++j) {
@@ -149,11 +173,15 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
   long double sum = c->sink != NULL ? expl(sink - max) : 0.0L;
   for (int64_t j = first; j < limit; ++j)
     if (c->visible[j]) sum += (c->scores[j] = expl(c->scores[j] - max));
+  /* Dropout drops the weights the keep mask says and rescales the rest by 1 / (1 - p); the
+   * denominator (and so the LSE) is the softmax's, before dropout. */
+  const long double rescale = c->keep != NULL ? 1.0L / (1.0L - (long double)p->dropout_p) : 1.0L;
   for (int64_t x = 0; x < p->d_v; ++x) {
     long double acc = 0;
     for (int64_t j = first; j < limit; ++j)
-      if (c->visible[j]) acc += c->scores[j] * (long double)load(c->v, b, g, j, x);
-    store(c->out, b, h, i, x, acc / sum);
+      if (c->visible[j] && (c->keep == NULL || ((const uint8_t*)c->keep->data)[offset_of(c->keep, b, h, i, j)]))
+        acc += c->scores[j] * (long double)load(c->v, b, g, j, x);
+    store(c->out, b, h, i, x, acc / sum * rescale);
   }
   if (c->lse != NULL) store(c->lse, b, h, i, 0, max + logl(sum));
 }
@@ -178,8 +206,13 @@ static int c_cpu_run(const attnbench_call* p, char* error, size_t error_len) {
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_MASK),
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_BIAS),
                    attnbench_call_tensor(p, ATTNBENCH_ROLE_SINK),
+                   p->dropout_p > 0 ? attnbench_call_tensor(p, ATTNBENCH_ROLE_KEEP) : NULL,
                    NULL,
                    NULL};
+  if (p->dropout_p > 0 && (c.keep == NULL || element_kind(c.keep->dtype) != ELEM_BOOL)) {
+    snprintf(error, error_len, "dropout_p=%g without a BOOL 8-bit KEEP tensor to report the keep mask in", p->dropout_p);
+    return 1;
+  }
   c.scores = malloc(sizeof(long double) * (size_t)(p->n_k > 0 ? p->n_k : 1));
   c.visible = malloc((size_t)(p->n_k > 0 ? p->n_k : 1));
   if (c.scores == NULL || c.visible == NULL) {
@@ -221,7 +254,7 @@ static const attnbench_plugin_v2 c_cpu_plugin = {
             ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BOOL_MASK |
             ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_LSE |
             ATTNBENCH_FEATURE_DETERMINISTIC | ATTNBENCH_FEATURE_SLIDING_WINDOW | ATTNBENCH_FEATURE_SOFTCAP |
-            ATTNBENCH_FEATURE_SINK,
+            ATTNBENCH_FEATURE_SINK | ATTNBENCH_FEATURE_DROPOUT,
         ATTNBENCH_ACCEPTS_BHSD | ATTNBENCH_ACCEPTS_BSHD | ATTNBENCH_ACCEPTS_STRIDED,
         ATTNBENCH_FULLY_MASKED_AS_ZEROS,
         c_cpu_dtypes,
