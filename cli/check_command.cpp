@@ -29,12 +29,13 @@ CheckCommand::CheckCommand(CLI::App& app)
   auto* cases = command_->add_option("--cases", cases_dir_, "The cases directory (`attnbench cases --out`)");
   auto* inputs = command_->add_option("--inputs", inputs_dirs_,
                                       "A directory of your own tensors: q.npy, k.npy, v.npy, settings.json, optional mask.npy, bias.npy, "
-                                      "valid_lens.npy, and out.npy (optional lse.npy) to judge (repeatable; cli/README.md)");
+                                      "valid_lens.npy, and out.npy (optional lse.npy; keep.npy with settings' dropout) to judge (repeatable; cli/README.md)");
   cases->excludes(inputs);
   inputs->excludes(cases);
   command_->add_option("--outputs", outputs_dirs_,
-                       "With --cases: the directory of out_NNNN.npy (and optional lse_NNNN.npy) files. With --inputs: where out.npy "
-                       "(and lse.npy) are, once per --inputs in the same order (default: the inputs directory)");
+                       "With --cases: the directory of out_NNNN.npy (and optional lse_NNNN.npy; keep_NNNN.npy for a dropout case) files. "
+                       "With --inputs: where out.npy (and lse.npy, keep.npy) are, once per --inputs in the same order (default: the "
+                       "inputs directory)");
   command_->add_option("--json", json_path_, "Where to write the JSON results ('' to skip)")->capture_default_str();
   command_->add_option("--k", k_, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   command_->add_option("--floor-ulps", floor_ulps_, "Pass rule: ulp floor of the tolerance")->capture_default_str();

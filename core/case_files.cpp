@@ -126,6 +126,7 @@ npy::Array visibility_mask_npy(const Problem& p, const Mask& mask) {
 
 std::vector<std::int64_t> output_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q, p.d_v}; }
 std::vector<std::int64_t> lse_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q}; }
+std::vector<std::int64_t> keep_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q, p.n_k}; }
 
 std::vector<std::pair<std::size_t, Problem>> named_cases(const CaseDirectory& directory) {
   std::vector<std::pair<std::size_t, Problem>> named;
@@ -180,6 +181,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     entry.v = file_name("v", entry.index);
     entry.out = file_name("out", entry.index);
     entry.lse = file_name("lse", entry.index);
+    if (p.dropout.enabled()) entry.keep = file_name("keep", entry.index);
     const CaseInputs in = generate_inputs(p);
     npy::write_file(dir / entry.q, tensor_to_npy(in.q));
     npy::write_file(dir / entry.k, tensor_to_npy(in.k));
@@ -194,6 +196,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},  // c tanh(s / c) of each scaled score, or none
         // Each query head's sink logit (f32 values), one more term of its rows' softmax denominator, or none.
         {"sinks", p.sinks.enabled ? nlohmann::json(sink_logits(p)) : nlohmann::json(nullptr)},
+        // Dropout: p (an f32 value) and the seed of the case's stream (the program may use its own), or none.
+        {"dropout", p.dropout.enabled() ? nlohmann::json{{"p", p.dropout.p}, {"seed", dropout_seed(p)}} : nlohmann::json(nullptr)},
         {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
         {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
         {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
@@ -201,6 +205,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"bias", nullptr},
         {"out", file_json(entry.out, output_shape(p), type(Role::o))},
         {"lse", file_json(entry.lse, lse_shape(p), type(Role::lse))},
+        {"keep", p.dropout.enabled() ? file_json(entry.keep, keep_shape(p), npy::ElementType::boolean) : nlohmann::json(nullptr)},
         {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
@@ -236,6 +241,11 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
                 "file's entry names its element type"},
       {"bias", "additive, [b or 1, h_q or 1, n_q, n_k], in the case's encoding, added to the scaled scores; null: none"},
       {"lse", "optional: natural-log row log-sum-exp of the scaled, biased scores [b, h_q, n_q]; -inf for fully masked rows"},
+      {"dropout", "per case: null, or {p, seed}: after the softmax each weight is kept (Z = 1) or dropped (Z = 0) by the program's own "
+                  "random stream (seed is the case's, for a program that has none of its own), out = sum_j P_ij Z_ij / (1 - p) v_j; "
+                  "the lse is the softmax's, unaffected"},
+      {"keep", "per dropout case, required: the keep mask Z [b, h_q, n_q, n_k] the program drew, 1 kept, 0 dropped, as |b1 "
+               "(or |u1, <f4), written beside out; null: no dropout"},
       {"fully_masked_rows", "per case: zeros (a query row that sees no key has a zero output row) or nan (a NaN row), as declared"},
       {"cases", list},
   };
@@ -300,6 +310,16 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (!sinks_match)
         throw InputError(fmt::format("case {}: sinks {} do not match the repro string's {}", entry.index, sinks.dump(),
                                      logits.empty() ? std::string("none") : nlohmann::json(logits).dump()));
+      // Dropout (null or absent: none): p and the stream's seed as the repro string gives them.
+      const nlohmann::json dropout = j.value("dropout", nlohmann::json(nullptr));
+      const bool dropout_matches =
+          dropout.is_null() ? !p.dropout.enabled()
+                            : p.dropout.enabled() && dropout.is_object() && dropout.contains("p") && dropout.at("p").is_number() &&
+                                  dropout.at("p").get<double>() == p.dropout.p && dropout.contains("seed") &&
+                                  dropout.at("seed").is_number_unsigned() && dropout.at("seed").get<std::uint64_t>() == dropout_seed(p);
+      if (!dropout_matches)
+        throw InputError(fmt::format("case {}: dropout {} does not match the repro string's {}", entry.index, dropout.dump(),
+                                     p.dropout.enabled() ? nlohmann::json{{"p", p.dropout.p}, {"seed", dropout_seed(p)}}.dump() : std::string("none")));
       auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);
@@ -310,6 +330,11 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       expect_shape(j, "v", {p.batch, p.h_kv, p.n_k, p.d_v}, type(Role::v), entry.index);
       expect_shape(j, "out", output_shape(p), type(Role::o), entry.index);
       if (j.contains("lse") && !j.at("lse").is_null()) entry.lse = plain_file_name(j, "lse", entry.index);
+      if (p.dropout.enabled()) {
+        if (!j.contains("keep") || j.at("keep").is_null())
+          throw InputError(fmt::format("case {}: the repro string has dropout but the manifest names no 'keep' file", entry.index));
+        entry.keep = plain_file_name(j, "keep", entry.index);
+      }
       if (has_visibility_mask(p) != (j.contains("mask") && !j.at("mask").is_null()))
         throw InputError(fmt::format("case {}: the manifest {} a mask but the repro string {}", entry.index,
                                      has_visibility_mask(p) ? "has no" : "names", has_visibility_mask(p) ? "masks keys" : "masks nothing"));
@@ -419,6 +444,30 @@ void read_output_file(const std::filesystem::path& path, const Problem& problem,
 
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse) {
   read_into(path, lse_shape(problem), lse.dtype(), lse);
+}
+
+void keep_array_into_tensor(const npy::Array& a, const std::string& name, const Problem& problem, Tensor& keep) {
+  const std::vector<std::int64_t> shape = keep_shape(problem);
+  if (a.type != npy::ElementType::boolean && a.type != npy::ElementType::u8 && a.type != npy::ElementType::f32)
+    throw InputError(fmt::format("{}: descr '{}'; dropout's keep mask is '|b1', '|u1' or '<f4' (1 kept, 0 dropped)", name, npy::descr(a.type)));
+  if (a.shape != shape)
+    throw InputError(fmt::format("{}: shape {} but the keep mask [b, h_q, n_q, n_k] is {}", name, npy::shape_string(a.shape), npy::shape_string(shape)));
+  if (keep.dtype() != DType::f32 || std::vector<std::int64_t>(keep.shape().begin(), keep.shape().end()) != shape)
+    throw std::logic_error("keep_array_into_tensor: the target is not make_keep's tensor");
+  if (a.type == npy::ElementType::f32) {
+    std::memcpy(keep.data(), a.data.data(), a.data.size());
+    return;
+  }
+  for (std::int64_t e = 0; e < keep.numel(); ++e) keep.set(e, double(std::to_integer<std::uint8_t>(a.data[std::size_t(e)])));
+}
+
+void read_keep_file(const std::filesystem::path& path, const Problem& problem, Tensor& keep) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw InputError(fmt::format("{}: no such file (dropout={:g}: the keep mask [b, h_q, n_q, n_k] the output was computed with, 1 kept, "
+                                 "0 dropped, is required to judge it)",
+                                 path.string(), problem.dropout.p));
+  keep_array_into_tensor(npy::read_file(path), path.string(), problem, keep);
 }
 
 }  // namespace attn

@@ -1,7 +1,8 @@
 #pragma once
 // The file route, for kernels that cannot be linked: a cases directory holds each case's inputs
 // as .npy files and a manifest.json; another program (a PyTorch or JAX script, another binary)
-// writes each case's output as out_NNNN.npy into an outputs directory; `attnbench check` reads
+// writes each case's output as out_NNNN.npy (and, for a dropout case, the keep mask it drew as
+// keep_NNNN.npy) into an outputs directory; `attnbench check` reads
 // them back (impls/file_outputs) and verifies them as `attnbench verify` does.
 //
 // Encodings (stated in the manifest too). Layout BHSD, C order:
@@ -13,6 +14,11 @@
 //   boolean mask combined (present when the case masks anything); bias: the additive bias
 //   [b or 1, h_q or 1, n_q, n_k] in the case's encoding (present when the case has one).
 //   lse (optional) [b, h_q, n_q]: '<f8' for f64 cases, '<f4' otherwise; -inf for fully masked rows.
+//   keep (required for a dropout case, dropout=p: the manifest's "dropout" is {"p", "seed"}, else
+//   null) [b, h_q, n_q, n_k]: the keep mask Z the program drew from its own random stream, 1 kept,
+//   0 dropped, as '|b1', '|u1' or '<f4'; the output is O_i = sum_j P_ij Z_ij / (1 - p) v_j (the
+//   LSE is the softmax's, before dropout). The output is judged given this Z, and Z by its keep
+//   rate (judge/judge.hpp's judge_keep); a masked key's entry does not matter.
 //   A fully masked row's output is zeros, or NaN where the kernel declares that policy.
 // A kernel's declaration of what it supports (impls/capability_declaration.hpp, given to
 // `attnbench cases --declare`) is stored in the manifest with what it made of the case set: a
@@ -43,6 +49,7 @@ struct CaseFileEntry {
   std::string projected_from, projection;  // the named case's repro and what changed; empty: not projected
   std::string q, k, v, mask, bias;  // file names in the cases directory; mask/bias empty when absent
   std::string out, lse;             // file names the outputs directory is expected to hold (lse optional)
+  std::string keep;                 // the keep mask's file, for a dropout case (empty: none expected)
 };
 
 // A case of the set that a declaration left no problem for (no file is written for it).
@@ -77,6 +84,7 @@ npy::Array visibility_mask_npy(const Problem& problem, const Mask& mask);
 // Expected shapes of the outputs.
 std::vector<std::int64_t> output_shape(const Problem& problem);
 std::vector<std::int64_t> lse_shape(const Problem& problem);
+std::vector<std::int64_t> keep_shape(const Problem& problem);  // [b, h_q, n_q, n_k]
 
 // Writes every case's .npy files into dir (created if missing; refused when it holds anything
 // but an earlier cases directory, whose files are replaced) and then manifest.json, so a
@@ -106,6 +114,12 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
 // (missing, malformed, truncated, wrong shape or dtype, a bf16 output that bf16 cannot hold).
 void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out);
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse);
+// Dropout's keep mask [b, h_q, n_q, n_k] ('|b1', '|u1' or '<f4') into `keep` (make_keep's f32
+// tensor), each value as it is (judge_keep refuses one that is not 0 or 1 where a key is visible).
+// A missing file is an InputError naming it and what it should hold.
+void read_keep_file(const std::filesystem::path& path, const Problem& problem, Tensor& keep);
+// The same for an array already read (`name` goes into the messages).
+void keep_array_into_tensor(const npy::Array& array, const std::string& name, const Problem& problem, Tensor& keep);
 // The same for any array already read: `name` (its file) and `what` ("output", "q", ...) go into
 // the messages; target has `shape` and `dtype`.
 void array_into_tensor(const npy::Array& array, const std::string& name, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target,

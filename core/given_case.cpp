@@ -38,6 +38,7 @@ struct Settings {
   std::optional<double> scale;
   std::optional<double> softcap;
   std::vector<double> sinks;  // one logit per query head; empty: none
+  DropoutSpec dropout;        // p = 0: none
   Causal causal = Causal::none;
   std::optional<DType> dtype;
   std::map<Role, DType> role_dtypes;  // "dtypes": "o:f32", as the repro string's token
@@ -45,13 +46,14 @@ struct Settings {
 
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, sinks, causal, dtype, dtypes)");
+  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, sinks, dropout, causal, dtype, dtypes)");
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())
-    if (key != "scale" && key != "softcap" && key != "sinks" && key != "causal" && key != "dtype" && key != "dtypes") unknown.push_back("'" + key + "'");
+    if (key != "scale" && key != "softcap" && key != "sinks" && key != "dropout" && key != "causal" && key != "dtype" && key != "dtypes")
+      unknown.push_back("'" + key + "'");
   if (!unknown.empty())
-    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, sinks, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, sinks, dropout, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
   Settings s;
   // scale, and softcap c (each scaled score s becomes c tanh(s / c), core/score_pipeline.hpp).
   auto positive = [&](const char* key, std::optional<double>& into) {
@@ -71,6 +73,29 @@ Settings read_settings(const fs::path& path) {
     });
     if (!numbers) throw InputError(fmt::format("{}: sinks must be a list of finite numbers, one per query head (got {})", name, v.dump()));
     for (const auto& x : v) s.sinks.push_back(double(float(x.get<double>())));
+  }
+  // dropout: p, or {"p": p, "seed": s}; p in (0, 1), rounded to f32 as the repro string's dropout= is.
+  if (j.contains("dropout")) {
+    const auto& v = j.at("dropout");
+    const auto fault = [&] {
+      return InputError(fmt::format("{}: dropout must be a number p with 0 < p < 1, or {{\"p\": p, \"seed\": an unsigned integer}} "
+                                    "(got {})",
+                                    name, v.dump()));
+    };
+    const nlohmann::json* p = &v;
+    if (v.is_object()) {
+      for (const auto& [key, value] : v.items())
+        if (key != "p" && key != "seed") throw fault();
+      if (!v.contains("p")) throw fault();
+      p = &v.at("p");
+      if (v.contains("seed")) {
+        if (!v.at("seed").is_number_unsigned()) throw fault();
+        s.dropout.seed = v.at("seed").get<std::uint64_t>();
+      }
+    }
+    if (!p->is_number() || !(p->get<double>() > 0 && p->get<double>() < 1)) throw fault();
+    s.dropout.p = double(float(p->get<double>()));
+    if (!(s.dropout.p > 0 && s.dropout.p < 1)) throw fault();
   }
   if (j.contains("causal")) {
     const auto& v = j.at("causal");
@@ -240,6 +265,8 @@ std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
   if (a.o_dtype) own_dtype(Role::o, *a.o_dtype);
   p.window = a.window;
   p.scale = a.scale;
+  p.dropout = a.dropout;
+  if (p.dropout.enabled()) p.dropout.p = double(float(p.dropout.p));  // as the repro string's dropout= holds it
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("k: h_kv = {} does not divide q's h_q = {} (query head h reads kv head h / (h_q / h_kv))", p.h_kv, p.h_q));
   auto broadcastable = [&](const char* name, const std::vector<std::int64_t>& s) {
@@ -327,6 +354,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.scale = settings.scale;
   p.softcap = settings.softcap;
   if (!settings.sinks.empty()) p.sinks = {true, 0.0, settings.sinks};
+  p.dropout = settings.dropout;
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),
                                  p.h_kv, p.h_q));
@@ -380,11 +408,24 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   read_output_file(out_path, p, out);
   std::optional<Tensor> lse;
   if (fs::exists(out_dir / "lse.npy", ec)) read_lse_file(out_dir / "lse.npy", p, lse.emplace(make_lse(p)));
+  // Dropout's keep mask: required with settings' dropout, refused without it (it would be ignored).
+  std::optional<Tensor> keep;
+  const fs::path keep_path = out_dir / "keep.npy";
+  if (p.dropout.enabled()) {
+    if (!fs::exists(keep_path, ec))
+      throw InputError(fmt::format("{}: missing (settings.json has dropout {:g}: the keep mask [b, h_q, n_q, n_k] the output was computed "
+                                   "with, 1 kept, 0 dropped, is required to judge it)",
+                                   keep_path.string(), p.dropout.p));
+    keep_array_into_tensor(npy::read_file(keep_path), keep_path.string(), p, keep.emplace(make_keep(p)));
+  } else if (fs::exists(keep_path, ec)) {
+    throw InputError(fmt::format("{}: a keep mask, but {} has no \"dropout\" (give \"dropout\": p to judge a dropout output)",
+                                 keep_path.string(), file("settings.json")));
+  }
   Mask mask = Mask::given(p, std::move(flags), flags_batch, flags_head, std::move(bias));
   CaseInputs inputs{std::move(tq), std::move(tk), std::move(tv), std::move(mask)};
   check_finite_where_used(p, inputs, [&](const char* role) { return file(fmt::format("{}.npy", role).c_str()); });
   check_scores_in_range(p, inputs, [&](const char* role) { return file(fmt::format("{}.npy", role).c_str()); }, file("settings.json"));
-  return GivenCase{p, std::move(inputs), std::move(out), std::move(lse), fmt::format("the tensors in {}", dir.string()), std::nullopt};
+  return GivenCase{p, std::move(inputs), std::move(out), std::move(lse), fmt::format("the tensors in {}", dir.string()), std::move(keep)};
 }
 
 }  // namespace attn

@@ -23,6 +23,12 @@ What it follows from manifest.json (see core/case_files.hpp):
     and its output is rounded once to o's dtype.
   - a fully masked row (a query that sees no key) follows the case's "fully_masked_rows" policy:
     zeros (SDPA gives NaN there, so such rows are zeroed), nan, or any (left as computed).
+  - dropout (the manifest's "dropout": {p, seed}): SDPA's dropout_p draws a mask it does not
+    report, and attnbench judges a dropout output only given the keep mask it was computed with, so
+    SDPA itself cannot run such a case. The script draws its own keep mask (NumPy's PCG64 on the
+    manifest's seed: each weight kept with probability 1 - p), runs the steps as PyTorch operations
+    in the working precision (the weights after the softmax times the mask and 1 / (1 - p), times
+    v), and writes the mask as keep_NNNN.npy ('|b1' [b, h_q, n_q, n_k]) beside the output.
 
 --backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
 the loading, masking, GQA and writing code of this script. The default, auto, uses PyTorch where
@@ -30,7 +36,8 @@ it can be imported and otherwise falls back to NumPy, saying so and why.
 
 --write-declaration FILE writes what this script implements as a capabilities declaration
 (impls/capability_declaration.hpp) for `attnbench cases --declare` and `attnbench check
---declare`: every dtype (also per role), mask, GQA and d_k != d_v, fully masked rows as
+--declare`: every dtype (also per role), mask, GQA and d_k != d_v, the soft-cap, sinks and dropout
+(score_modifications), fully masked rows as
 --fully-masked says (default zeros). --fully-masked also makes the script write that policy
 whatever the manifest asks, so a declaration that does not match what the kernel does fails its
 cases.
@@ -118,7 +125,15 @@ def encode_output(out64, dtype):
     raise ValueError(f"unknown dtype {dtype}")
 
 
-def attention_numpy(arrays, scale, softcap=None, sinks=None):
+def draw_keep(arrays, dropout):
+    """Dropout's keep mask [b, h_q, n_q, n_k] from this script's own stream (NumPy's PCG64 on the
+    case's seed): True (kept) with probability 1 - p."""
+    b, h_q, n_q, _ = arrays["q"].shape
+    n_k = arrays["k"].shape[2]
+    return np.random.Generator(np.random.PCG64(dropout["seed"])).random((b, h_q, n_q, n_k)) >= dropout["p"]
+
+
+def attention_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_p=0.0):
     """softmax(cap(q k^T * scale) + bias, masked keys excluded) v in float64, cap(s) = c tanh(s / c)
     when the case has a soft-cap c, and head h's sink logit one more term of each row's denominator
     when it has sinks; fully masked rows zero (apply_policy turns them into NaN where that is the
@@ -144,6 +159,8 @@ def attention_numpy(arrays, scale, softcap=None, sinks=None):
     if sink is not None:
         total = total + np.exp(sink - np.where(visible, row_max, 0.0))
     weights = weights / np.where(visible, total, 1.0)
+    if keep is not None:  # dropout after the softmax: kept weights scaled by 1 / (1 - p)
+        weights = np.where(keep, weights / (1.0 - dropout_p), 0.0)
     return np.einsum("bhij,bhjd->bhid", weights, v) * visible
 
 
@@ -156,7 +173,7 @@ def apply_policy(out, arrays, policy):
     return np.where(keep, out, np.asarray(fill, dtype=out.dtype))
 
 
-def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None):
+def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None, keep=None, dropout_p=0.0):
     """SDPA on the case in compute_dtype(), its output in o's dtype's file encoding; a soft-capped
     case or one with sinks (which SDPA cannot express) as PyTorch operations in the working
     precision, the sinks as one more column of the scores whose weight is then dropped (gpt-oss's
@@ -165,7 +182,7 @@ def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None):
     import torch.nn.functional as F
 
     dtype = compute_dtype(dtypes, arrays)
-    manual = softcap is not None or sinks is not None
+    manual = softcap is not None or sinks is not None or keep is not None
     if manual:
         dtype = "f64" if dtype == "f64" else "f32"
     torch_dtype = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
@@ -196,10 +213,13 @@ def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None):
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
             if sinks is None:
-                out = torch.softmax(scores, dim=-1) @ v
+                weights = torch.softmax(scores, dim=-1)
             else:
                 column = tensor(np.asarray(sinks, dtype=np.float64)).reshape(1, h_q, 1, 1).expand(*scores.shape[:3], 1)
-                out = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1] @ v
+                weights = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+            if keep is not None:  # dropout with this script's own keep mask, the kept weights scaled by 1 / (1 - p)
+                weights = weights * torch.from_numpy(keep).to(device=device, dtype=torch_dtype) / (1.0 - dropout_p)
+            out = weights @ v
     if dtype != dtypes["o"]:
         # A mixed-precision case: the f32 or f64 result rounded once to o's dtype (float64 holds
         # it exactly; encode_output rounds from there).
@@ -223,7 +243,7 @@ def declaration(fully_masked):
         "masks": ["causal_top_left", "causal_bottom_right", "padding_per_batch", "padding_per_query", "bool_mask", "bias"],
         "gqa": True,
         "different_dk_dv": True,
-        "score_modifications": ["softcap", "sink"],
+        "score_modifications": ["softcap", "sink", "dropout"],
         "fully_masked": fully_masked,
         "returns_lse": False,
     }
@@ -286,15 +306,20 @@ def main():
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
         dtypes, scale, softcap, sinks = role_dtypes(case), case["scale"], case.get("softcap"), case.get("sinks")
+        dropout = case.get("dropout")
+        keep = None if dropout is None else draw_keep(arrays, dropout)
+        p = 0.0 if dropout is None else dropout["p"]
         if backend == "torch":
-            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks), arrays, policy)
+            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks, keep, p), arrays, policy)
         else:
-            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap, sinks), dtypes["o"]), arrays, policy)
+            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap, sinks, keep, p), dtypes["o"]), arrays, policy)
         expected = case["out"]
         if list(out.shape) != expected["shape"] or out.dtype.str != expected["npy_dtype"]:
             sys.exit(f"case {case['index']} ({case['repro']}): the output is {list(out.shape)} {out.dtype.str}, "
                      f"the manifest asks for {expected['shape']} {expected['npy_dtype']}")
         np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(out))
+        if keep is not None:  # the keep mask the output was computed with, which attnbench judges it given
+            np.save(os.path.join(args.outputs, case["keep"]["file"]), np.ascontiguousarray(keep))
         projected = f" (projected from {case['projected_from']})" if case.get("projected_from") else ""
         print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}{projected}")
     for skipped in manifest.get("skipped", []):

@@ -99,6 +99,11 @@ void FileOutputs::run(const RunArgs& args) const {
     if (entry->lse.empty()) throw InputError(fmt::format("case {}: the manifest names no lse file", entry->index));
     read_lse_file(dir_ / entry->lse, args.problem, *lse);
   }
+  // Dropout: the keep mask the program drew (keep_NNNN.npy), which the output is judged given.
+  if (Tensor* keep = args.tensors.output(Role::keep)) {
+    if (entry->keep.empty()) throw InputError(fmt::format("case {}: the manifest names no keep file for its dropout", entry->index));
+    read_keep_file(dir_ / entry->keep, args.problem, *keep);
+  }
 }
 
 }  // namespace attn

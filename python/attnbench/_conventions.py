@@ -58,8 +58,10 @@ class Convention:
     causal_only: bool = False
     # The score pipeline's steps beyond the scale and the masks that the function computes
     # (core/README.md, "The score pipeline"): ("softcap",) passes ``softcap=c`` to it on a
-    # soft-capped case (each scaled score s becomes c * tanh(s / c) before the bias). None by
-    # default: such cases are skipped, named.
+    # soft-capped case (each scaled score s becomes c * tanh(s / c) before the bias); ("sink",)
+    # passes ``sinks=`` [h_q]; ("dropout",) passes ``dropout_p=p, dropout_seed=s`` on a dropout case,
+    # and the function reports the keep mask it drew (see ``invoker``). None by default: such cases
+    # are skipped, named.
     score_modifications: tuple = ()
     alibi_only: bool = False
     alignment: Optional[str] = None
@@ -104,7 +106,13 @@ class Convention:
 
     def invoker(self, fn: Callable, arrays: str = "numpy", device: str = "cpu") -> Callable:
         """The one call the native module makes per case: invoke(problem, inputs, want_lse) ->
-        (o, lse or None) as host NumPy arrays."""
+        (o, lse or None) as host NumPy arrays, and (o, lse or None, keep) on a dropout case.
+
+        On a dropout case (``dropout_p`` given) the function reports the keep mask it drew with
+        its own random stream: it returns ``{"o": o, "lse": lse, "keep": keep}`` ("lse" only where
+        the convention declares one) or the sequence ``(o, lse, keep)`` (lse None where not
+        declared). ``keep`` is [b, h_q, n_q, n_k] whatever the layout, True/1 kept and False/0
+        dropped (bool, an integer or a float dtype); o is sum_j P_ij Z_ij / (1 - p) v_j."""
         if arrays not in _arrays.FRAMEWORKS:
             raise ValueError(f"arrays must be one of {_arrays.FRAMEWORKS} (got {arrays!r})")
         calls = {"native": _call_native, "torch_sdpa": _call_torch_sdpa, "flash_attn": _call_flash_attn, "described": _call_described}
@@ -114,9 +122,17 @@ class Convention:
 
         def invoke(problem, inputs, want_lse):
             call, finish = body(self, fn, _Args(problem, inputs, arrays, device), want_lse)
-            o, lse = finish(call())
+            result = call()
+            dropout = inputs.get("dropout_p") is not None
+            keep = None
+            if dropout:
+                result, keep = _with_keep(result, want_lse, self.call)
+            o, lse = finish(result)
             o = _to_bhsd(o, self.layout if self.call == "described" else ("bshd" if self.call == "flash_attn" else "bhsd"), arrays)
-            return _arrays.to_numpy_result(o, "o"), _arrays.to_numpy_result(lse, "lse") if want_lse else None
+            o, lse = _arrays.to_numpy_result(o, "o"), _arrays.to_numpy_result(lse, "lse") if want_lse else None
+            if not dropout:
+                return o, lse
+            return o, lse, np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
 
         return invoke
 
@@ -203,6 +219,20 @@ def _split(result, want_lse, style):
     return result, None
 
 
+def _with_keep(result, want_lse, style):
+    """A dropout case's result as (what finish reads: o or (o, lse)), keep."""
+    expected = ("{'o': o, 'lse': lse, 'keep': keep} or (o, lse, keep)" if want_lse
+                else "{'o': o, 'keep': keep} or (o, None, keep)") + ", keep [b, h_q, n_q, n_k]"
+    if isinstance(result, dict):
+        missing = [key for key in ("o", "keep") + (("lse",) if want_lse else ()) if result.get(key) is None]
+        if missing:
+            raise ValueError(f"the {style} callable returned a dict without {', '.join(missing)} on a dropout case; expected {expected}")
+        return ((result["o"], result["lse"]) if want_lse else result["o"]), result["keep"]
+    if isinstance(result, (tuple, list)) and len(result) == 3 and result[2] is not None:
+        return ((result[0], result[1]) if want_lse else result[0]), result[2]
+    raise ValueError(f"the {style} callable did not report its keep mask on a dropout case: return {expected}")
+
+
 def _additive(args, vis):
     """The bias plus -inf where a key is not visible, in the bias's (else q's) dtype, as one array
     broadcastable to [b, h_q, n_q, n_k]."""
@@ -230,12 +260,16 @@ def _round(a64, dtype):
 
 def _pass_score_modifications(args, kwargs):
     """softcap=c for a soft-capped case, sinks=[h_q] (float32, in the function's framework) for a
-    case with attention sinks: only a convention that lists them is given such cases."""
+    case with attention sinks, dropout_p=p and dropout_seed=s (the case's; the function may use
+    a stream of its own) for a dropout case: only a convention that lists them is given such cases."""
     i = args.inputs
     if i["softcap"] is not None:
         kwargs["softcap"] = i["softcap"]
     if i["sinks"] is not None:
         kwargs["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
+    if i.get("dropout_p") is not None:
+        kwargs["dropout_p"] = i["dropout_p"]
+        kwargs["dropout_seed"] = i["dropout_seed"]
 
 
 def _call_native(conv, fn, args, want_lse):

@@ -87,6 +87,18 @@ class Problem:
         """
 
     @property
+    def dropout_p(self) -> float | None:
+        """
+        Dropout's p (each weight dropped with probability p, the kept ones scaled by 1 / (1 - p)), or None
+        """
+
+    @property
+    def dropout_seed(self) -> int | None:
+        """
+        The seed of the case's dropout stream (dropout_seed=, else the problem's seed), or None without dropout
+        """
+
+    @property
     def effective_scale(self) -> float: ...
 
     @property

@@ -33,8 +33,10 @@ def _given(q, k, v, mask, bias, valid_lens, out=None):
     return _native._Given(host["q"], host["k"], host["v"], m, host["bias"], lens, bf16), host
 
 
-def _settings(scale, causal, window, align, o_dtype):
+def _settings(scale, causal, window, align, o_dtype, dropout_p=None, dropout_seed=None):
     s = _native._Settings()
+    s.dropout_p = None if dropout_p is None else float(dropout_p)
+    s.dropout_seed = None if dropout_seed is None else int(dropout_seed)
     s.scale = None if scale is None else float(scale)
     s.causal = "none" if causal in (None, False) else ("top_left" if causal is True else str(causal))
     if window is not None:
@@ -298,26 +300,37 @@ class Judgement(_RecordView):
 
 
 def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
-          valid_lens=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, name="judge",
-          source="the arrays given to attnbench.judge") -> Judgement:
+          valid_lens=None, dropout_p=None, dropout_seed=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS,
+          threads=0, name="judge", source="the arrays given to attnbench.judge") -> Judgement:
     """Your output against the reference under the pass rule, with the diagnosis of a failure.
 
     Settings as reference()'s; o's dtype is out's. ``lse`` [b, h_q, n_q] (natural log) is judged
     when given. Nothing is copied: q, k, v and out are read where they lie (a CUDA tensor comes to
-    the host first)."""
+    the host first).
+
+    Dropout: ``dropout_p`` (0 < p < 1) with ``keep``, the keep mask [b, h_q, n_q, n_k] the output
+    was computed with (True/1 kept, False/0 dropped): out must be sum_j P_ij Z_ij / (1 - p) v_j
+    (the LSE is the softmax's), judged given that Z; Z itself must be 0/1 where a key is visible
+    with a keep rate in the binomial band of 1 - p. ``dropout_seed`` only names the stream in the
+    repro string."""
     given, host = _given(q, k, v, mask, bias, valid_lens, out)
     out_host = host["out"]
     lse_host = None
     if lse is not None:
         lse_host, _ = _arrays.to_host(lse, "lse")
-    settings = _settings(scale, causal, window, align, None)
-    text = _native._judge(given, settings, out_host, lse_host, k_factor, floor_ulps, threads, name, source)
+    keep_host = None
+    if keep is not None:
+        keep_host = np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
+    settings = _settings(scale, causal, window, align, None, dropout_p, dropout_seed)
+    text = _native._judge(given, settings, out_host, lse_host, keep_host, k_factor, floor_ulps, threads, name, source)
     file_settings: dict = {}
     if scale is not None:
         file_settings["scale"] = float(scale)
     if causal not in (None, False):
         file_settings["causal"] = "top_left" if causal is True else causal
-    kept = {"q": q, "k": k, "v": v, "mask": mask, "bias": bias, "valid_lens": valid_lens, "out": out, "lse": lse}
+    if dropout_p is not None:
+        file_settings["dropout"] = {"p": float(dropout_p)} if dropout_seed is None else {"p": float(dropout_p), "seed": int(dropout_seed)}
+    kept = {"q": q, "k": k, "v": v, "mask": mask, "bias": bias, "valid_lens": valid_lens, "out": out, "lse": lse, "keep": keep_host}
     return Judgement(json.loads(text), kept, file_settings)
 
 

@@ -62,6 +62,9 @@ nb::dict inputs_dict(const Problem& p, const CaseInputs& in) {
   d["softcap"] = p.softcap ? nb::cast(*p.softcap) : nb::none();  // c tanh(s / c) of the scaled scores, or none
   // Each query head's sink logit (f32 values), one more term of its rows' denominator, or none.
   d["sinks"] = p.sinks.enabled ? nb::cast(sink_logits(p)) : nb::none();
+  // Dropout's p and the seed of the case's stream (the callable may use its own), or none.
+  d["dropout_p"] = p.dropout.enabled() ? nb::cast(p.dropout.p) : nb::none();
+  d["dropout_seed"] = p.dropout.enabled() ? nb::cast(dropout_seed(p)) : nb::none();
   if (p.window.is_none()) {
     d["window"] = nb::none();
   } else {
@@ -132,20 +135,27 @@ void CallableImplementation::run(const RunArgs& args) const {
   const Problem& p = args.problem;
   Tensor& o = args.tensors.required_output(Role::o);
   Tensor* lse = args.tensors.output(Role::lse);
+  Tensor* keep = args.tensors.output(Role::keep);
   nb::gil_scoped_acquire gil;
   try {
     nb::object result = (*invoke_)(p, inputs_dict(p, args.inputs), lse != nullptr);
-    nb::object out = result, returned_lse = nb::none();
+    nb::object out = result, returned_lse = nb::none(), returned_keep = nb::none();
     if (nb::isinstance<nb::tuple>(result)) {
       nb::tuple t = nb::borrow<nb::tuple>(result);
-      if (t.size() != 2) throw std::runtime_error(fmt::format("the callable returned a tuple of {}; expected (o, lse)", t.size()));
+      if (t.size() != 2 && t.size() != 3)
+        throw std::runtime_error(fmt::format("the callable returned a tuple of {}; expected (o, lse) or (o, lse, keep)", t.size()));
       out = t[0];
       returned_lse = t[1];
+      if (t.size() == 3) returned_keep = t[2];
     }
     copy_into(out, o, "o", {p.batch, p.h_q, p.n_q, p.d_v}, "[b, h_q, n_q, d_v]");
     if (lse != nullptr) {
       if (returned_lse.is_none()) throw std::runtime_error("lse: the convention declares an LSE and the callable returned none");
       copy_into(returned_lse, *lse, "lse", {p.batch, p.h_q, p.n_q}, "[b, h_q, n_q]");
+    }
+    if (keep != nullptr) {  // dropout: the keep mask the callable drew (float32 0/1 from the convention)
+      if (returned_keep.is_none()) throw std::runtime_error(fmt::format("keep: a dropout case (dropout={:g}) and the callable reported no keep mask", p.dropout.p));
+      copy_into(returned_keep, *keep, "keep", {p.batch, p.h_q, p.n_q, p.n_k}, "[b, h_q, n_q, n_k]");
     }
   } catch (nb::python_error& e) {
     // The exception's type and message: a case's reason is one line (the traceback stays in Python).

@@ -1,7 +1,8 @@
 #pragma once
 // A Python callable as an Implementation: verify, the property suite and the diagnosis run it
 // exactly as they run a built-in kernel or a plugin. The Python side (attnbench/_conventions.py)
-// adapts a user's function to one call, `invoke(problem, inputs) -> (o, lse or None)`, where
+// adapts a user's function to one call, `invoke(problem, inputs, want_lse) -> (o, lse or None[,
+// keep])` (keep: dropout's keep mask [b, h_q, n_q, n_k] as float32 0/1, on a dropout case), where
 // inputs is a dict of NumPy arrays that the call owns (copies: a kernel that writes into its
 // inputs cannot change what it is judged against) and the mask in its parts; run() copies what
 // invoke returns into the poisoned outputs, refusing a wrong shape or dtype by name.

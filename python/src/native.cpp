@@ -3,6 +3,7 @@
 // properties, reports) and returns what it returns, as arrays or as the JSON documents the
 // result files hold. attnbench/__init__.py wraps it in the package's documented API.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <tuple>
 #include <optional>
@@ -52,6 +53,8 @@ struct Settings {
   std::optional<std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>> window;  // (left, right), None: unbounded
   std::string align = "top_left";                       // the window's diagonal
   std::optional<std::string> o_dtype;
+  std::optional<double> dropout_p;              // dropout's p (the keep mask comes with the outputs); None: none
+  std::optional<std::uint64_t> dropout_seed;    // the seed of the kernel's stream, for the repro string
 };
 
 Window window_of(const Settings& s) {
@@ -109,6 +112,13 @@ GivenArrays given_arrays(const GivenIn& in, const Settings& s) {
   if (a.scale && !(std::isfinite(*a.scale) && *a.scale > 0)) throw InputError(fmt::format("scale must be a finite positive number (got {})", *a.scale));
   a.window = window_of(s);
   if (s.o_dtype) a.o_dtype = parse_dtype(*s.o_dtype);
+  if (s.dropout_p) {
+    if (!(*s.dropout_p > 0 && *s.dropout_p < 1)) throw InputError(fmt::format("dropout_p must be above 0 and below 1 (got {})", *s.dropout_p));
+    a.dropout.p = *s.dropout_p;
+    a.dropout.seed = s.dropout_seed;
+  } else if (s.dropout_seed) {
+    throw InputError("dropout_seed: given without dropout_p (a seed of a stream that nothing draws from)");
+  }
   return a;
 }
 
@@ -136,8 +146,9 @@ nb::dict reference_of(const GivenIn& in, const Settings& s, int threads) {
   return d;
 }
 
-std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, const std::optional<InArray>& lse, double k, double floor_ulps,
-                     int threads, const std::string& name, const std::string& source) {
+std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, const std::optional<InArray>& lse,
+                     const std::optional<InArray>& keep, double k, double floor_ulps, int threads, const std::string& name,
+                     const std::string& source) {
   GivenArrays arrays = given_arrays(in, s);
   std::vector<GivenCase> given;
   {
@@ -163,7 +174,21 @@ std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, c
         l = std::move(want_lse);
       }
     }
-    given.push_back(GivenCase{problem, std::move(inputs), std::move(o), std::move(l), source, std::nullopt});
+    // Dropout's keep mask [b, h_q, n_q, n_k] (float32 0/1 from the Python side), required with dropout_p.
+    std::optional<Tensor> z;
+    if (problem.dropout.enabled() && !keep)
+      throw InputError(fmt::format("keep: dropout_p={:g} needs the keep mask [b, h_q, n_q, n_k] the output was computed with (keep=)",
+                                   problem.dropout.p));
+    if (keep && !problem.dropout.enabled()) throw InputError("keep: a keep mask without dropout_p (give dropout_p= to judge a dropout output)");
+    if (keep) {
+      const std::vector<std::int64_t> want{problem.batch, problem.h_q, problem.n_q, problem.n_k};
+      if (shape_of(*keep) != want)
+        throw InputError(fmt::format("keep: shape ({}) where [b, h_q, n_q, n_k] is ({})", fmt::join(shape_of(*keep), ", "), fmt::join(want, ", ")));
+      if (keep->dtype() != nb::dtype<float>()) throw InputError("keep: a float32 array is expected (1 kept, 0 dropped)");
+      z = make_keep(problem);
+      std::memcpy(z->data(), keep->data(), z->bytes());
+    }
+    given.push_back(GivenCase{problem, std::move(inputs), std::move(o), std::move(l), source, std::move(z)});
   }
   VerifyOptions options;
   options.rule = {k, floor_ulps};
@@ -304,6 +329,11 @@ NB_MODULE(_native, m) {
       .def_prop_ro(
           "sinks", [](const Problem& p) { return p.sinks.enabled ? std::optional<std::vector<double>>(sink_logits(p)) : std::nullopt; },
           "Each query head's attention-sink logit (one more term of its rows' softmax denominator), or None")
+      .def_prop_ro("dropout_p", [](const Problem& p) { return p.dropout.enabled() ? std::optional<double>(p.dropout.p) : std::nullopt; },
+                   "Dropout's p (each weight dropped with probability p, the kept ones scaled by 1 / (1 - p)), or None")
+      .def_prop_ro(
+          "dropout_seed", [](const Problem& p) { return p.dropout.enabled() ? std::optional<std::uint64_t>(dropout_seed(p)) : std::nullopt; },
+          "The seed of the case's dropout stream (dropout_seed=, else the problem's seed), or None without dropout")
       .def_prop_ro("effective_scale", &Problem::effective_scale)
       .def_prop_ro("regime", [](const Problem& p) { return std::string(to_string(p.regime)); })
       .def_prop_ro("layout", [](const Problem& p) { return std::string(to_string(p.layout)); })
@@ -339,7 +369,9 @@ NB_MODULE(_native, m) {
       .def_rw("causal", &Settings::causal)
       .def_rw("window", &Settings::window)
       .def_rw("align", &Settings::align)
-      .def_rw("o_dtype", &Settings::o_dtype);
+      .def_rw("o_dtype", &Settings::o_dtype)
+      .def_rw("dropout_p", &Settings::dropout_p)
+      .def_rw("dropout_seed", &Settings::dropout_seed);
   nb::class_<GivenIn>(m, "_Given")
       .def(nb::init<InArray, InArray, InArray, std::optional<InArray>, std::optional<InArray>, std::optional<InArray>, bool>(), "q"_a, "k"_a, "v"_a,
            "mask"_a.none(), "bias"_a.none(), "valid_lens"_a.none(), "bf16_bits"_a);
@@ -360,7 +392,8 @@ NB_MODULE(_native, m) {
     (void)make_yardstick(problem, inputs, options);
   }, "given"_a, "settings"_a, "threads"_a);
   m.def("_reference", &reference_of, "given"_a, "settings"_a, "threads"_a);
-  m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
+  m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "keep"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a,
+        "source"_a);
   m.def("_verify", &verify_callables, "kernels"_a, "cases"_a, "k"_a,
         "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,

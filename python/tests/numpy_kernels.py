@@ -220,7 +220,7 @@ def _scale_as_written(mistake, scale, d_k: int) -> float:
 # The one implementation
 # ---------------------------------------------------------------------------------------------
 
-def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mistake=None, sinks=None):
+def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mistake=None, sinks=None, dropout_p=None, dropout_seed=None):
     global _nondeterministic_calls
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
@@ -286,6 +286,15 @@ def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mista
         p = np.where(full[..., None], 0, p).astype(acc)
         if mistake == "weights_rounded_to_bf16":
             p = _round_to_bf16(p).astype(acc)
+        keep = None
+        if dropout_p is not None:
+            # Dropout after the softmax, from this kernel's own stream (NumPy's PCG64 on the case's
+            # seed): each weight kept with probability 1 - p, the kept ones scaled by 1 / (1 - p).
+            keep = np.random.Generator(np.random.PCG64(dropout_seed)).random(p.shape) >= dropout_p
+            if mistake == "dropout_all_kept":  # a stream that never drops (reports, and uses, all ones)
+                keep = np.ones(p.shape, dtype=bool)
+            rescale = acc.type(1) if mistake == "dropout_not_rescaled" else acc.type(1) / (acc.type(1) - acc.type(dropout_p))
+            p = np.where(keep, p * rescale, 0).astype(acc)
         o = _weighted_values(p, va, skip_zero_weights=mistake != "masked_nonfinite_leak")
         o = np.where(full[..., None], 0, o).astype(acc)
         lse = np.where(full, -np.inf, m + np.log(total) if subtract_max else np.log(total)).astype(acc)
@@ -298,6 +307,8 @@ def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mista
         r = (run_number // 2) % (rows - 1)
         flat = out.reshape(rows, d_v)
         flat[[r, r + 1]] = flat[[r + 1, r]]
+    if dropout_p is not None:
+        return out, lse, keep  # the keep mask it drew, [b, h_q, n_q, n_k]
     return out, lse
 
 
@@ -306,9 +317,10 @@ def _attention(q, k, v, *, scale, window, valid_lens, mask, bias, o_dtype, mista
 # ---------------------------------------------------------------------------------------------
 
 def _kernel(mistake, doc):
-    def fn(q, k, v, *, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=None, sinks=None):
+    def fn(q, k, v, *, scale=None, window=None, valid_lens=None, mask=None, bias=None, o_dtype=None, sinks=None, dropout_p=None,
+           dropout_seed=None):
         return _attention(q, k, v, scale=scale, window=window, valid_lens=valid_lens, mask=mask, bias=bias,
-                          o_dtype=o_dtype, mistake=mistake, sinks=sinks)
+                          o_dtype=o_dtype, mistake=mistake, sinks=sinks, dropout_p=dropout_p, dropout_seed=dropout_seed)
     fn.__name__ = fn.__qualname__ = "correct_attention" if mistake is None else mistake
     fn.__doc__ = doc
     fn.mistake = mistake
@@ -408,3 +420,11 @@ def sdpa_ignoring_scale(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 SDPA_KERNELS = {"sdpa": sdpa, "sdpa_ignoring_scale": sdpa_ignoring_scale}
+
+# Dropout's mistakes (only a convention listing "dropout" is given dropout cases, so these are kept
+# apart from MUTANTS, which run under conventions that do not): the kept weights not scaled by
+# 1 / (1 - p), and a stream that keeps every weight (its all-ones keep mask reported).
+DROPOUT_MISTAKES = {
+    "dropout_not_rescaled": _kernel("dropout_not_rescaled", "Dropout's kept weights not scaled by 1 / (1 - p)."),
+    "dropout_all_kept": _kernel("dropout_all_kept", "A dropout stream that never drops: the all-ones keep mask, reported."),
+}

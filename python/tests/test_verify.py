@@ -30,11 +30,13 @@ ALSO_NAMED = {
 def test_a_correct_numpy_kernel_passes_the_default_set():
     result = attnbench.verify(numpy_kernels.CORRECT, cases="default", convention=MUTANT_CONVENTION)
     assert result.passed, result.summary()
-    # Only the soft-capped cases and those with sinks are skipped: the convention lists neither.
+    # Only the soft-capped cases and those with sinks or dropout are skipped: the convention lists none of them.
     skipped = [r for r in result.records if r["status"] == "skip"]
-    assert all(r["skip_reason"] in ("soft-capping (softcap=) not declared", "attention sinks (sink=, sinks=) not declared")
+    assert all(r["skip_reason"] in ("soft-capping (softcap=) not declared", "attention sinks (sink=, sinks=) not declared",
+                                    "dropout with its keep mask reported (dropout=) not declared")
                for r in skipped), skipped[:3]
-    assert len(skipped) == sum("softcap=" in r["repro"] or " sink=" in r["repro"] for r in result.records) > 0
+    assert len(skipped) == sum("softcap=" in r["repro"] or " sink=" in r["repro"] or " dropout=" in r["repro"]
+                               for r in result.records) > 0
 
 
 def test_attention_sinks_reach_a_callable_that_lists_them():

@@ -3,7 +3,9 @@
 # which computes attention in double from the .npy files alone) -> `attnbench check` passes; then
 # the same outputs with one file missing, one truncated, one mis-shaped and one wrong value: exit 1,
 # each fault named, the other case still checked; then bad input (exit 2): an edited q file, a
-# missing or malformed manifest, a foreign output directory for `cases`.
+# missing or malformed manifest, a foreign output directory for `cases`; soft-capping and dropout
+# carried by the manifest (dropout's keep mask written by the program: a wrong one, one without
+# the 1 / (1 - p) rescale and a missing keep file fail).
 # Usage: file_route.sh path/to/attnbench path/to/file_route_standin
 set -u
 
@@ -99,7 +101,47 @@ expect_file_has capdeclared.out "1 passed, 0 failed, 0 skipped over 1 cases"
 echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"], "score_modifications": ["softcapp"]}' >typo.json
 run captypo check --cases capcases --outputs capout --declare typo.json --threads 1 --json ""
 expect_rc 2
-expect_file_has captypo.err "'score_modifications': unknown \"softcapp\" (expected a list of some of softcap, sink)"
+expect_file_has captypo.err "'score_modifications': unknown \"softcapp\" (expected a list of some of softcap, sink, dropout)"
+
+# --- dropout: the manifest carries p and the stream's seed and names keep_NNNN.npy; the program
+# draws its own keep mask (the stand-in: core's built-in stream) and writes it beside the output,
+# which is judged given it. A wrong keep mask, kept weights not rescaled by 1 / (1 - p) and a
+# missing keep file each fail (exit 1, named); a declaration without dropout skips the case -----
+dropped="b=1 hq=2 hkv=1 nq=16 nk=24 dk=8 dv=8 dtype=f32 causal=bottom_right dropout=0.25 dropout_seed=7 regime=diffuse seed=8107"
+run dropcases cases --out dropcases --case "$dropped"
+expect_rc 0
+checks=$((checks + 1))
+python3 - dropcases/manifest.json <<'PY' || fail "the manifest does not carry dropout 0.25, seed 7 and keep_0000.npy"
+import json, sys
+c = json.load(open(sys.argv[1]))["cases"][0]
+assert c["dropout"] == {"p": 0.25, "seed": 7}, c["dropout"]
+assert c["keep"] == {"file": "keep_0000.npy", "shape": [1, 2, 16, 24], "npy_dtype": "|b1"}, c["keep"]
+PY
+"$standin" dropcases dropout || fail "the stand-in failed on the dropout case"
+checks=$((checks + 1))
+[ -f dropout/keep_0000.npy ] || fail "the stand-in wrote no keep_0000.npy"
+run dropgood check --cases dropcases --outputs dropout --threads 1 --json dropgood.json
+expect_rc 0
+expect_file_has dropgood.out "1 passed, 0 failed, 0 skipped over 1 cases"
+"$standin" dropcases dropwrong --keep-wrong 0 || fail "the stand-in failed with --keep-wrong"
+run dropwrong check --cases dropcases --outputs dropwrong --threads 1 --json ""
+expect_rc 1
+expect_file_has dropwrong.out "0 passed, 1 failed"
+"$standin" dropcases dropnorescale --no-rescale 0 || fail "the stand-in failed with --no-rescale"
+run dropnorescale check --cases dropcases --outputs dropnorescale --threads 1 --json dropnorescale.json
+expect_rc 1
+expect_file_has dropnorescale.out "0 passed, 1 failed"
+expect_file_has dropnorescale.json '"hypothesis": "dropout_not_rescaled"'
+"$standin" dropcases dropnokeep --no-keep || fail "the stand-in failed with --no-keep"
+run dropnokeep check --cases dropcases --outputs dropnokeep --threads 1 --json ""
+expect_rc 1
+expect_file_has dropnokeep.out "dropnokeep/keep_0000.npy: no such file (dropout=0.25: the keep mask"
+run dropskip check --cases dropcases --outputs dropout --declare uncapped.json --threads 1 --json ""
+expect_file_has dropskip.out "dropout with its keep mask reported (dropout=) not declared"
+echo '{"schema": "attnbench.capabilities", "version": 1, "dtypes": ["f32"], "score_modifications": ["dropout"]}' >dropdeclared.json
+run dropdeclared check --cases dropcases --outputs dropout --declare dropdeclared.json --threads 1 --json ""
+expect_rc 0
+expect_file_has dropdeclared.out "1 passed, 0 failed, 0 skipped over 1 cases"
 
 mkdir foreign && echo keep >foreign/notes.txt
 run foreign cases --out foreign --cases "$here/cases.txt"

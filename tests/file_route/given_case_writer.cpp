@@ -7,9 +7,14 @@
 //                    causal bottom_right, scale 0.3, n_q < n_k
 //            padq:   f16, causal top_left, valid_lens [b, n_q] with zeros (fully masked rows), lse.npy
 //            bf16:   bf16 ('<f4' bf16 values, settings dtype bf16), default scale, no mask
+//            dropout: f32, causal bottom_right, settings "dropout": {"p": 0.2, "seed": 11}: each weight kept
+//                    or dropped by this program's own stream (std::mt19937_64), the kept ones rescaled by
+//                    1 / (1 - p), the keep mask written as keep.npy ('<f4' 0/1)
 //   MODE exact: the outputs rounded to the dtype; off: one element of out.npy (a visible row) + 1e-3;
 //        wrong-scale: the outputs computed with 1/sqrt(d_k) where settings say another scale;
 //        causal-ignored: the outputs computed without the causal part of the mask (the diagnosis names each);
+//        no-rescale: dropout's kept weights not rescaled; no-keep: no keep.npy; stray-keep: a keep.npy
+//        without dropout in settings;
 //        unknown-key, twice-key (causal given twice), bad-causal, kdim (k.npy's d_k one too many), no-v, mask-shape, int-q, nan-q, lens-range:
 //        the inputs broken as named.
 #include <cmath>
@@ -38,6 +43,7 @@ struct Scenario {
   int causal;  // 0 none, 1 top_left, 2 bottom_right
   double scale;  // 0: default
   bool mask, bias, lens_per_query, lens_per_batch, lse;
+  double dropout;  // 0: none
 };
 
 attn::npy::Array to_npy(const Tensor& t) { return attn::tensor_to_npy(t); }
@@ -47,18 +53,20 @@ attn::npy::Array to_npy(const Tensor& t) { return attn::tensor_to_npy(t); }
 int main(int argc, char** argv) {
   namespace npy = attn::npy;
   if (argc != 4) {
-    std::fprintf(stderr, "usage: given_case_writer DIR masked|padq|bf16 MODE\n");
+    std::fprintf(stderr, "usage: given_case_writer DIR masked|padq|bf16|dropout MODE\n");
     return 2;
   }
   const std::filesystem::path dir = argv[1];
   const std::string scenario = argv[2], mode = argv[3];
   Scenario s;
   if (scenario == "masked")
-    s = {DType::f32, 2, 4, 2, 6, 9, 16, 8, 2, 0.3, true, true, false, true, false};
+    s = {DType::f32, 2, 4, 2, 6, 9, 16, 8, 2, 0.3, true, true, false, true, false, 0};
   else if (scenario == "padq")
-    s = {DType::f16, 2, 2, 1, 5, 5, 8, 8, 1, 0, false, false, true, false, true};
+    s = {DType::f16, 2, 2, 1, 5, 5, 8, 8, 1, 0, false, false, true, false, true, 0};
   else if (scenario == "bf16")
-    s = {DType::bf16, 1, 2, 2, 4, 7, 32, 16, 0, 0, false, false, false, false, false};
+    s = {DType::bf16, 1, 2, 2, 4, 7, 32, 16, 0, 0, false, false, false, false, false, 0};
+  else if (scenario == "dropout")
+    s = {DType::f32, 1, 2, 2, 12, 16, 8, 8, 2, 0, false, false, false, false, true, 0.2};
   else
     return std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str()), 2;
   std::filesystem::create_directories(dir);
@@ -85,6 +93,12 @@ int main(int argc, char** argv) {
   const int causal_kind = mode == "causal-ignored" ? 0 : s.causal;
   Tensor out(s.dtype, {s.b, s.hq, s.nq, s.dv});
   Tensor lse(DType::f32, {s.b, s.hq, s.nq, 1});
+  // Dropout's keep mask, drawn from this program's own stream (0/1 as '<f4').
+  Tensor keep(DType::f32, {s.b, s.hq, s.nq, s.nk});
+  for (std::int64_t e = 0; e < keep.numel(); ++e) keep.set(e, 0.0);
+  std::mt19937_64 dropout_rng(11);
+  std::bernoulli_distribution kept_draw(1.0 - s.dropout);
+  const double rescale = s.dropout > 0 && mode != "no-rescale" ? 1.0 / (1.0 - s.dropout) : 1.0;
   std::int64_t visible_row = -1;
   for (std::int64_t b = 0; b < s.b; ++b)
     for (std::int64_t h = 0; h < s.hq; ++h)
@@ -111,7 +125,10 @@ int main(int argc, char** argv) {
           for (std::int64_t j = 0; j < s.nk; ++j) {
             const double w = std::exp(score[std::size_t(j)] - m);  // exp(-inf) = 0 for masked keys
             sum += w;
-            for (std::int64_t c = 0; c < s.dv; ++c) o[std::size_t(c)] += w * v.get(v.offset(b, kvh, j, c));
+            const bool kept = s.dropout > 0 ? kept_draw(dropout_rng) : true;  // after the softmax, before V
+            keep.set(row * s.nk + j, kept ? 1.0 : 0.0);
+            if (!kept) continue;
+            for (std::int64_t c = 0; c < s.dv; ++c) o[std::size_t(c)] += w * rescale * v.get(v.offset(b, kvh, j, c));
           }
           for (auto& x : o) x /= sum;
           if (visible_row < 0) visible_row = row;
@@ -151,6 +168,7 @@ int main(int argc, char** argv) {
     npy::write_file(dir / "valid_lens.npy", a);
   }
   npy::write_file(dir / "out.npy", to_npy(out));
+  if ((s.dropout > 0 && mode != "no-keep") || mode == "stray-keep") npy::write_file(dir / "keep.npy", to_npy(keep));
   if (s.lse) {
     npy::Array a = to_npy(lse);
     a.shape = {s.b, s.hq, s.nq};
@@ -162,6 +180,7 @@ int main(int argc, char** argv) {
   settings << "\"causal\": \"" << (mode == "bad-causal" ? "bottom-right" : causal) << "\"";
   if (s.scale > 0) settings << ", \"scale\": " << s.scale;
   if (s.dtype == DType::bf16) settings << ", \"dtype\": \"bf16\"";
+  if (s.dropout > 0) settings << ", \"dropout\": {\"p\": " << s.dropout << ", \"seed\": 11}";
   if (mode == "unknown-key") settings << ", \"sink\": 30";
   if (mode == "twice-key") settings << ", \"causal\": \"none\"";
   settings << "}\n";

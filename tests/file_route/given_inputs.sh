@@ -2,7 +2,8 @@
 # `attnbench check --inputs`: a user's own tensors (given_case_writer writes them, with outputs it
 # computed in double from the stated semantics alone). Exact outputs pass (exit 0) for a mask +
 # bias + padding + bottom-right causal case, per-query padding with fully masked rows and an LSE,
-# and bf16; one element off by 1e-3 fails (exit 1) and the report names the tensors, not a
+# bf16, and dropout with the writer's own keep mask (keep.npy; without the 1 / (1 - p) rescale it
+# fails, diagnosed; a missing keep.npy, or one without dropout, is exit 2); one element off by 1e-3 fails (exit 1) and the report names the tensors, not a
 # regenerating rerun; a known mistake is diagnosed from the tensors themselves; bad settings, shapes,
 # dtypes, missing files, lengths and a NaN where it reaches an output are exit 2 naming the
 # file and the fault.
@@ -38,6 +39,25 @@ m = r["metrics"]
 assert m["lse"]["violations"] == 0, m
 assert m["fully_masked_rows"] > 0 and m["fully_masked_violations"] == 0, m
 PY
+
+# --- dropout: settings' "dropout" and the kernel's own keep mask (keep.npy, '<f4') ---------------
+"$writer" dropout dropout exact || fail "the writer failed on dropout"
+run good_dropout check --inputs dropout --threads 1 --json good_dropout.json
+expect_rc 0
+expect_file_has good_dropout.out "1 passed, 0 failed, 0 skipped over 1 cases"
+expect_file_has good_dropout.out "dropout0.2"
+"$writer" norescale dropout no-rescale || fail "the writer failed on no-rescale"
+run norescale check --inputs norescale --threads 1 --json norescale.json
+expect_rc 1
+expect_file_has norescale.json '"hypothesis": "dropout_not_rescaled"'
+"$writer" nokeep dropout no-keep || fail "the writer failed on no-keep"
+run nokeep check --inputs nokeep --json ""
+expect_rc 2
+expect_file_has nokeep.err "nokeep/keep.npy: missing (settings.json has dropout 0.2: the keep mask"
+"$writer" straykeep masked stray-keep || fail "the writer failed on stray-keep"
+run straykeep check --inputs straykeep --json ""
+expect_rc 2
+expect_file_has straykeep.err "straykeep/keep.npy: a keep mask, but straykeep/settings.json has no \"dropout\""
 
 # Several directories in one run; outputs from elsewhere.
 mkdir -p outs && cp masked/out.npy outs/out.npy && rm masked/out.npy

@@ -6,7 +6,14 @@
 //   --wrong-shape I  writes case I's output without its last query row
 //   --no-lse         writes no lse files
 //   --fully-masked zeros|nan|junk  writes fully masked rows so (junk: 7s), whatever the manifest says
+//   --keep-wrong I   reports for case I a keep mask other than the one its output was computed with
+//                    (the stream's draw for the next seed: the right keep rate, the wrong mask)
+//   --no-rescale I   computes case I's dropout without the 1 / (1 - p) rescale of the kept weights
+//   --no-keep        writes no keep files
 // Otherwise a fully masked row follows the case's "fully_masked_rows" policy (NaN for nan, else zeros).
+// Dropout (the manifest's "dropout": {p, seed}): each weight is kept or dropped by the built-in
+// stream (core's builtin_dropout_keeps, on the manifest's seed and the element's flat index), the
+// kept ones rescaled by 1 / (1 - p), and the keep mask written as keep_NNNN.npy ('|b1').
 // Usage: file_route_standin CASES_DIR OUTPUTS_DIR [faults...]
 #include <cmath>
 #include <cstdio>
@@ -22,6 +29,7 @@
 
 #include "core/dtype.hpp"
 #include "core/npy.hpp"
+#include "core/score_pipeline.hpp"
 
 namespace {
 
@@ -63,16 +71,22 @@ Array encode(const std::string& dtype, std::vector<std::int64_t> shape, const st
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s CASES_DIR OUTPUTS_DIR [--wrong-value I] [--wrong-shape I] [--no-lse] [--fully-masked zeros|nan|junk]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s CASES_DIR OUTPUTS_DIR [--wrong-value I] [--wrong-shape I] [--no-lse] [--fully-masked zeros|nan|junk] "
+                 "[--keep-wrong I] [--no-rescale I] [--no-keep]\n",
+                 argv[0]);
     return 2;
   }
   const std::filesystem::path cases_dir = argv[1], outputs_dir = argv[2];
-  std::set<std::size_t> wrong_value, wrong_shape;
-  bool lse_files = true;
+  std::set<std::size_t> wrong_value, wrong_shape, keep_wrong, no_rescale;
+  bool lse_files = true, keep_files = true;
   std::string forced_policy;
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--no-lse") lse_files = false;
+    else if (flag == "--no-keep") keep_files = false;
+    else if (flag == "--keep-wrong" && i + 1 < argc) keep_wrong.insert(std::stoul(argv[++i]));
+    else if (flag == "--no-rescale" && i + 1 < argc) no_rescale.insert(std::stoul(argv[++i]));
     else if (flag == "--wrong-value" && i + 1 < argc) wrong_value.insert(std::stoul(argv[++i]));
     else if (flag == "--wrong-shape" && i + 1 < argc) wrong_shape.insert(std::stoul(argv[++i]));
     else if (flag == "--fully-masked" && i + 1 < argc) forced_policy = argv[++i];
@@ -90,6 +104,10 @@ int main(int argc, char** argv) {
       const auto dtype = c.at("dtype").get<std::string>();
       const double scale = c.at("scale").get<double>();
       const double softcap = c.value("softcap", nlohmann::json(nullptr)).is_null() ? 0.0 : c.at("softcap").get<double>();
+      const nlohmann::json dropout = c.value("dropout", nlohmann::json(nullptr));
+      const double drop_p = dropout.is_null() ? 0.0 : dropout.at("p").get<double>();
+      const std::uint64_t drop_seed = dropout.is_null() ? 0 : dropout.at("seed").get<std::uint64_t>();
+      const double rescale = drop_p > 0 && !no_rescale.count(index) ? 1.0 / (1.0 - drop_p) : 1.0;
       const std::string policy = forced_policy.empty() ? c.at("fully_masked_rows").get<std::string>() : forced_policy;
       const double fill = policy == "nan" ? std::numeric_limits<double>::quiet_NaN() : policy == "junk" ? 7.0 : 0.0;
       const Array q = attn::npy::read_file(cases_dir / c["q"]["file"].get<std::string>());
@@ -102,6 +120,12 @@ int main(int argc, char** argv) {
       const std::int64_t h_kv = k.shape[1], n_k = k.shape[2], d_v = v.shape[3];
       std::vector<double> out(std::size_t(b * h_q * n_q * d_v)), lse(std::size_t(b * h_q * n_q));
       std::vector<double> s(static_cast<std::size_t>(n_k));
+      Array keep;  // dropout's keep mask [b, h_q, n_q, n_k], '|b1'
+      if (drop_p > 0) {
+        keep.type = ElementType::boolean;
+        keep.shape = {b, h_q, n_q, n_k};
+        keep.data.resize(std::size_t(b * h_q * n_q * n_k));
+      }
       for (std::int64_t bi = 0; bi < b; ++bi)
         for (std::int64_t h = 0; h < h_q; ++h) {
           const std::int64_t g = h / (h_q / h_kv);
@@ -134,8 +158,15 @@ int main(int argc, char** argv) {
             for (std::int64_t j = 0; j < n_k; ++j) sum += s[std::size_t(j)] == -INFINITY ? 0.0 : std::exp(s[std::size_t(j)] - m);
             lse[row] = m + std::log(sum);
             for (std::int64_t j = 0; j < n_k; ++j) {
-              if (s[std::size_t(j)] == -INFINITY) continue;
-              const double p = std::exp(s[std::size_t(j)] - m) / sum;
+              const std::uint64_t flat = std::uint64_t(row) * std::uint64_t(n_k) + std::uint64_t(j);
+              bool kept = true;
+              if (drop_p > 0) {
+                kept = attn::builtin_dropout_keeps(drop_seed, drop_p, flat);
+                const bool reported = keep_wrong.count(index) ? attn::builtin_dropout_keeps(drop_seed + 1, drop_p, flat) : kept;
+                keep.data[flat] = std::byte(reported ? 1 : 0);
+              }
+              if (s[std::size_t(j)] == -INFINITY || !kept) continue;
+              const double p = std::exp(s[std::size_t(j)] - m) / sum * rescale;
               for (std::int64_t c2 = 0; c2 < d_v; ++c2) out[row * std::size_t(d_v) + std::size_t(c2)] += p * element(v, ((bi * h_kv + g) * n_k + j) * d_v + c2);
             }
           }
@@ -153,6 +184,7 @@ int main(int argc, char** argv) {
       if (lse_files)
         attn::npy::write_file(outputs_dir / c["lse"]["file"].get<std::string>(),
                               encode(dtype == "f64" ? "f64" : "f32", c["lse"]["shape"].get<std::vector<std::int64_t>>(), lse));
+      if (keep_files && drop_p > 0) attn::npy::write_file(outputs_dir / c["keep"]["file"].get<std::string>(), keep);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "file_route_standin: %s\n", e.what());
