@@ -336,6 +336,8 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   const double acc = double(bytes_per_element(working_dtype(p.numerics())));
   m.yardstick = e(Role::o) * o + acc * rows + acc * (nq * nk + nq * dk + nk * (dk + dv) + dv);
   m.outputs = 2.0 * (e(Role::o) * o + acc * rows);
+  // Dropout: each run's keep mask (f32), and the one a yardstick keeps (bytes) with its copy.
+  if (p.dropout.enabled()) m.outputs += 2.0 * 4.0 * rows * nk, m.yardstick += (4.0 + 1.0) * rows * nk;
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.
   if (m.total() < double(std::numeric_limits<std::int64_t>::max()))
     for (const Implementation* impl : implementations) m.workspace = std::max(m.workspace, double(impl->workspace_bytes(p)));

@@ -109,7 +109,7 @@ Coverage coverage_of(const VerifyRun& run, const std::string& implementation);
 // The memory verifying one case holds at its peak, in bytes, by part: the inputs (Q, K, V, mask,
 // bias), the reference (inputs widened to double, its per-row results, each thread's row buffers),
 // the yardstick (the naive algorithm's outputs and its n_q x n_k score workspace) and an
-// implementation's outputs (twice: a failure is rerun). In double: a size typed by mistake (n_q =
+// implementation's outputs (twice: a failure is rerun; with dropout, its keep masks too). In double: a size typed by mistake (n_q =
 // 10^9) must give a figure, not overflow.
 struct CaseMemory {
   double inputs = 0, reference = 0, yardstick = 0, outputs = 0, workspace = 0;
