@@ -144,8 +144,6 @@ std::optional<RowSummary> bounded_row(const Problem& p, const detail::WidenedInp
     return true;
   };
   auto try_double_word = [&]() -> std::optional<RowSummary> {
-    // The double-word pass computes no dropout: such a row goes to float128.
-    if (p.dropout.enabled()) return std::nullopt;
     const detail::DoubleWordRow row = detail::reference_row_double_word(p, wide, flat_row);
     if (!finite_statistics(row)) return std::nullopt;
     for (std::size_t c = 0; c < d_v; ++c) {

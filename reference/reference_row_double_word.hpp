@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include <boost/multiprecision/float128.hpp>
@@ -77,8 +78,22 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
     return result;
   }
   std::size_t n = keys.size();
-  const std::vector<double> no_value(d_v, 0.0);  // the sink's (reference_row.hpp)
-  auto v_row = [&](std::int64_t j) { return j == sink_key ? no_value.data() : wide.v.data() + in.v.offset(b, g, j, 0); };
+  const std::vector<double> no_value(d_v, 0.0);  // the sink's and a dropped key's (reference_row.hpp)
+  const ScorePipeline pipeline(p, in.mask);
+  // Dropout (the pipeline's step 6) with the keep mask the implementation reported, as in
+  // reference_row.hpp: a dropped key's V row is zeros here, and the weighted sum is scaled by
+  // r = 1 / (1 - p), computed in float128 from the f32 p.
+  if (pipeline.has_dropout() && !in.mask.has_keep())
+    throw std::logic_error("reference: a dropout problem needs the keep mask its implementation reported (Mask::with_keep)");
+  std::vector<std::uint8_t> dropped_key(static_cast<std::size_t>(pipeline.has_dropout() ? p.n_k : 0), 0);
+  for (std::int64_t j : keys)
+    if (pipeline.has_dropout()) dropped_key[static_cast<std::size_t>(j)] = !pipeline.kept(b, h, i, j);
+  auto v_row = [&](std::int64_t j) {
+    return j == sink_key || (!dropped_key.empty() && dropped_key[static_cast<std::size_t>(j)] != 0) ? no_value.data()
+                                                                                                   : wide.v.data() + in.v.offset(b, g, j, 0);
+  };
+  const Quad rescale = Quad(1) / (Quad(1) - Quad(p.dropout.p));
+  const double value_scale = static_cast<double>(rescale);
 
   // Scores, and per key A_j = scale sum_t |q_t k_jt| + |bias_j| (in double, inflated so that it
   // bounds the exact one; it overflows to inf rather than lie) and the partial sums' squares
@@ -86,7 +101,6 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   std::vector<Quad> s(n);
   std::vector<double> magnitude(n), score_sigma(n);
   std::vector<double> scaled_abs(n, 0.0), capped_abs(n, 0.0), product_magnitude(n, 0.0);  // step 2's (ScorePipeline::product_step_error)
-  const ScorePipeline pipeline(p, in.mask);
   const double* q = wide.q.data() + in.q.offset(b, h, i, 0);
   const double inflate = 1 + std::max(0x1p-50, 2 * gamma_n(double(p.d_k) + 3, 0x1p-53));
   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -149,12 +163,14 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   const Quad log_sum = log(sum);
   result.lse = static_cast<double>(m + log_sum);
 
-  // The weighted sum of V, lanes across the output columns.
+  // The weighted sum of V, lanes across the output columns; with dropout each kept weight times r.
   std::vector<double> out_hi(d_v, 0.0), out_lo(d_v, 0.0), weight_hi(n);
   for (std::size_t jj = 0; jj < n; ++jj) {
     const Quad weight = e[jj] / sum;
     weight_hi[jj] = static_cast<double>(weight);
-    const DoubleWord w{weight_hi[jj], static_cast<double>(weight - Quad(weight_hi[jj]))};
+    const Quad valued = pipeline.has_dropout() ? weight * rescale : weight;
+    const double valued_hi = static_cast<double>(valued);
+    const DoubleWord w{valued_hi, static_cast<double>(valued - Quad(valued_hi))};
     const double* v = v_row(keys[jj]);
     for (std::size_t c = 0; c < d_v; ++c) {
       const DoubleWord sum_c = add({out_hi[c], out_lo[c]}, mul(w, v[c]));
@@ -190,6 +206,12 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   // weights' underflow term).
   weighted_sum_bound(ln_w, eta, keys, p.d_v, u, 2 * product_underflow, v_row, result.bound, &result.magnitude, 2 * product_underflow);
   weighted_sum_bound(ln_w, eta_naive, keys, p.d_v, u_naive, tiny_naive, v_row, result.naive_bound);
+  if (pipeline.has_dropout())  // the bounds of the sum before r, times r, and r's roundings (reference_row.hpp)
+    for (std::size_t c = 0; c < d_v; ++c) {
+      result.magnitude[c] *= value_scale;
+      result.bound[c] = result.bound[c] * value_scale * (1 + 4 * u) + 3.03 * u * result.magnitude[c];
+      result.naive_bound[c] = result.naive_bound[c] * value_scale * (1 + 5 * u_naive) + 4.04 * u_naive * result.magnitude[c];
+    }
   const double eta_max = *std::max_element(eta.begin(), eta.end());
   result.lse_bound = 1.01 * (eta_max + gamma_n(double(n), u) + 2 * u * (1 + std::log(double(n))) + u * std::fabs(result.lse));
 
@@ -203,7 +225,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
   }
   double v_max = 0;
   for (std::size_t jj = 0; jj < n; ++jj)
-    for (std::size_t c = 0; c < d_v; ++c) v_max = std::max(v_max, std::fabs(v_row(keys[jj])[c]));
+    for (std::size_t c = 0; c < d_v; ++c) v_max = std::max(v_max, std::fabs(v_row(keys[jj])[c]) * value_scale);
   if (largest > 0 && std::isfinite(largest)) {
     const int sigma_exponent = std::clamp(std::ilogb(largest) + 1, -1000, 1000);
     const double sigma_factor = std::ldexp(1.0, -sigma_exponent);
@@ -221,7 +243,7 @@ inline DoubleWordRow reference_row_double_word(const Problem& p, const WidenedIn
       for (std::size_t jj = 0; jj < n; ++jj) {
         const double* v = v_row(keys[jj]);
         for (std::size_t c = 0; c < d_v; ++c) {
-          const double term = weighted_sigma[jj] * (v[c] * v_factor - out_scaled[c]);
+          const double term = weighted_sigma[jj] * (v[c] * value_scale * v_factor - out_scaled[c]);
           squares[c] += term * term;
         }
       }

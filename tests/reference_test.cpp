@@ -607,7 +607,7 @@ std::vector<Problem> spread_of_problems() {
   std::uint64_t seed = 300;
   for (DType d : all_dtypes)
     for (Regime regime : all_regimes())
-      for (int variant = 0; variant < 8; ++variant) {
+      for (int variant = 0; variant < 9; ++variant) {
         Problem p = small(d, regime, 9, 13, ++seed);
         p.d_k = 24;
         switch (variant) {
@@ -622,6 +622,7 @@ std::vector<Problem> spread_of_problems() {
           case 5: p.scale = 0.7, p.h_kv = 1, p.d_v = 17; break;
           case 6: p.softcap = 2.5, p.bias = BiasSpec::alibi(), p.window = Window::of(Causal::bottom_right); break;
           case 7: p.sinks = {true, regime == Regime::large ? 0.0 : 3.0, {}}, p.window = Window{4, 0, Align::top_left}; break;
+          case 8: p.dropout.p = double(float(0.3)), p.window = Window::of(Causal::bottom_right); break;
         }
         p.validate();
         problems.push_back(p);
@@ -633,7 +634,8 @@ TEST(ReferenceBoundedPass, EqualsFloat128OnEveryRegimeDtypeAndMask) {
   std::int64_t rows = 0, fallback = 0;
   for (const Problem& p : spread_of_problems()) {
     SCOPED_TRACE(p.repro());
-    const CaseInputs in = generate_inputs(p);
+    CaseInputs in = generate_inputs(p);
+    if (p.dropout.enabled()) in.mask = in.mask.with_keep(builtin_keep_mask(p, in.mask));  // as an implementation reports it
     const ReferenceResult bounded = compute_reference(p, in), exact = compute_reference(p, in, float128_only());
     ASSERT_EQ(bounded.rows, exact.rows);
     ASSERT_EQ(exact.rows_fallback, 0);
