@@ -197,7 +197,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         // Each query head's sink logit (f32 values), one more term of its rows' softmax denominator, or none.
         {"sinks", p.sinks.enabled ? nlohmann::json(sink_logits(p)) : nlohmann::json(nullptr)},
         // Dropout: p (an f32 value) and the seed of the case's stream (the program may use its own), or none.
-        {"dropout", p.dropout.enabled() ? nlohmann::json{{"p", p.dropout.p}, {"seed", dropout_seed(p)}} : nlohmann::json(nullptr)},
+        {"dropout", dropout_json(p)},
         {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
         {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
         {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
@@ -312,14 +312,10 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
                                      logits.empty() ? std::string("none") : nlohmann::json(logits).dump()));
       // Dropout (null or absent: none): p and the stream's seed as the repro string gives them.
       const nlohmann::json dropout = j.value("dropout", nlohmann::json(nullptr));
-      const bool dropout_matches =
-          dropout.is_null() ? !p.dropout.enabled()
-                            : p.dropout.enabled() && dropout.is_object() && dropout.contains("p") && dropout.at("p").is_number() &&
-                                  dropout.at("p").get<double>() == p.dropout.p && dropout.contains("seed") &&
-                                  dropout.at("seed").is_number_unsigned() && dropout.at("seed").get<std::uint64_t>() == dropout_seed(p);
-      if (!dropout_matches)
+      const nlohmann::json expected = dropout_json(p);
+      if (dropout != expected)
         throw InputError(fmt::format("case {}: dropout {} does not match the repro string's {}", entry.index, dropout.dump(),
-                                     p.dropout.enabled() ? nlohmann::json{{"p", p.dropout.p}, {"seed", dropout_seed(p)}}.dump() : std::string("none")));
+                                     expected.is_null() ? std::string("none") : expected.dump()));
       auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);
