@@ -12,6 +12,7 @@
 #include "core/input_file.hpp"
 #include "core/mask.hpp"
 #include "core/precision.hpp"
+#include "core/score_settings.hpp"
 #include "core/result_file.hpp"
 
 namespace attn {
@@ -193,11 +194,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"label", p.label()},
         {"dtype", std::string(to_string(p.dtype))},
         {"scale", p.effective_scale()},
-        {"softcap", p.softcap ? nlohmann::json(*p.softcap) : nlohmann::json(nullptr)},  // c tanh(s / c) of each scaled score, or none
         // Each query head's sink logit (f32 values), one more term of its rows' softmax denominator, or none.
         {"sinks", p.sinks.enabled ? nlohmann::json(sink_logits(p)) : nlohmann::json(nullptr)},
-        // Dropout: p (an f32 value) and the seed of the case's stream (the program may use its own), or none.
-        {"dropout", dropout_json(p)},
         {"q", file_json(entry.q, shape_of(in.q), type(Role::q))},
         {"k", file_json(entry.k, shape_of(in.k), type(Role::k))},
         {"v", file_json(entry.v, shape_of(in.v), type(Role::v))},
@@ -209,6 +207,9 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
+    // Every score modification's settings by name (softcap, dropout_p, dropout_seed, ...): the
+    // case's values, null where it does not use the modification.
+    j.update(score_settings_json(p));
     if (!entry.projected_from.empty()) {
       j["projected_from"] = entry.projected_from;
       j["projection"] = entry.projection;
@@ -241,14 +242,19 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
                 "file's entry names its element type"},
       {"bias", "additive, [b or 1, h_q or 1, n_q, n_k], in the case's encoding, added to the scaled scores; null: none"},
       {"lse", "optional: natural-log row log-sum-exp of the scaled, biased scores [b, h_q, n_q]; -inf for fully masked rows"},
-      {"dropout", "per case: null, or {p, seed}: after the softmax each weight is kept (Z = 1) or dropped (Z = 0) by the program's own "
-                  "random stream (seed is the case's, for a program that has none of its own), out = sum_j P_ij Z_ij / (1 - p) v_j; "
-                  "the lse is the softmax's, unaffected"},
+      {"sinks", "per case: each query head's sink logit (f32 values), one more term exp(sink - m) of its rows' softmax "
+                "denominator that carries no value; null: none"},
       {"keep", "per dropout case, required: the keep mask Z [b, h_q, n_q, n_k] the program drew, 1 kept, 0 dropped, as |b1 "
                "(or |u1, <f4), written beside out; null: no dropout"},
       {"fully_masked_rows", "per case: zeros (a query row that sees no key has a zero output row) or nan (a NaN row), as declared"},
       {"cases", list},
   };
+  // Each score modification's settings, one key each in every case (core/README.md, "The score
+  // pipeline"): the case's value, or null where the case does not use that modification.
+  for (const ScoreModificationRow& row : score_modification_rows)
+    for (const ScoreSetting& setting : row.settings)
+      manifest[std::string(setting.name)] = fmt::format("per case: {}'s {}, or null where the case has none", row.description,
+                                                        setting.integer ? "integer setting" : "setting");
   if (declaration != nullptr) {
     try {
       manifest["declaration"] = nlohmann::json::parse(declaration->capabilities_json);
@@ -295,11 +301,15 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (j.at("scale").get<double>() != p.effective_scale())
         throw InputError(fmt::format("case {}: scale {} does not match the repro string's {}", entry.index, j.at("scale").get<double>(),
                                      p.effective_scale()));
-      // Soft-capping (null or absent: none, as in manifests written before it existed).
-      const nlohmann::json softcap = j.value("softcap", nlohmann::json(nullptr));
-      if (!(softcap.is_null() ? !p.softcap : softcap.is_number() && p.softcap && softcap.get<double>() == *p.softcap))
-        throw InputError(fmt::format("case {}: softcap {} does not match the repro string's {}", entry.index, softcap.dump(),
-                                     p.softcap ? fmt::format("{}", *p.softcap) : std::string("none")));
+      // The score modifications' settings (null or absent: the case does not use it, as in manifests
+      // written before the modification existed).
+      const nlohmann::json expected_settings = score_settings_json(p);
+      for (const auto& [name, expected] : expected_settings.items()) {
+        const nlohmann::json given = j.value(name, nlohmann::json(nullptr));
+        if (given != expected)
+          throw InputError(fmt::format("case {}: {} {} does not match the repro string's {}", entry.index, name, given.dump(),
+                                       expected.is_null() ? std::string("none") : expected.dump()));
+      }
       // Sinks (null or absent: none).
       const nlohmann::json sinks = j.value("sinks", nlohmann::json(nullptr));
       const std::vector<double> logits = sink_logits(p);
@@ -310,12 +320,6 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       if (!sinks_match)
         throw InputError(fmt::format("case {}: sinks {} do not match the repro string's {}", entry.index, sinks.dump(),
                                      logits.empty() ? std::string("none") : nlohmann::json(logits).dump()));
-      // Dropout (null or absent: none): p and the stream's seed as the repro string gives them.
-      const nlohmann::json dropout = j.value("dropout", nlohmann::json(nullptr));
-      const nlohmann::json expected = dropout_json(p);
-      if (dropout != expected)
-        throw InputError(fmt::format("case {}: dropout {} does not match the repro string's {}", entry.index, dropout.dump(),
-                                     expected.is_null() ? std::string("none") : expected.dump()));
       auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
       entry.q = plain_file_name(j, "q", entry.index);
       entry.k = plain_file_name(j, "k", entry.index);

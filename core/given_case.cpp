@@ -16,6 +16,7 @@
 #include "core/mask.hpp"
 #include "core/npy.hpp"
 #include "core/precision.hpp"
+#include "core/score_settings.hpp"
 
 namespace attn {
 namespace {
@@ -36,35 +37,41 @@ npy::Array read_required(const fs::path& path, std::string_view what) {
 
 struct Settings {
   std::optional<double> scale;
-  std::optional<double> softcap;
   std::vector<double> sinks;  // one logit per query head; empty: none
-  DropoutSpec dropout;        // p = 0: none
+  std::vector<NamedSetting> score_settings;  // softcap, dropout_p, ... by name (core/score_pipeline.hpp)
   Causal causal = Causal::none;
   std::optional<DType> dtype;
   std::map<Role, DType> role_dtypes;  // "dtypes": "o:f32", as the repro string's token
 };
 
+// The keys settings.json knows: its own and every score modification's settings.
+std::vector<std::string> settings_keys() {
+  std::vector<std::string> keys{"scale", "sinks", "causal", "dtype", "dtypes"};
+  for (const ScoreModificationRow& row : score_modification_rows)
+    for (const ScoreSetting& s : row.settings) keys.emplace_back(s.name);
+  return keys;
+}
+
 Settings read_settings(const fs::path& path) {
   const std::string name = path.string();
-  const nlohmann::json j = read_json_file(path, "missing (write at least {}; keys: scale, softcap, sinks, dropout, causal, dtype, dtypes)");
+  const std::vector<std::string> known = settings_keys();
+  const nlohmann::json j = read_json_file(path, fmt::format("missing (write at least {{}}; keys: {})", fmt::join(known, ", ")));
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", name));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : j.items())
-    if (key != "scale" && key != "softcap" && key != "sinks" && key != "dropout" && key != "causal" && key != "dtype" && key != "dtypes")
-      unknown.push_back("'" + key + "'");
+    if (std::find(known.begin(), known.end(), key) == known.end()) unknown.push_back("'" + key + "'");
   if (!unknown.empty())
-    throw InputError(fmt::format("{}: unknown key{} {} (known: scale, softcap, sinks, dropout, causal, dtype, dtypes)", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
+    throw InputError(fmt::format("{}: unknown key{} {} (known: {})", name, unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", "), fmt::join(known, ", ")));
   Settings s;
-  // scale, and softcap c (each scaled score s becomes c tanh(s / c), core/score_pipeline.hpp).
-  auto positive = [&](const char* key, std::optional<double>& into) {
-    if (!j.contains(key)) return;
-    const auto& v = j.at(key);
+  if (j.contains("scale")) {
+    const auto& v = j.at("scale");
     if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
-      throw InputError(fmt::format("{}: {} must be a finite positive number (got {})", name, key, v.dump()));
-    into = v.get<double>();
-  };
-  positive("scale", s.scale);
-  positive("softcap", s.softcap);
+      throw InputError(fmt::format("{}: scale must be a finite positive number (got {})", name, v.dump()));
+    s.scale = v.get<double>();
+  }
+  // The score modifications' scalars by name (softcap c: each scaled score s becomes c tanh(s / c);
+  // dropout_p, dropout_seed; core/score_pipeline.hpp); Problem::validate() checks their values.
+  s.score_settings = score_settings_in(j, name);
   // sinks: one logit per query head (rounded to f32, the dtype kernels take them in).
   if (j.contains("sinks")) {
     const auto& v = j.at("sinks");
@@ -73,29 +80,6 @@ Settings read_settings(const fs::path& path) {
     });
     if (!numbers) throw InputError(fmt::format("{}: sinks must be a list of finite numbers, one per query head (got {})", name, v.dump()));
     for (const auto& x : v) s.sinks.push_back(double(float(x.get<double>())));
-  }
-  // dropout: p, or {"p": p, "seed": s}; p in (0, 1), rounded to f32 as the repro string's dropout= is.
-  if (j.contains("dropout")) {
-    const auto& v = j.at("dropout");
-    const auto fault = [&] {
-      return InputError(fmt::format("{}: dropout must be a number p with 0 < p < 1, or {{\"p\": p, \"seed\": an unsigned integer}} "
-                                    "(got {})",
-                                    name, v.dump()));
-    };
-    const nlohmann::json* p = &v;
-    if (v.is_object()) {
-      for (const auto& [key, value] : v.items())
-        if (key != "p" && key != "seed") throw fault();
-      if (!v.contains("p")) throw fault();
-      p = &v.at("p");
-      if (v.contains("seed")) {
-        if (!v.at("seed").is_number_unsigned()) throw fault();
-        s.dropout.seed = v.at("seed").get<std::uint64_t>();
-      }
-    }
-    if (!p->is_number() || !(p->get<double>() > 0 && p->get<double>() < 1)) throw fault();
-    s.dropout.p = double(float(p->get<double>()));
-    if (!(s.dropout.p > 0 && s.dropout.p < 1)) throw fault();
   }
   if (j.contains("causal")) {
     const auto& v = j.at("causal");
@@ -265,8 +249,7 @@ std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
   if (a.o_dtype) own_dtype(Role::o, *a.o_dtype);
   p.window = a.window;
   p.scale = a.scale;
-  p.dropout = a.dropout;
-  if (p.dropout.enabled()) p.dropout.p = double(float(p.dropout.p));  // as the repro string's dropout= holds it
+  for (const NamedSetting& s : a.settings) s.setting->set(p, s.value);
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("k: h_kv = {} does not divide q's h_q = {} (query head h reads kv head h / (h_q / h_kv))", p.h_kv, p.h_q));
   auto broadcastable = [&](const char* name, const std::vector<std::int64_t>& s) {
@@ -352,9 +335,8 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   p.role_dtypes = settings.role_dtypes;
   p.window = Window::of(settings.causal);
   p.scale = settings.scale;
-  p.softcap = settings.softcap;
   if (!settings.sinks.empty()) p.sinks = {true, 0.0, settings.sinks};
-  p.dropout = settings.dropout;
+  for (const NamedSetting& setting : settings.score_settings) setting.setting->set(p, setting.value);
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("{}: h_kv = {} does not divide q.npy's h_q = {} (query head h reads kv head h / (h_q / h_kv))", file("k.npy"),
                                  p.h_kv, p.h_q));
@@ -392,9 +374,12 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
   try {
     p.validate();
   } catch (const InputError& e) {
-    // A bad scale is settings.json's, the only place it comes from; anything else, the directory's.
-    const bool about_scale = std::string_view(e.what()).starts_with("scale ");
-    throw InputError(fmt::format("{}: {}", about_scale ? file("settings.json") : dir.string(), e.what()));
+    // A bad scale or score modification is settings.json's, the only place they come from; anything
+    // else, the directory's.
+    const std::string_view what = e.what();
+    bool about_settings = what.starts_with("scale ");
+    for (const ScoreModificationRow& row : score_modification_rows) about_settings = about_settings || what.starts_with(row.name);
+    throw InputError(fmt::format("{}: {}", about_settings ? file("settings.json") : dir.string(), e.what()));
   }
 
   Tensor tq(p.dtype_of(Role::q), {p.batch, p.h_q, p.n_q, p.d_k}), tk(p.dtype_of(Role::k), {p.batch, p.h_kv, p.n_k, p.d_k}),
@@ -418,7 +403,7 @@ GivenCase read_given_case(const fs::path& dir, const fs::path& outputs_dir) {
                                    keep_path.string(), p.dropout.p));
     keep_array_into_tensor(npy::read_file(keep_path), keep_path.string(), p, keep.emplace(make_keep(p)));
   } else if (fs::exists(keep_path, ec)) {
-    throw InputError(fmt::format("{}: a keep mask, but {} has no \"dropout\" (give \"dropout\": p to judge a dropout output)",
+    throw InputError(fmt::format("{}: a keep mask, but {} has no \"dropout_p\" (give \"dropout_p\": p to judge a dropout output)",
                                  keep_path.string(), file("settings.json")));
   }
   Mask mask = Mask::given(p, std::move(flags), flags_batch, flags_head, std::move(bias));

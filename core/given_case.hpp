@@ -13,11 +13,12 @@
 //   valid_lens.npy (optional) integers [b] (per batch) or [b, n_q] (per query): keys j < len are visible.
 //   settings.json: {"scale": number (default 1/sqrt(d_k)), "causal": "none"|"top_left"|"bottom_right",
 //     "dtype": "f64"|"f32"|"f16"|"bf16" (default: q's), "dtypes": "o:f32" (roles of their own dtype,
-//     as the repro string's dtypes= token: "q:f16,o:f32"), "softcap": c, "sinks": [one logit per
-//     query head], "dropout": p or {"p": p, "seed": s} (0 < p < 1, rounded to f32; the seed only
-//     names the kernel's stream in the repro string)}; any other key is an error.
+//     as the repro string's dtypes= token: "q:f16,o:f32"), "sinks": [one logit per query head],
+//     and each score modification's settings by name (core/score_pipeline.hpp): "softcap": c,
+//     "dropout_p": p (0 < p < 1, rounded to f32), "dropout_seed": s (only names the kernel's
+//     stream in the repro string)}; any other key is an error.
 //   out.npy [b, h_q, n_q, d_v] and optional lse.npy [b, h_q, n_q] ('<f8' for f64, '<f4' otherwise).
-//   keep.npy [b, h_q, n_q, n_k] ('|b1', '|u1' or '<f4', 1 kept, 0 dropped), required with "dropout"
+//   keep.npy [b, h_q, n_q, n_k] ('|b1', '|u1' or '<f4', 1 kept, 0 dropped), required with "dropout_p"
 //     and refused without: the keep mask the kernel drew; out is sum_j P_ij Z_ij / (1 - p) v_j, judged
 //     given this Z, and Z by its keep rate (judge_keep). It lies with out.npy (the outputs directory).
 // Every part of the mask composes by intersection; a row that sees no key has a zero output row.
@@ -29,6 +30,7 @@
 
 #include "core/inputs.hpp"
 #include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 #include "core/tensor.hpp"
 
 namespace attn {
@@ -55,7 +57,9 @@ struct GivenArrays {
   std::optional<double> scale;                 // unset: 1/sqrt(d_k)
   Window window;                               // causal, sliding or none (core/problem.hpp)
   std::optional<DType> o_dtype;                // unset: q's
-  DropoutSpec dropout;                         // p = 0: none (the keep mask goes with the outputs: GivenCase::keep)
+  // The score modifications' settings by name (softcap, dropout_p, ...: core/score_pipeline.hpp);
+  // dropout's keep mask goes with the outputs (GivenCase::keep).
+  std::vector<NamedSetting> settings;
 };
 
 // The problem and inputs of GivenArrays (moved in: a borrowed tensor stays borrowed). Throws

@@ -286,8 +286,6 @@ std::int64_t alibi_delta(const Problem& p);
 std::vector<double> sink_logits(const Problem& p);
 // The seed of dropout's random stream: dropout_seed= when given, else the problem's seed.
 std::uint64_t dropout_seed(const Problem& p);
-// Dropout as JSON, {"p": P, "seed": S} (the problem's JSON, the case manifests), or null without it.
-nlohmann::json dropout_json(const Problem& p);
 // "o:f32,q:f16", the dtypes= token's value, naming `key` in its errors (unknown or non-data role,
 // a role twice, a bad dtype).
 std::map<Role, DType> parse_role_dtypes(std::string_view key, std::string_view text);

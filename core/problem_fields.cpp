@@ -416,7 +416,7 @@ const Field fields[] = {
      // Rounded to f32 (DropoutSpec), so that the string reads back the same.
      [](Problem& p, std::string_view k, std::string_view v) { p.dropout.p = double(float(parse_double(k, v))); },
      [](const Problem& p, nlohmann::json& j) {
-       if (p.dropout.enabled()) j["dropout"] = dropout_json(p);
+       if (p.dropout.enabled()) j["dropout"] = {{"p", p.dropout.p}, {"seed", dropout_seed(p)}};
      },
      [](const Problem& p) {
        if (!(p.dropout.p >= 0.0 && p.dropout.p < 1.0))
@@ -518,10 +518,6 @@ void Problem::validate() const {
     throw InputError("bool: the mask would be larger than the element limit");
   if (bias.enabled && broadcast_elements(*this, bias.broadcast) > double(max_elements))
     throw InputError("bias: the bias would be larger than the element limit");
-}
-
-nlohmann::json dropout_json(const Problem& p) {
-  return p.dropout.enabled() ? nlohmann::json{{"p", p.dropout.p}, {"seed", dropout_seed(p)}} : nlohmann::json(nullptr);
 }
 
 std::string Problem::repro() const {

@@ -26,6 +26,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -41,16 +43,47 @@ namespace attn {
 // implementation lists it. One row each: its name, what a skip's reason calls it, and whether a
 // problem uses it.
 enum class ScoreModification { softcap, sink, dropout };
+
+// A scalar a kernel is given for a modification a problem uses, named once for every carrier: the
+// plugin ABI's call settings (attnbench_call_setting), the Python conventions' keyword and the
+// Python judge's, settings.json's key and the case manifests' key, and the reports' grouping. A
+// seed is an integer, exact to 64 bits; every other setting is real. `set` puts a value onto a
+// problem (what a user's settings give); Problem::validate() then checks it, naming the field.
+struct SettingValue {
+  double real = 0;             // the value (an integer setting's too, as the nearest double)
+  std::uint64_t integer = 0;   // an integer setting's exact value; 0 for a real one
+  bool operator==(const SettingValue&) const = default;
+};
+struct ScoreSetting {
+  std::string_view name;  // "softcap", "dropout_p", "dropout_seed"
+  bool integer;
+  SettingValue (*get)(const Problem&);  // its value in a problem that uses the modification
+  void (*set)(Problem&, SettingValue);
+};
+inline constexpr ScoreSetting softcap_settings[] = {
+    {"softcap", false, [](const Problem& p) { return SettingValue{p.softcap.value_or(0.0)}; },
+     [](Problem& p, SettingValue v) { p.softcap = v.real; }},
+};
+inline constexpr ScoreSetting dropout_settings[] = {
+    // p as the repro string's dropout= holds it: rounded to f32.
+    {"dropout_p", false, [](const Problem& p) { return SettingValue{p.dropout.p}; },
+     [](Problem& p, SettingValue v) { p.dropout.p = double(float(v.real)); }},
+    {"dropout_seed", true, [](const Problem& p) { return SettingValue{double(dropout_seed(p)), dropout_seed(p)}; },
+     [](Problem& p, SettingValue v) { p.dropout.seed = v.integer; }},
+};
+
 struct ScoreModificationRow {
   ScoreModification id;
-  std::string_view name;         // "softcap": declarations, the plugin ABI's feature names, JSON
+  std::string_view name;         // "softcap": declarations, the plugin ABI's names, JSON
   std::string_view description;  // "soft-capping (softcap=)": skip reasons, attnbench list
   bool (*used_by)(const Problem&);
+  std::span<const ScoreSetting> settings;  // its scalars; a tensor (the sink's logits) is a role instead
 };
 inline constexpr std::array<ScoreModificationRow, 3> score_modification_rows{{
-    {ScoreModification::softcap, "softcap", "soft-capping (softcap=)", [](const Problem& p) { return p.softcap.has_value(); }},
-    {ScoreModification::sink, "sink", "attention sinks (sink=, sinks=)", [](const Problem& p) { return p.sinks.enabled; }},
-    {ScoreModification::dropout, "dropout", "dropout with its keep mask reported (dropout=)", [](const Problem& p) { return p.dropout.enabled(); }},
+    {ScoreModification::softcap, "softcap", "soft-capping (softcap=)", [](const Problem& p) { return p.softcap.has_value(); }, softcap_settings},
+    {ScoreModification::sink, "sink", "attention sinks (sink=, sinks=)", [](const Problem& p) { return p.sinks.enabled; }, {}},
+    {ScoreModification::dropout, "dropout", "dropout with its keep mask reported (dropout=)", [](const Problem& p) { return p.dropout.enabled(); },
+     dropout_settings},
 }};
 inline constexpr std::array<ScoreModification, score_modification_rows.size()> all_score_modifications = [] {
   std::array<ScoreModification, score_modification_rows.size()> ids{};
@@ -71,6 +104,34 @@ inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
   for (const ScoreModificationRow& row : score_modification_rows)
     if (row.used_by(p)) used.push_back(row.id);
   return used;
+}
+
+// The setting of that name, or null; every setting's name, for messages ("softcap, dropout_p, ...").
+inline const ScoreSetting* find_score_setting(std::string_view name) {
+  for (const ScoreModificationRow& row : score_modification_rows)
+    for (const ScoreSetting& s : row.settings)
+      if (s.name == name) return &s;
+  return nullptr;
+}
+inline std::string score_setting_names() {
+  std::string names;
+  for (const ScoreModificationRow& row : score_modification_rows)
+    for (const ScoreSetting& s : row.settings) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
+}
+// The settings of the modifications a problem uses, with their values, in row order: what each
+// carrier hands a kernel.
+struct NamedSetting {
+  const ScoreSetting* setting;  // a row's, so its name is a NUL-terminated literal
+  SettingValue value;
+  bool operator==(const NamedSetting&) const = default;
+};
+inline std::vector<NamedSetting> score_settings_of(const Problem& p) {
+  std::vector<NamedSetting> settings;
+  for (const ScoreModificationRow& row : score_modification_rows)
+    if (row.used_by(p))
+      for (const ScoreSetting& s : row.settings) settings.push_back({&s, s.get(p)});
+  return settings;
 }
 
 // The built-in implementations' dropout stream (cpu_naive, cpu_blocked, the mutants): whether the

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 #include "core/tensor_role.hpp"
 #include "records/result_schema.hpp"
 
@@ -227,13 +229,22 @@ std::string VerifyRecord::mask() const {
   if (problem.is_object() && problem.contains("bool_mask")) parts.push_back("bool");
   if (problem.is_object() && problem.contains("bias"))
     parts.push_back(text_or_empty(problem["bias"], "kind") == "alibi" ? "alibi" : "bias");
-  // The score modifications: a soft-capped case is its own variant.
-  if (problem.is_object() && problem.contains("softcap") && problem["softcap"].is_number())
-    parts.push_back(fmt::format("softcap {:g}", problem["softcap"].get<double>()));
-  if (problem.is_object() && problem.contains("sinks") && problem["sinks"].is_object()) parts.push_back("sink");
-  if (problem.is_object() && problem.contains("dropout") && problem["dropout"].is_object() && problem["dropout"].contains("p") &&
-      problem["dropout"]["p"].is_number())
-    parts.push_back(fmt::format("dropout {:g}", problem["dropout"]["p"].get<double>()));
+  // The score modifications (core/score_pipeline.hpp), each with its real settings' values: a
+  // soft-capped case is its own variant ("softcap 30", "dropout 0.1", "sink"). Read from the repro
+  // string, the canonical form; a record whose string no longer parses groups without them.
+  if (const std::string repro = text_or_empty(problem, "repro"); !repro.empty()) {
+    try {
+      const Problem p = parse_problem(repro);
+      for (const ScoreModificationRow& row : score_modification_rows) {
+        if (!row.used_by(p)) continue;
+        std::string part(row.name);
+        for (const ScoreSetting& setting : row.settings)
+          if (!setting.integer) part += fmt::format(" {:g}", setting.get(p).real);
+        parts.push_back(std::move(part));
+      }
+    } catch (const InputError&) {
+    }
+  }
   if (parts.empty()) return "none";
   std::string out = parts.front();
   for (std::size_t i = 1; i < parts.size(); ++i) out += " + " + parts[i];

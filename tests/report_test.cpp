@@ -335,11 +335,16 @@ TEST(VerifyRecord, RoundTripsRareFieldsAndNonFiniteFigures) {
 // not a plain bias, a soft-cap and sinks are named, and roles in a dtype of their own are part of the dtype.
 TEST(VerifyRecord, NamesWindowsAlibiAndRoleDtypes) {
   json r = {{"implementation", "impl"}, {"repro", "R"}, {"status", "pass"}, {"metrics", {{"max_abs", 1e-6}, {"max_ulps", 3.0}}}};
-  r["problem"] = json::parse(R"({"dtype": "f16", "role_dtypes": {"o": "f32"}, "window": {"align": "bottom_right", "left": 3, "right": 0},
-                                  "bias": {"broadcast": "h", "kind": "alibi"}, "softcap": 30, "sinks": {"logits": [0.5]}})");
+  // The score modifications come from the repro string, by the score pipeline's rows (each with its
+  // real settings' values; a seed does not split a group).
+  r["problem"] = json(parse_problem("b=1 hq=2 hkv=2 nq=4 nk=6 dk=8 dv=8 dtype=f16 dtypes=o:f32 window=3,0@bottom_right bias=alibi softcap=30 "
+                                    "sinks=0.5,0.25 dropout=0.25 dropout_seed=9 regime=diffuse seed=1"));
   const VerifyRecord v = read_verify_record(r, 0, "v.json");
-  EXPECT_EQ(v.mask(), "window 3,0@bottom_right + alibi + softcap 30 + sink");
+  EXPECT_EQ(v.mask(), "window 3,0@bottom_right + alibi + softcap 30 + sink + dropout 0.25");
   EXPECT_EQ(v.dtype(), "f16 (o: f32)");
+  // A record whose repro string no longer parses groups without them.
+  r["problem"]["repro"] = "b=1 no_such_token=3";
+  EXPECT_EQ(read_verify_record(r, 0, "v.json").mask(), "window 3,0@bottom_right + alibi");
 }
 
 // A hand-written record (the gate's tests, older files) needs only what the readers use.

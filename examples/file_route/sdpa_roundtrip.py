@@ -23,7 +23,7 @@ What it follows from manifest.json (see core/case_files.hpp):
     and its output is rounded once to o's dtype.
   - a fully masked row (a query that sees no key) follows the case's "fully_masked_rows" policy:
     zeros (SDPA gives NaN there, so such rows are zeroed), nan, or any (left as computed).
-  - dropout (the manifest's "dropout": {p, seed}): SDPA's dropout_p draws a mask it does not
+  - dropout (the manifest's "dropout_p" and "dropout_seed"): SDPA's dropout_p draws a mask it does not
     report, and attnbench judges a dropout output only given the keep mask it was computed with, so
     SDPA itself cannot run such a case. The script draws its own keep mask (NumPy's PCG64 on the
     manifest's seed: each weight kept with probability 1 - p), runs the steps as PyTorch operations
@@ -125,12 +125,12 @@ def encode_output(out64, dtype):
     raise ValueError(f"unknown dtype {dtype}")
 
 
-def draw_keep(arrays, dropout):
+def draw_keep(arrays, p, seed):
     """Dropout's keep mask [b, h_q, n_q, n_k] from this script's own stream (NumPy's PCG64 on the
     case's seed): True (kept) with probability 1 - p."""
     b, h_q, n_q, _ = arrays["q"].shape
     n_k = arrays["k"].shape[2]
-    return np.random.Generator(np.random.PCG64(dropout["seed"])).random((b, h_q, n_q, n_k)) >= dropout["p"]
+    return np.random.Generator(np.random.PCG64(seed)).random((b, h_q, n_q, n_k)) >= p
 
 
 def attention_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_p=0.0):
@@ -306,9 +306,9 @@ def main():
             sys.exit(f"case {case['index']}: fully masked row policy {policy!r} is not handled")
         arrays = load_case(args.cases, case)
         dtypes, scale, softcap, sinks = role_dtypes(case), case["scale"], case.get("softcap"), case.get("sinks")
-        dropout = case.get("dropout")
-        keep = None if dropout is None else draw_keep(arrays, dropout)
-        p = 0.0 if dropout is None else dropout["p"]
+        dropout = case.get("dropout_p")
+        keep = None if dropout is None else draw_keep(arrays, dropout, case["dropout_seed"])
+        p = 0.0 if dropout is None else dropout
         if backend == "torch":
             out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks, keep, p), arrays, policy)
         else:

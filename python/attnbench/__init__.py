@@ -16,13 +16,13 @@ uses, computed by the same code. Ten lines::
 """
 from __future__ import annotations
 
-from ._native import Problem, cases, make_inputs as _make_inputs
+from ._native import Problem, cases, make_inputs as _make_inputs, score_settings
 from ._conventions import Convention, described, flash_attn, native, torch_sdpa
 from ._runs import (BenchResult, Failure, Judgement, PropertiesResult, Reference, VerifyResult, bench, judge, properties,
                     reference, verify)
 from . import _arrays
 
-__all__ = ["Problem", "cases", "make_inputs", "reference", "judge", "verify", "properties", "bench", "Convention", "native",
+__all__ = ["Problem", "cases", "make_inputs", "score_settings", "reference", "judge", "verify", "properties", "bench", "Convention", "native",
            "torch_sdpa", "flash_attn", "described", "VerifyResult", "Failure", "Judgement", "Reference", "PropertiesResult",
            "BenchResult"]
 

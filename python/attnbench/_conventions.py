@@ -57,11 +57,11 @@ class Convention:
     default_scale_only: bool = False
     causal_only: bool = False
     # The score pipeline's steps beyond the scale and the masks that the function computes
-    # (core/README.md, "The score pipeline"): ("softcap",) passes ``softcap=c`` to it on a
-    # soft-capped case (each scaled score s becomes c * tanh(s / c) before the bias); ("sink",)
-    # passes ``sinks=`` [h_q]; ("dropout",) passes ``dropout_p=p, dropout_seed=s`` on a dropout case,
-    # and the function reports the keep mask it drew (see ``invoker``). None by default: such cases
-    # are skipped, named.
+    # (core/README.md, "The score pipeline"): a case using one passes its settings as keywords by
+    # their names (``attnbench.score_settings()``): ("softcap",) passes ``softcap=c`` (each scaled
+    # score s becomes c * tanh(s / c) before the bias); ("dropout",) passes ``dropout_p=p,
+    # dropout_seed=s``, and the function reports the keep mask it drew (see ``invoker``); ("sink",)
+    # passes the tensor ``sinks=`` [h_q]. None by default: such cases are skipped, named.
     score_modifications: tuple = ()
     alibi_only: bool = False
     alignment: Optional[str] = None
@@ -123,7 +123,7 @@ class Convention:
         def invoke(problem, inputs, want_lse):
             call, finish = body(self, fn, _Args(problem, inputs, arrays, device), want_lse)
             result = call()
-            dropout = inputs.get("dropout_p") is not None
+            dropout = "dropout_p" in inputs["settings"]
             keep = None
             if dropout:
                 result, keep = _with_keep(result, want_lse, self.call)
@@ -259,17 +259,14 @@ def _round(a64, dtype):
 # ---- call styles: each returns (call, finish): call() calls fn, finish(result) -> (o, lse) ----
 
 def _pass_score_modifications(args, kwargs):
-    """softcap=c for a soft-capped case, sinks=[h_q] (float32, in the function's framework) for a
-    case with attention sinks, dropout_p=p and dropout_seed=s (the case's; the function may use
-    a stream of its own) for a dropout case: only a convention that lists them is given such cases."""
+    """The settings of the score modifications the case uses, as keywords by their names
+    (softcap=c; dropout_p=p and dropout_seed=s, the case's seed, the function may use a stream of
+    its own), and sinks=[h_q] (float32, in the function's framework) for a case with attention
+    sinks: only a convention that lists a modification is given its cases."""
     i = args.inputs
-    if i["softcap"] is not None:
-        kwargs["softcap"] = i["softcap"]
+    kwargs.update(i["settings"])
     if i["sinks"] is not None:
         kwargs["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
-    if i.get("dropout_p") is not None:
-        kwargs["dropout_p"] = i["dropout_p"]
-        kwargs["dropout_seed"] = i["dropout_seed"]
 
 
 def _call_native(conv, fn, args, want_lse):

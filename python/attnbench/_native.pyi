@@ -77,26 +77,18 @@ class Problem:
         """The explicit scale, or None for 1/sqrt(d_k)"""
 
     @property
-    def softcap(self) -> float | None:
-        """The soft-cap c (scores s become c tanh(s / c)), or None"""
-
-    @property
     def sinks(self) -> list[float] | None:
         """
         Each query head's attention-sink logit (one more term of its rows' softmax denominator), or None
         """
 
     @property
-    def dropout_p(self) -> float | None:
+    def settings(self) -> dict:
         """
-        Dropout's p (each weight dropped with probability p, the kept ones scaled by 1 / (1 - p)), or None
+        The score modifications' settings the case uses, by name ({'softcap': 30.0}, {'dropout_p': 0.1, 'dropout_seed': 3}); each is also an attribute (p.softcap), None where the case does not use it
         """
 
-    @property
-    def dropout_seed(self) -> int | None:
-        """
-        The seed of the case's dropout stream (dropout_seed=, else the problem's seed), or None without dropout
-        """
+    def __getattr__(self, arg: str, /) -> object: ...
 
     @property
     def effective_scale(self) -> float: ...
@@ -139,6 +131,11 @@ class Problem:
 def cases(name: str) -> list[Problem]:
     """
     A case set by name ("default", "quick") or a case file's path: one repro string per line
+    """
+
+def score_settings() -> list:
+    """
+    The score modifications' settings (core/README.md, "The score pipeline"): each one's name (the keyword judge(), reference() and the conventions use), its modification, and whether it is an integer (a seed)
     """
 
 def make_inputs(problem: Problem) -> dict:

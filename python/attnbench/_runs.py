@@ -33,10 +33,9 @@ def _given(q, k, v, mask, bias, valid_lens, out=None):
     return _native._Given(host["q"], host["k"], host["v"], m, host["bias"], lens, bf16), host
 
 
-def _settings(scale, causal, window, align, o_dtype, dropout_p=None, dropout_seed=None):
+def _settings(scale, causal, window, align, o_dtype, score_settings=None):
     s = _native._Settings()
-    s.dropout_p = None if dropout_p is None else float(dropout_p)
-    s.dropout_seed = None if dropout_seed is None else int(dropout_seed)
+    s.score = dict(score_settings or {})
     s.scale = None if scale is None else float(scale)
     s.causal = "none" if causal in (None, False) else ("top_left" if causal is True else str(causal))
     if window is not None:
@@ -63,17 +62,20 @@ class Reference:
 
 
 def reference(q, k, v, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None, valid_lens=None,
-              o_dtype=None, threads=0, arrays=None) -> Reference:
+              o_dtype=None, threads=0, arrays=None, **score_settings) -> Reference:
     """Attention on your own arrays at 113 bits, rounded once to o's dtype (default q's).
 
     q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v] (numpy, torch or jax;
     read where they lie). ``causal`` None, True (top-left), "top_left" or "bottom_right";
     ``window`` (left, right) with None or -1 unbounded, aligned by ``align``; ``mask`` boolean
     [1|b, 1|h_q, n_q, n_k] (True: visible); ``bias`` additive, same shape; ``valid_lens`` [b] or
-    [b, n_q]. Every mask intersects. Returns O and the LSE in the inputs' framework (``arrays``).
+    [b, n_q]. Every mask intersects. The score modifications' settings are keywords by their
+    names (``softcap=30.0``; ``attnbench.score_settings()`` lists them); dropout's output depends
+    on the kernel's keep mask, so it is judged (``judge``), not computed here. Returns O and the
+    LSE in the inputs' framework (``arrays``).
     """
     given, _ = _given(q, k, v, mask, bias, valid_lens)
-    r = _native._reference(given, _settings(scale, causal, window, align, o_dtype), threads)
+    r = _native._reference(given, _settings(scale, causal, window, align, o_dtype, score_settings), threads)
     framework = arrays or _arrays.framework_of(q)
     problem = _native.Problem.parse(r["repro"])
     o = _arrays.from_native(r["o"], problem.dtype_of("o"), framework)
@@ -300,13 +302,16 @@ class Judgement(_RecordView):
 
 
 def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
-          valid_lens=None, dropout_p=None, dropout_seed=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS,
-          threads=0, name="judge", source="the arrays given to attnbench.judge") -> Judgement:
+          valid_lens=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS,
+          threads=0, name="judge", source="the arrays given to attnbench.judge", **score_settings) -> Judgement:
     """Your output against the reference under the pass rule, with the diagnosis of a failure.
 
     Settings as reference()'s; o's dtype is out's. ``lse`` [b, h_q, n_q] (natural log) is judged
     when given. Nothing is copied: q, k, v and out are read where they lie (a CUDA tensor comes to
     the host first).
+
+    The score modifications' settings are keywords by their names, as reference()'s
+    (``softcap=30.0``, ``dropout_p=0.1``; an unknown keyword is an error naming them).
 
     Dropout: ``dropout_p`` (0 < p < 1) with ``keep``, the keep mask [b, h_q, n_q, n_k] the output
     was computed with (True/1 kept, False/0 dropped): out must be sum_j P_ij Z_ij / (1 - p) v_j
@@ -321,15 +326,14 @@ def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align
     keep_host = None
     if keep is not None:
         keep_host = np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
-    settings = _settings(scale, causal, window, align, None, dropout_p, dropout_seed)
+    settings = _settings(scale, causal, window, align, None, score_settings)
     text = _native._judge(given, settings, out_host, lse_host, keep_host, k_factor, floor_ulps, threads, name, source)
     file_settings: dict = {}
     if scale is not None:
         file_settings["scale"] = float(scale)
     if causal not in (None, False):
         file_settings["causal"] = "top_left" if causal is True else causal
-    if dropout_p is not None:
-        file_settings["dropout"] = {"p": float(dropout_p)} if dropout_seed is None else {"p": float(dropout_p), "seed": int(dropout_seed)}
+    file_settings.update({name: value for name, value in score_settings.items() if value is not None})
     kept = {"q": q, "k": k, "v": v, "mask": mask, "bias": bias, "valid_lens": valid_lens, "out": out, "lse": lse, "keep": keep_host}
     return Judgement(json.loads(text), kept, file_settings)
 

@@ -52,6 +52,13 @@ Support CallableImplementation::supports(const Problem& problem) const {
   return covers(caps_, problem);
 }
 
+nb::dict settings_dict(const Problem& p) {
+  nb::dict d;
+  for (const NamedSetting& s : score_settings_of(p))
+    d[std::string(s.setting->name).c_str()] = s.setting->integer ? nb::cast(s.value.integer) : nb::cast(s.value.real);
+  return d;
+}
+
 nb::dict inputs_dict(const Problem& p, const CaseInputs& in) {
   nb::dict d;
   d["q"] = to_numpy(in.q);
@@ -59,12 +66,11 @@ nb::dict inputs_dict(const Problem& p, const CaseInputs& in) {
   d["v"] = to_numpy(in.v);
   d["scale"] = p.scale ? nb::cast(*p.scale) : nb::none();  // None: the default, 1/sqrt(d_k)
   d["effective_scale"] = p.effective_scale();
-  d["softcap"] = p.softcap ? nb::cast(*p.softcap) : nb::none();  // c tanh(s / c) of the scaled scores, or none
+  // The score modifications' settings the case uses, by name ({"softcap": c}, {"dropout_p": p,
+  // "dropout_seed": s}): the conventions pass them as keywords.
+  d["settings"] = settings_dict(p);
   // Each query head's sink logit (f32 values), one more term of its rows' denominator, or none.
   d["sinks"] = p.sinks.enabled ? nb::cast(sink_logits(p)) : nb::none();
-  // Dropout's p and the seed of the case's stream (the callable may use its own), or none.
-  d["dropout_p"] = p.dropout.enabled() ? nb::cast(p.dropout.p) : nb::none();
-  d["dropout_seed"] = p.dropout.enabled() ? nb::cast(dropout_seed(p)) : nb::none();
   if (p.window.is_none()) {
     d["window"] = nb::none();
   } else {

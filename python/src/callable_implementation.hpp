@@ -48,6 +48,9 @@ class CallableImplementation final : public Implementation {
 };
 
 // The arrays of a case's inputs and mask, as invoke receives them (also make_inputs()).
+// The score modifications' settings a problem uses, by name (core/score_pipeline.hpp): a float
+// each, an int for an integer setting (a seed).
+nb::dict settings_dict(const Problem& problem);
 nb::dict inputs_dict(const Problem& problem, const CaseInputs& inputs);
 
 }  // namespace attn::python

@@ -27,6 +27,7 @@
 #include "core/inputs.hpp"
 #include "core/parallel.hpp"
 #include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 #include "judge/judge.hpp"
 #include "properties/run_properties.hpp"
 #include "python/src/arrays.hpp"
@@ -53,9 +54,34 @@ struct Settings {
   std::optional<std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>> window;  // (left, right), None: unbounded
   std::string align = "top_left";                       // the window's diagonal
   std::optional<std::string> o_dtype;
-  std::optional<double> dropout_p;              // dropout's p (the keep mask comes with the outputs); None: none
-  std::optional<std::uint64_t> dropout_seed;    // the seed of the kernel's stream, for the repro string
+  // The score modifications' settings by name (softcap, dropout_p, dropout_seed, ...:
+  // core/score_pipeline.hpp), as the keywords give them.
+  nb::dict score;
 };
+
+// The settings a dict names, each checked against its modification's table: an unknown name, or
+// a value of the wrong kind, is an InputError naming it.
+std::vector<NamedSetting> score_settings_of_dict(const nb::dict& given) {
+  std::vector<NamedSetting> settings;
+  for (auto [key, value] : given) {
+    const std::string name = nb::cast<std::string>(nb::str(key));
+    const ScoreSetting* setting = find_score_setting(name);
+    if (setting == nullptr)
+      throw InputError(fmt::format("unknown keyword {}= (the score modifications' settings: {})", name, score_setting_names()));
+    if (value.is_none()) continue;
+    if (setting->integer) {
+      if (!nb::isinstance<nb::int_>(value) || nb::isinstance<nb::bool_>(value) || nb::cast<nb::int_>(value) < nb::int_(0))
+        throw InputError(fmt::format("{} must be an unsigned integer (got {})", name, nb::cast<std::string>(nb::repr(value))));
+      const auto n = nb::cast<std::uint64_t>(value);
+      settings.push_back({setting, {double(n), n}});
+    } else {
+      if (!(nb::isinstance<nb::float_>(value) || nb::isinstance<nb::int_>(value)) || nb::isinstance<nb::bool_>(value))
+        throw InputError(fmt::format("{} must be a number (got {})", name, nb::cast<std::string>(nb::repr(value))));
+      settings.push_back({setting, {nb::cast<double>(value)}});
+    }
+  }
+  return settings;
+}
 
 Window window_of(const Settings& s) {
   if (s.window) {
@@ -112,18 +138,15 @@ GivenArrays given_arrays(const GivenIn& in, const Settings& s) {
   if (a.scale && !(std::isfinite(*a.scale) && *a.scale > 0)) throw InputError(fmt::format("scale must be a finite positive number (got {})", *a.scale));
   a.window = window_of(s);
   if (s.o_dtype) a.o_dtype = parse_dtype(*s.o_dtype);
-  if (s.dropout_p) {
-    if (!(*s.dropout_p > 0 && *s.dropout_p < 1)) throw InputError(fmt::format("dropout_p must be above 0 and below 1 (got {})", *s.dropout_p));
-    a.dropout.p = *s.dropout_p;
-    a.dropout.seed = s.dropout_seed;
-  } else if (s.dropout_seed) {
-    throw InputError("dropout_seed: given without dropout_p (a seed of a stream that nothing draws from)");
-  }
+  a.settings = score_settings_of_dict(s.score);
   return a;
 }
 
 nb::dict reference_of(const GivenIn& in, const Settings& s, int threads) {
   auto [problem, inputs] = given_case_of(given_arrays(in, s));
+  // Dropout's output follows the keep mask a kernel drew, which is an output: judge() takes it.
+  if (problem.dropout.enabled())
+    throw InputError("dropout_p: dropout's output depends on the keep mask the kernel drew; judge(..., keep=) judges it against the reference");
   ReferenceOptions options;
   options.threads = threads;
   ReferenceResult r;
@@ -325,15 +348,17 @@ NB_MODULE(_native, m) {
       }, "role"_a,
            "The dtype of a role (q k v bias o), its own where the problem mixes dtypes")
       .def_prop_ro("scale", [](const Problem& p) { return p.scale; }, "The explicit scale, or None for 1/sqrt(d_k)")
-      .def_prop_ro("softcap", [](const Problem& p) { return p.softcap; }, "The soft-cap c (scores s become c tanh(s / c)), or None")
       .def_prop_ro(
           "sinks", [](const Problem& p) { return p.sinks.enabled ? std::optional<std::vector<double>>(sink_logits(p)) : std::nullopt; },
           "Each query head's attention-sink logit (one more term of its rows' softmax denominator), or None")
-      .def_prop_ro("dropout_p", [](const Problem& p) { return p.dropout.enabled() ? std::optional<double>(p.dropout.p) : std::nullopt; },
-                   "Dropout's p (each weight dropped with probability p, the kept ones scaled by 1 / (1 - p)), or None")
-      .def_prop_ro(
-          "dropout_seed", [](const Problem& p) { return p.dropout.enabled() ? std::optional<std::uint64_t>(dropout_seed(p)) : std::nullopt; },
-          "The seed of the case's dropout stream (dropout_seed=, else the problem's seed), or None without dropout")
+      .def_prop_ro("settings", &settings_dict,
+                   "The score modifications' settings the case uses, by name ({'softcap': 30.0}, {'dropout_p': 0.1, 'dropout_seed': 3}); "
+                   "each is also an attribute (p.softcap), None where the case does not use it")
+      .def("__getattr__", [](const Problem& p, const std::string& name) -> nb::object {
+        if (find_score_setting(name) == nullptr) throw nb::attribute_error(fmt::format("'Problem' object has no attribute '{}'", name).c_str());
+        const nb::dict settings = settings_dict(p);
+        return settings.contains(name.c_str()) ? nb::object(settings[name.c_str()]) : nb::none();
+      })
       .def_prop_ro("effective_scale", &Problem::effective_scale)
       .def_prop_ro("regime", [](const Problem& p) { return std::string(to_string(p.regime)); })
       .def_prop_ro("layout", [](const Problem& p) { return std::string(to_string(p.layout)); })
@@ -356,6 +381,20 @@ NB_MODULE(_native, m) {
   m.def("cases", [](const std::string& name) { return load_cases(name); }, "name"_a,
         "A case set by name (\"default\", \"quick\") or a case file's path: one repro string per line");
 
+  m.def("score_settings", [] {
+    nb::list rows;
+    for (const ScoreModificationRow& row : score_modification_rows)
+      for (const ScoreSetting& setting : row.settings) {
+        nb::dict d;
+        d["name"] = std::string(setting.name);
+        d["modification"] = std::string(row.name);
+        d["description"] = std::string(row.description);
+        d["integer"] = setting.integer;
+        rows.append(d);
+      }
+    return rows;
+  }, "The score modifications' settings (core/README.md, \"The score pipeline\"): each one's name (the keyword judge(), "
+     "reference() and the conventions use), its modification, and whether it is an integer (a seed)");
   m.def("make_inputs", [](const Problem& p) {
     p.validate();
     check_case_memory(p, {});
@@ -370,8 +409,7 @@ NB_MODULE(_native, m) {
       .def_rw("window", &Settings::window)
       .def_rw("align", &Settings::align)
       .def_rw("o_dtype", &Settings::o_dtype)
-      .def_rw("dropout_p", &Settings::dropout_p)
-      .def_rw("dropout_seed", &Settings::dropout_seed);
+      .def_rw("score", &Settings::score);
   nb::class_<GivenIn>(m, "_Given")
       .def(nb::init<InArray, InArray, InArray, std::optional<InArray>, std::optional<InArray>, std::optional<InArray>, bool>(), "q"_a, "k"_a, "v"_a,
            "mask"_a.none(), "bias"_a.none(), "valid_lens"_a.none(), "bf16_bits"_a);

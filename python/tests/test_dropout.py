@@ -102,7 +102,8 @@ def test_judge_takes_the_keep_mask_and_save_inputs_round_trips_through_the_cli(t
 
     directory = tmp_path / "captured"
     verdict.save_inputs(str(directory))
-    assert json.loads((directory / "settings.json").read_text())["dropout"] == {"p": p.dropout_p, "seed": 5}
+    saved = json.loads((directory / "settings.json").read_text())
+    assert saved["dropout_p"] == p.dropout_p and saved["dropout_seed"] == 5, saved
     assert np.load(directory / "keep.npy").dtype == np.float32
     cli = subprocess.run([attnbench_cli, "check", "--inputs", str(directory), "--json", ""], capture_output=True, text=True)
     assert cli.returncode == 0 and "dropout0.25" in cli.stdout, cli.stdout + cli.stderr

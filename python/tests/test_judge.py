@@ -148,4 +148,31 @@ def test_check_inputs_takes_a_soft_cap_from_settings_json(tmp_path, attnbench_cl
     uncapped = check(attention(None), '{"softcap": 2.0}')
     assert uncapped.returncode == 1 and "FAIL" in uncapped.stdout, uncapped.stdout + uncapped.stderr
     bad = check(attention(2.0), '{"softcap": -1}')
-    assert bad.returncode == 2 and "softcap must be a finite positive number (got -1)" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "settings.json: softcap must be finite and positive (got -1)" in bad.stderr, bad.stderr
+    unknown = check(attention(2.0), '{"softcapp": 2.0}')
+    assert unknown.returncode == 2 and "unknown key 'softcapp'" in unknown.stderr and "softcap, dropout_p, dropout_seed" in unknown.stderr, unknown.stderr
+
+    # The same settings by name from Python: judge()'s keyword is the setting's name.
+    assert attnbench.judge(i["q"], i["k"], i["v"], attention(2.0), softcap=2.0).passed
+    wrong = attnbench.judge(i["q"], i["k"], i["v"], attention(None), softcap=2.0)
+    assert not wrong.passed and "softcap=2" in wrong.repro, wrong
+    with pytest.raises(ValueError, match="unknown keyword softcapp= .*softcap, dropout_p, dropout_seed"):
+        attnbench.judge(i["q"], i["k"], i["v"], attention(2.0), softcapp=2.0)
+    with pytest.raises(ValueError, match="softcap must be a number"):
+        attnbench.judge(i["q"], i["k"], i["v"], attention(2.0), softcap="2")
+    reference = attnbench.reference(i["q"], i["k"], i["v"], softcap=2.0)
+    assert "softcap=2" in reference.repro and np.allclose(reference.o, attention(2.0), atol=1e-6)
+
+
+def test_the_score_settings_are_listed_and_each_problem_names_its_own():
+    """One list of the score modifications' settings (core/score_pipeline.hpp) names every carrier's keyword."""
+    names = {s["name"]: s for s in attnbench.score_settings()}
+    assert {"softcap", "dropout_p", "dropout_seed"} <= set(names), names
+    assert names["dropout_seed"]["integer"] and not names["softcap"]["integer"] and names["dropout_p"]["modification"] == "dropout"
+    p = attnbench.Problem.parse("b=1 hq=2 hkv=2 nq=4 nk=4 dk=8 dv=8 dtype=f32 causal=none softcap=30 dropout=0.5 regime=diffuse seed=9")
+    assert p.settings == {"softcap": 30.0, "dropout_p": 0.5, "dropout_seed": 9}, p.settings
+    assert p.softcap == 30.0 and p.dropout_seed == 9
+    plain = attnbench.Problem.parse("b=1 hq=2 hkv=2 nq=4 nk=4 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=9")
+    assert plain.settings == {} and plain.softcap is None and plain.dropout_p is None
+    with pytest.raises(AttributeError):
+        plain.no_such_field

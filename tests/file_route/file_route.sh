@@ -114,7 +114,7 @@ checks=$((checks + 1))
 python3 - dropcases/manifest.json <<'PY' || fail "the manifest does not carry dropout 0.25, seed 7 and keep_0000.npy"
 import json, sys
 c = json.load(open(sys.argv[1]))["cases"][0]
-assert c["dropout"] == {"p": 0.25, "seed": 7}, c["dropout"]
+assert c["dropout_p"] == 0.25 and c["dropout_seed"] == 7 and c["softcap"] is None, c
 assert c["keep"] == {"file": "keep_0000.npy", "shape": [1, 2, 16, 24], "npy_dtype": "|b1"}, c["keep"]
 PY
 "$standin" dropcases dropout || fail "the stand-in failed on the dropout case"

@@ -7,7 +7,7 @@
 //                    causal bottom_right, scale 0.3, n_q < n_k
 //            padq:   f16, causal top_left, valid_lens [b, n_q] with zeros (fully masked rows), lse.npy
 //            bf16:   bf16 ('<f4' bf16 values, settings dtype bf16), default scale, no mask
-//            dropout: f32, causal bottom_right, settings "dropout": {"p": 0.2, "seed": 11}: each weight kept
+//            dropout: f32, causal bottom_right, settings "dropout_p": 0.2, "dropout_seed": 11: each weight kept
 //                    or dropped by this program's own stream (std::mt19937_64), the kept ones rescaled by
 //                    1 / (1 - p), the keep mask written as keep.npy ('<f4' 0/1)
 //   MODE exact: the outputs rounded to the dtype; off: one element of out.npy (a visible row) + 1e-3;
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   settings << "\"causal\": \"" << (mode == "bad-causal" ? "bottom-right" : causal) << "\"";
   if (s.scale > 0) settings << ", \"scale\": " << s.scale;
   if (s.dtype == DType::bf16) settings << ", \"dtype\": \"bf16\"";
-  if (s.dropout > 0) settings << ", \"dropout\": {\"p\": " << s.dropout << ", \"seed\": 11}";
+  if (s.dropout > 0) settings << ", \"dropout_p\": " << s.dropout << ", \"dropout_seed\": 11";
   if (mode == "unknown-key") settings << ", \"sink\": 30";
   if (mode == "twice-key") settings << ", \"causal\": \"none\"";
   settings << "}\n";

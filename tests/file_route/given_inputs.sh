@@ -40,7 +40,7 @@ assert m["lse"]["violations"] == 0, m
 assert m["fully_masked_rows"] > 0 and m["fully_masked_violations"] == 0, m
 PY
 
-# --- dropout: settings' "dropout" and the kernel's own keep mask (keep.npy, '<f4') ---------------
+# --- dropout: settings' "dropout_p" and the kernel's own keep mask (keep.npy, '<f4') ---------------
 "$writer" dropout dropout exact || fail "the writer failed on dropout"
 run good_dropout check --inputs dropout --threads 1 --json good_dropout.json
 expect_rc 0
@@ -57,7 +57,7 @@ expect_file_has nokeep.err "nokeep/keep.npy: missing (settings.json has dropout 
 "$writer" straykeep masked stray-keep || fail "the writer failed on stray-keep"
 run straykeep check --inputs straykeep --json ""
 expect_rc 2
-expect_file_has straykeep.err "straykeep/keep.npy: a keep mask, but straykeep/settings.json has no \"dropout\""
+expect_file_has straykeep.err "straykeep/keep.npy: a keep mask, but straykeep/settings.json has no \"dropout_p\""
 
 # Several directories in one run; outputs from elsewhere.
 mkdir -p outs && cp masked/out.npy outs/out.npy && rm masked/out.npy

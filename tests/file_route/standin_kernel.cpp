@@ -11,7 +11,7 @@
 //   --no-rescale I   computes case I's dropout without the 1 / (1 - p) rescale of the kept weights
 //   --no-keep        writes no keep files
 // Otherwise a fully masked row follows the case's "fully_masked_rows" policy (NaN for nan, else zeros).
-// Dropout (the manifest's "dropout": {p, seed}): each weight is kept or dropped by the built-in
+// Dropout (the manifest's "dropout_p" and "dropout_seed"): each weight is kept or dropped by the built-in
 // stream (core's builtin_dropout_keeps, on the manifest's seed and the element's flat index), the
 // kept ones rescaled by 1 / (1 - p), and the keep mask written as keep_NNNN.npy ('|b1').
 // Usage: file_route_standin CASES_DIR OUTPUTS_DIR [faults...]
@@ -104,9 +104,9 @@ int main(int argc, char** argv) {
       const auto dtype = c.at("dtype").get<std::string>();
       const double scale = c.at("scale").get<double>();
       const double softcap = c.value("softcap", nlohmann::json(nullptr)).is_null() ? 0.0 : c.at("softcap").get<double>();
-      const nlohmann::json dropout = c.value("dropout", nlohmann::json(nullptr));
-      const double drop_p = dropout.is_null() ? 0.0 : dropout.at("p").get<double>();
-      const std::uint64_t drop_seed = dropout.is_null() ? 0 : dropout.at("seed").get<std::uint64_t>();
+      const nlohmann::json drop_p_json = c.value("dropout_p", nlohmann::json(nullptr));
+      const double drop_p = drop_p_json.is_null() ? 0.0 : drop_p_json.get<double>();
+      const std::uint64_t drop_seed = drop_p_json.is_null() ? 0 : c.at("dropout_seed").get<std::uint64_t>();
       const double rescale = drop_p > 0 && !no_rescale.count(index) ? 1.0 / (1.0 - drop_p) : 1.0;
       const std::string policy = forced_policy.empty() ? c.at("fully_masked_rows").get<std::string>() : forced_policy;
       const double fill = policy == "nan" ? std::numeric_limits<double>::quiet_NaN() : policy == "junk" ? 7.0 : 0.0;
