@@ -25,6 +25,8 @@ bool to_v1_problem(const attnbench_call& c, attnbench_problem& p, char* why, siz
   if (c.operation != ATTNBENCH_OP_FORWARD) return refuse("an operation other than forward");
   if (c.softcap != 0 || c.dropout_p != 0 || c.page_size != 0 || c.max_seqlen_q != 0 || c.max_seqlen_k != 0)
     return refuse("soft-capping, dropout, packed or paged sequences");
+  // Any score modification's settings, by name: one added later has no field above.
+  if (c.setting_count > 0) return refuse("the settings of a score modification");
   p = attnbench_problem{};
   p.struct_size = sizeof(attnbench_problem);
   const attnbench_dl_tensor* q = attnbench_call_tensor(&c, ATTNBENCH_ROLE_Q);

@@ -26,6 +26,15 @@
  * the fields are fixed now so that a plugin written today needs no new ABI for it): from Q, K, V,
  * O, LSE and dO, the gradients dQ, dK, dV.
  *
+ * Score modifications (core/README.md, "The score pipeline": soft-capping "softcap", attention
+ * sinks "sink", dropout "dropout", and whatever attnbench adds later) are named, not numbered: a
+ * plugin declares those it computes by name in the string it exports as
+ * attnbench_score_modifications ("softcap dropout", see below), and reads a modification's scalar settings by name with attnbench_call_setting(call,
+ * "softcap") (NULL when the problem does not use it). attnbench hands a plugin only problems whose
+ * modifications it declared. A modification added to attnbench later needs no new field, feature
+ * bit or ABI version: its name and its settings' names are all a plugin needs. (The three first
+ * also have feature bits and named call fields, kept for the plugins built with them.)
+ *
  * Tensors are DLPack's: attnbench_dl_tensor, attnbench_dl_datatype and attnbench_dl_device have
  * the layout and codes of DLPack 1.x's DLTensor, DLDataType and DLDevice (a pointer to one may be
  * cast to the other; tests/plugin_dlpack_test checks the layout against dlpack.h). They carry our
@@ -36,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -176,6 +186,17 @@ typedef struct {
 #define ATTNBENCH_KEY_PADDING_PER_BATCH 1
 #define ATTNBENCH_KEY_PADDING_PER_QUERY 2
 
+/* One scalar setting of a score modification the call's problem uses (attnbench_call.settings),
+ * by its name: "softcap" (soft-capping's c), "dropout_p", "dropout_seed" (core/README.md, "The
+ * score pipeline"; `attnbench list` names the modifications). value is its value (an integer
+ * setting's too, as the nearest double); integer is an integer setting's exact value (a seed, all
+ * 64 bits), 0 for a real one. */
+typedef struct {
+  const char* name;
+  double value;
+  uint64_t integer;
+} attnbench_setting;
+
 /* One call (run) or one question (supports); attnbench owns it, valid for the call's duration. */
 typedef struct {
   uint32_t struct_size; /* sizeof(attnbench_call) of attnbench's build: fields may be appended */
@@ -215,11 +236,33 @@ typedef struct {
   int32_t tensor_count;
   int32_t reserved2;
   const attnbench_dl_tensor* const* tensors;
+  /* Appended (absent from a call of an older attnbench: struct_size says; read them through
+   * attnbench_call_setting, which checks). Every scalar setting of every score modification the
+   * problem uses, by name, as `attnbench list` and core/README.md "The score pipeline" name them
+   * ("softcap"; "dropout_p", "dropout_seed"); a modification the problem does not use has no
+   * entry, so a setting present means its modification is on. setting_count entries; settings and
+   * their names are attnbench's, valid for the call's duration. The named fields above (softcap,
+   * dropout_p, dropout_seed) still carry the same values; a modification added later has its
+   * settings here only, and needs no new field or feature bit. */
+  int32_t setting_count;
+  int32_t reserved3;
+  const attnbench_setting* settings;
 } attnbench_call;
 
 /* The tensor of a role, or NULL when the call has none. */
 static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_call* call, int role) {
   return role >= 0 && role < call->tensor_count ? call->tensors[role] : NULL;
+}
+
+/* The call's setting of that name (attnbench_call.settings), or NULL: when the problem does not
+ * use its modification, and when the call comes from an attnbench older than the settings (its
+ * struct_size does not cover them). */
+static inline const attnbench_setting* attnbench_call_setting(const attnbench_call* call, const char* name) {
+  int32_t i;
+  if (call->struct_size < offsetof(attnbench_call, settings) + sizeof(call->settings) || call->settings == NULL) return NULL;
+  for (i = 0; i < call->setting_count; ++i)
+    if (call->settings[i].name != NULL && strcmp(call->settings[i].name, name) == 0) return &call->settings[i];
+  return NULL;
 }
 
 /* --- capabilities -------------------------------------------------------------------------------- */
@@ -247,6 +290,8 @@ static inline const attnbench_dl_tensor* attnbench_call_tensor(const attnbench_c
  * bottom-right where declared, else top-left; declare at least one causal feature). */
 #define ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY (1u << 13)
 #define ATTNBENCH_FEATURE_CAUSAL_ONLY (1u << 14)
+/* The score modifications with a bit of their own; attnbench_score_modifications declares the same
+ * by name ("softcap", "sink", "dropout"), and any later one only so. */
 #define ATTNBENCH_FEATURE_SOFTCAP (1u << 16)   /* softcap * tanh(s / softcap) of the scaled scores (call.softcap) */
 #define ATTNBENCH_FEATURE_SINK (1u << 17)      /* attention sinks: the SINK tensor, one logit per query head */
 #define ATTNBENCH_FEATURE_DROPOUT (1u << 18)   /* dropout (call.dropout_p, dropout_seed): O = P Z / (1 - p) V, the
@@ -330,6 +375,20 @@ typedef struct attnbench_plugin_v2 {
  * ATTNBENCH_NO_ENTRY_POINT_DECLARATION: each version declares another return type. */
 #ifndef ATTNBENCH_NO_ENTRY_POINT_DECLARATION
 ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v2* attnbench_plugin_get(uint32_t abi_version);
+#endif
+
+/* Optional: the score modifications the plugin computes, by name, space-separated, as attnbench
+ * list and core/README.md "The score pipeline" name them; the plugin defines and exports it:
+ *     ATTNBENCH_PLUGIN_EXPORT const char attnbench_score_modifications[] = "softcap sink";
+ * The same as the feature bits for the three that have one (SOFTCAP, SINK, DROPOUT: either declares
+ * it, both may), and the only way to declare a modification added later, which has no bit. A name
+ * attnbench does not know refuses the plugin at load, naming it. Read a modification's settings
+ * with attnbench_call_setting. A symbol of its own rather than a field of attnbench_plugin_v2, so
+ * that no plugin's initializer of that struct changes. (The declaration gives it C linkage and,
+ * in C++, external linkage, which a const object would otherwise lack.) */
+#define ATTNBENCH_SCORE_MODIFICATIONS_SYMBOL "attnbench_score_modifications"
+#ifndef ATTNBENCH_NO_ENTRY_POINT_DECLARATION
+extern ATTNBENCH_PLUGIN_EXPORT const char attnbench_score_modifications[];
 #endif
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/precision.hpp"
+#include "core/score_settings.hpp"
 
 namespace attn::plugin {
 
@@ -32,6 +33,7 @@ CallDescription describe_call(const Problem& p) {
     d.dropout_p = p.dropout.p;
     d.dropout_seed = dropout_seed(p);
   }
+  d.settings = score_settings_of(p);
   d.window = abi_window(p);
   d.key_padding = p.padding.kind == KeyPadding::Kind::per_batch   ? ATTNBENCH_KEY_PADDING_PER_BATCH
                   : p.padding.kind == KeyPadding::Kind::per_query ? ATTNBENCH_KEY_PADDING_PER_QUERY
@@ -41,7 +43,20 @@ CallDescription describe_call(const Problem& p) {
   return d;
 }
 
+namespace {
+
+// The setting a description names; a name attnbench does not know is a bad description.
+const ScoreSetting& setting_named(std::string_view name) {
+  if (const ScoreSetting* s = find_score_setting(name)) return *s;
+  throw std::invalid_argument(fmt::format("the call's setting '{}' is unknown (known: {})", name, score_setting_names()));
+}
+
+}  // namespace
+
 void to_json(nlohmann::json& j, const CallDescription& d) {
+  // The settings by name, each in its own JSON type (a seed an unsigned integer, exact).
+  nlohmann::json settings = nlohmann::json::object();
+  for (const NamedSetting& s : d.settings) settings[std::string(s.setting->name)] = setting_json(*s.setting, s.value);
   j = {{"operation", d.operation},
        {"shape", {d.batch, d.h_q, d.h_kv, d.n_q, d.n_k, d.d_k, d.d_v}},
        {"scale", d.scale},
@@ -50,6 +65,7 @@ void to_json(nlohmann::json& j, const CallDescription& d) {
        {"valid_len", d.valid_len},
        {"softcap", d.softcap},
        {"dropout", {d.dropout_p, d.dropout_seed}},
+       {"settings", settings},
        {"packed", {d.max_seqlen_q, d.max_seqlen_k}},
        {"page_size", d.page_size},
        {"accumulation", {d.accumulation.code, d.accumulation.bits, d.accumulation.lanes}}};
@@ -68,6 +84,10 @@ void from_json(const nlohmann::json& j, CallDescription& d) {
   j.at("softcap").get_to(d.softcap);
   j.at("dropout").at(0).get_to(d.dropout_p);
   j.at("dropout").at(1).get_to(d.dropout_seed);
+  const nlohmann::json& settings = j.at("settings");
+  if (!settings.is_object()) throw std::invalid_argument("the call's settings are not an object");
+  for (const auto& item : settings.items()) setting_named(item.key());  // none unknown
+  d.settings = score_settings_in(settings, "the call's settings");  // in score_modification_rows order
   j.at("packed").at(0).get_to(d.max_seqlen_q);
   j.at("packed").at(1).get_to(d.max_seqlen_k);
   j.at("page_size").get_to(d.page_size);
@@ -135,6 +155,9 @@ AbiCall::AbiCall(const CallDescription& d, const std::vector<TensorSpec>& tensor
   call_.softcap = d.softcap;
   call_.dropout_p = d.dropout_p;
   call_.dropout_seed = d.dropout_seed;
+  for (const NamedSetting& s : d.settings) settings_.push_back({s.setting->name.data(), s.value.real, s.value.integer});
+  call_.setting_count = static_cast<std::int32_t>(settings_.size());
+  call_.settings = settings_.empty() ? nullptr : settings_.data();
   call_.max_seqlen_q = d.max_seqlen_q;
   call_.max_seqlen_k = d.max_seqlen_k;
   call_.page_size = d.page_size;

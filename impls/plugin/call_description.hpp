@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/problem.hpp"
+#include "core/score_pipeline.hpp"
 #include "impls/plugin/attnbench_plugin.h"
 #include "impls/plugin/plugin_abi.hpp"
 
@@ -26,6 +27,11 @@ struct CallDescription {
   std::vector<std::int64_t> valid_len;
   double softcap = 0, dropout_p = 0;
   std::uint64_t dropout_seed = 0;
+  // Every setting of every score modification the problem uses (score_settings_of), in
+  // score_modification_rows order: attnbench_call.settings. Nothing here names a modification, so
+  // one added to core/score_pipeline.hpp crosses with no change; the named fields above stay for
+  // the plugins built with them.
+  std::vector<NamedSetting> settings;
   std::int64_t max_seqlen_q = 0, max_seqlen_k = 0, page_size = 0;
   DlType accumulation{ATTNBENCH_DL_FLOAT, 32, 1};
 };
@@ -55,8 +61,9 @@ void from_json(const nlohmann::json& j, TensorSpec& t);
 // sink, and dropout's keep mask (an output of bytes, dense) when the problem has dropout.
 std::vector<TensorSpec> plan_tensors(const Problem& problem, Layout layout, bool with_lse);
 
-// The worker's attnbench_call: owns the views' shapes, strides and padding lengths it points to,
-// so it is neither copied nor moved. Tensor data starts NULL (as supports() sees it).
+// The worker's attnbench_call: owns the views' shapes, strides, padding lengths and settings it
+// points to (the settings' names are the score pipeline's literals), so it is neither copied nor moved. Tensor data starts NULL (as
+// supports() sees it).
 class AbiCall {
  public:
   AbiCall(const CallDescription& description, const std::vector<TensorSpec>& tensors, void* context);
@@ -70,6 +77,7 @@ class AbiCall {
  private:
   attnbench_call call_{};
   std::vector<std::int64_t> valid_len_;
+  std::vector<attnbench_setting> settings_;
   std::array<attnbench_dl_tensor, ATTNBENCH_ROLE_COUNT> tensors_{};
   std::array<std::array<std::int64_t, 4>, ATTNBENCH_ROLE_COUNT> shapes_{}, strides_{};
   std::array<const attnbench_dl_tensor*, ATTNBENCH_ROLE_COUNT> pointers_{};

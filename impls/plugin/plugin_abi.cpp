@@ -5,6 +5,7 @@
 #include <array>
 #include <csignal>
 #include <cstring>
+#include <string_view>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -35,12 +36,17 @@ const std::pair<std::uint32_t, const char*> feature_names[] = {
     {ATTNBENCH_FEATURE_SLIDING_WINDOW, "sliding window"},
     {ATTNBENCH_FEATURE_CAUSAL_ONLY, "causal only"},
     {ATTNBENCH_FEATURE_DEFAULT_SCALE_ONLY, "the default scale only"},
-    {ATTNBENCH_FEATURE_SOFTCAP, "soft-cap"},
-    {ATTNBENCH_FEATURE_SINK, "sink"},
-    {ATTNBENCH_FEATURE_DROPOUT, "dropout"},
     {ATTNBENCH_FEATURE_PACKED, "packed sequences"},
     {ATTNBENCH_FEATURE_PAGED, "paged K/V"},
 };
+// The score modifications that also have a feature bit (the ABI's first three, fixed): a bit
+// declares what its name does. A modification added later has a name only.
+constexpr std::pair<std::uint32_t, ScoreModification> score_modification_bits[] = {
+    {ATTNBENCH_FEATURE_SOFTCAP, ScoreModification::softcap},
+    {ATTNBENCH_FEATURE_SINK, ScoreModification::sink},
+    {ATTNBENCH_FEATURE_DROPOUT, ScoreModification::dropout},
+};
+
 constexpr std::uint32_t mask_features = ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
                                         ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY |
                                         ATTNBENCH_FEATURE_BOOL_MASK | ATTNBENCH_FEATURE_BIAS;
@@ -59,7 +65,32 @@ std::vector<DType> PluginInfo::data_dtypes() const {
   return out;
 }
 
-PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string& path) {
+std::vector<ScoreModification> parse_score_modifications(const char* names) {
+  std::vector<ScoreModification> declared;
+  if (names == nullptr) return declared;
+  const std::string_view text(names);
+  for (std::size_t at = 0; at < text.size();) {
+    if (text[at] == ' ') {
+      ++at;
+      continue;
+    }
+    const std::size_t end = std::min(text.find(' ', at), text.size());
+    const std::string_view name = text.substr(at, end - at);
+    at = end;
+    const auto row = std::find_if(score_modification_rows.begin(), score_modification_rows.end(),
+                                  [&](const ScoreModificationRow& r) { return r.name == name; });
+    if (row == score_modification_rows.end()) {
+      std::vector<std::string_view> known;
+      for (const ScoreModificationRow& r : score_modification_rows) known.push_back(r.name);
+      throw std::runtime_error(fmt::format("attnbench_score_modifications: unknown '{}' (known: {})", name, fmt::join(known, ", ")));
+    }
+    if (std::find(declared.begin(), declared.end(), row->id) == declared.end()) declared.push_back(row->id);
+  }
+  std::sort(declared.begin(), declared.end());  // score_modification_rows order
+  return declared;
+}
+
+PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string& path, const char* score_modification_names) {
   PluginInfo info;
   info.path = path;
   info.abi_version = plugin.abi_version;
@@ -115,6 +146,7 @@ PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string
   info.cuda = c.device_type == ATTNBENCH_DL_CUDA;
   if (plugin.run == nullptr) throw std::runtime_error("its description has no run function");
   info.has_supports = plugin.supports != nullptr;
+  info.score_modifications = parse_score_modifications(score_modification_names);
   return info;
 }
 
@@ -138,6 +170,9 @@ void to_json(nlohmann::json& j, const PluginInfo& i) {
        {"accumulation_unit_roundoff", unit_roundoff(i.accumulation_precision)},
        {"device", i.cuda ? "cuda" : "cpu"},
        {"has_supports", i.has_supports}};
+  std::vector<std::string_view> names;
+  for (ScoreModification m : i.score_modifications) names.push_back(to_string(m));
+  j["score_modifications"] = fmt::format("{}", fmt::join(names, " "));
 }
 
 void from_json(const nlohmann::json& j, PluginInfo& i) {
@@ -160,6 +195,7 @@ void from_json(const nlohmann::json& j, PluginInfo& i) {
   i.accumulation_precision = matmul_precision_of(j.value("accumulation_unit_roundoff", 0.0));
   i.cuda = j.at("device").get<std::string>() == "cuda";
   j.at("has_supports").get_to(i.has_supports);
+  i.score_modifications = parse_score_modifications(j.value("score_modifications", std::string()).c_str());
 }
 
 namespace {
@@ -173,6 +209,17 @@ std::vector<Operation> declared_operations(const PluginInfo& info) {
 }
 
 }  // namespace
+
+std::vector<ScoreModification> declared_score_modifications(const PluginInfo& info) {
+  std::vector<ScoreModification> declared;
+  for (const ScoreModificationRow& row : score_modification_rows) {
+    const bool by_name = std::find(info.score_modifications.begin(), info.score_modifications.end(), row.id) != info.score_modifications.end();
+    const bool by_bit = std::any_of(std::begin(score_modification_bits), std::end(score_modification_bits),
+                                    [&](const auto& b) { return b.second == row.id && info.has(b.first); });
+    if (by_name || by_bit) declared.push_back(row.id);
+  }
+  return declared;
+}
 
 Capabilities to_capabilities(const PluginInfo& info) {
   Capabilities caps;
@@ -209,9 +256,7 @@ Capabilities to_capabilities(const PluginInfo& info) {
   caps.matmul_precision = info.matmul_precision;
   caps.accumulation_precision = info.accumulation_precision;
   caps.fully_masked = info.fully_masked;
-  if (info.has(ATTNBENCH_FEATURE_SOFTCAP)) caps.score_modifications.push_back(ScoreModification::softcap);
-  if (info.has(ATTNBENCH_FEATURE_SINK)) caps.score_modifications.push_back(ScoreModification::sink);
-  if (info.has(ATTNBENCH_FEATURE_DROPOUT)) caps.score_modifications.push_back(ScoreModification::dropout);
+  caps.score_modifications = declared_score_modifications(info);
   return caps;
 }
 
@@ -234,6 +279,8 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
   if (info.layouts & ATTNBENCH_ACCEPTS_STRIDED) layouts.emplace_back("strided");
   for (const auto& [bit, name] : feature_names)
     if (info.has(bit)) masks.emplace_back(name);
+  std::vector<std::string_view> modifications;
+  for (ScoreModification m : declared_score_modifications(info)) modifications.push_back(to_string(m));
   auto yes_no = [](bool b) { return b ? "yes" : "no"; };
   std::vector<std::string_view> operations;
   for (Operation o : declared_operations(info)) operations.push_back(to_string(o));
@@ -242,6 +289,7 @@ std::vector<std::string> describe_capabilities(const PluginInfo& info) {
                   fmt::join(dtypes, ", "), other_dtypes.empty() ? "" : fmt::format(" ({})", fmt::join(other_dtypes, "; ")),
                   fmt::join(layouts, ", ")),
       fmt::format("masks: {}", masks.empty() ? std::string("none") : fmt::format("{}", fmt::join(masks, ", "))),
+      fmt::format("score modifications: {}", modifications.empty() ? std::string("none") : fmt::format("{}", fmt::join(modifications, ", "))),
       fmt::format("head dims: {}; d_k != d_v: {}; GQA: {}; returns LSE: {}; deterministic: {}; fully masked rows: {}", head_dims_text(info),
                   yes_no(info.has(ATTNBENCH_FEATURE_DIFFERENT_DK_DV)), yes_no(info.has(ATTNBENCH_FEATURE_GQA)),
                   yes_no(info.has(ATTNBENCH_FEATURE_LSE)), yes_no(info.has(ATTNBENCH_FEATURE_DETERMINISTIC)), to_string(info.fully_masked))};

@@ -49,6 +49,9 @@ struct PluginInfo {
   MatmulPrecision accumulation_precision = MatmulPrecision::working;  // from accumulation_bits
   bool cuda = false;                    // device_type CUDA
   bool has_supports = false;            // exports the optional supports()
+  // The score modifications declared by name (the exported attnbench_score_modifications), in
+  // score_modification_rows order, no duplicates; to_capabilities adds those of the feature bits.
+  std::vector<ScoreModification> score_modifications;
 
   bool has(std::uint32_t feature) const { return (features & feature) != 0; }
   bool accepts(std::int32_t role, DlType dtype) const;
@@ -57,11 +60,20 @@ struct PluginInfo {
 };
 
 // Copies and checks a description; throws std::runtime_error naming the bad field (an unknown
-// device type, a NULL name, head dims out of order, no dtype, no layout, a short struct).
-PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string& path);
+// device type, a NULL name, head dims out of order, no dtype, no layout, a short struct, a score
+// modification named that attnbench does not know). `score_modification_names` is the string the
+// plugin exports as attnbench_score_modifications, or null where it exports none.
+PluginInfo read_plugin_info(const attnbench_plugin_v2& plugin, const std::string& path, const char* score_modification_names = nullptr);
+// The score modifications a space-separated list names (attnbench_score_modifications;
+// NULL or "" for none), in score_modification_rows order, each once; throws std::runtime_error
+// naming an unknown name and listing the known ones.
+std::vector<ScoreModification> parse_score_modifications(const char* names);
 void to_json(nlohmann::json& j, const PluginInfo& info);
 void from_json(const nlohmann::json& j, PluginInfo& info);
 
+// The score modifications a plugin computes: those it names and those of its feature bits
+// (SOFTCAP, SINK, DROPOUT), in score_modification_rows order, each once.
+std::vector<ScoreModification> declared_score_modifications(const PluginInfo& info);
 Capabilities to_capabilities(const PluginInfo& info);
 // Lines describing the capabilities for `attnbench validate` ("dtypes: f32, f64", ...).
 std::vector<std::string> describe_capabilities(const PluginInfo& info);

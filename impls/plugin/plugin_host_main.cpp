@@ -504,7 +504,8 @@ int main(int argc, char** argv) {
   }
   attn::plugin::PluginInfo info;
   try {
-    info = attn::plugin::read_plugin_info(*plugin, path);
+    // The optional exported list of score modifications by name (attnbench_plugin.h).
+    info = attn::plugin::read_plugin_info(*plugin, path, static_cast<const char*>(dlsym(library, ATTNBENCH_SCORE_MODIFICATIONS_SYMBOL)));
   } catch (const std::exception& e) {
     return fail(fmt::format("bad description: {}", e.what()));
   }

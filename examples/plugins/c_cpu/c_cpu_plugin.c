@@ -269,6 +269,11 @@ static const attnbench_plugin_v2 c_cpu_plugin = {
     NULL,
 };
 
+/* The score modifications by name (the same as the feature bits above for these three): a
+ * modification added to attnbench later is declared here, "softcap sink dropout NAME", and its
+ * settings read with attnbench_call_setting(call, "SETTING"). */
+ATTNBENCH_PLUGIN_EXPORT const char attnbench_score_modifications[] = "softcap sink dropout";
+
 ATTNBENCH_PLUGIN_EXPORT const attnbench_plugin_v2* attnbench_plugin_get(uint32_t abi_version) {
   return abi_version == ATTNBENCH_ABI_VERSION ? &c_cpu_plugin : NULL;
 }
