@@ -108,6 +108,25 @@ CaseInputs generate_inputs(const Problem& p) {
   return in;
 }
 
+Tensor generate_d_o(const Problem& p) {
+  Tensor d_o(p.dtype_of(Role::d_o), {p.batch, p.h_q, p.n_q, p.d_v});
+  // As V is drawn in the problem's regime: what O is made of, so dO meets O's scale.
+  switch (p.regime) {
+    case Regime::diffuse:
+    case Regime::peaked:
+    case Regime::saturated:
+    case Regime::large: fill(d_o, p.seed, stream_d_o, [](std::int64_t, Rng& rng) { return rng.normal(); }); break;
+    case Regime::sparse_int: fill(d_o, p.seed, stream_d_o, [](std::int64_t, Rng& rng) { return sparse_int(rng); }); break;
+    case Regime::uniform01: {
+      const int bits = significand_bits(d_o.dtype());
+      const double step = std::ldexp(1.0, -bits);
+      fill(d_o, p.seed, stream_d_o, [bits, step](std::int64_t, Rng& rng) { return static_cast<double>(rng.next() >> (64 - bits)) * step; });
+      break;
+    }
+  }
+  return d_o;
+}
+
 Tensor make_output(const Problem& p) {
   Tensor out(p.dtype_of(Role::o), {p.batch, p.h_q, p.n_q, p.d_v});
   out.poison();

@@ -29,6 +29,10 @@ void check_scores_in_range(const Problem& p, const CaseInputs& in, const std::fu
                            const std::string& scale_from);
 
 // An output tensor [b, h_q, n_q, d_v] in o's dtype, poisoned.
+// The backward pass's upstream gradient dO [b, h_q, n_q, d_v] in d_o's dtype, drawn from the
+// problem's seed on a stream of its own (the forward inputs' bits do not move) as V is drawn in
+// the problem's regime: normal(0, 1), sparse small integers, or uniform [0, 1) on its dtype's grid.
+Tensor generate_d_o(const Problem& problem);
 Tensor make_output(const Problem& problem);
 // Row log-sum-exp [b, h_q, n_q, 1]: f64 for f64 problems, f32 otherwise. Poisoned.
 Tensor make_lse(const Problem& problem);

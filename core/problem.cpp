@@ -187,13 +187,14 @@ std::int64_t Problem::visible_pairs() const {
 }
 
 double Problem::flops() const {
-  return 2.0 * double(visible_pairs()) * double(d_k + d_v);
+  const double per_pair = operation == Operation::backward ? double(3 * d_k + 2 * d_v) : double(d_k + d_v);
+  return 2.0 * double(visible_pairs()) * per_pair;
 }
 
 double Problem::flops_published() const {
   const double full = 2.0 * double(batch) * double(h_q) * double(n_q) * double(n_k) * double(d_k + d_v);
-  if (window.is_none()) return full;
-  return window.is_causal() ? full / 2.0 : flops();
+  const double forward = window.is_none() ? full : window.is_causal() ? full / 2.0 : 2.0 * double(visible_pairs()) * double(d_k + d_v);
+  return operation == Operation::backward ? 2.5 * forward : forward;
 }
 
 double Problem::bytes_min() const {
@@ -201,6 +202,9 @@ double Problem::bytes_min() const {
   auto e = [&](Role role) { return double(bytes_per_element(dtype_of(role))); };
   double bytes = double(batch) * (e(Role::q) * double(h_q * n_q * d_k) + e(Role::k) * double(h_kv * n_k * d_k) +
                                   e(Role::v) * double(h_kv * n_k * d_v) + e(Role::o) * double(h_q * n_q * d_v));
+  if (operation == Operation::backward)  // dO and the LSE (in the working dtype) in; dQ, dK, dV out
+    bytes += double(batch) * (e(Role::d_o) * double(h_q * n_q * d_v) + double(bytes_per_element(working_dtype(numerics()))) * double(h_q * n_q) +
+                              e(Role::dq) * double(h_q * n_q * d_k) + e(Role::dk) * double(h_kv * n_k * d_k) + e(Role::dv) * double(h_kv * n_k * d_v));
   if (bool_mask.enabled) bytes += broadcast_elements(*this, bool_mask.broadcast);  // one byte per flag
   if (bias.enabled) bytes += e(Role::bias) * broadcast_elements(*this, bias.broadcast);
   bytes += 8.0 * double(padding.valid_len.size());

@@ -269,12 +269,18 @@ struct Problem : ProblemShape, ProblemVariant, ProblemNumerics, ProblemData {
 
   // Exact count of visible (query, key) pairs over all batches and query heads.
   std::int64_t visible_pairs() const;
-  // 2 * b * h_q * P * (d_k + d_v) with P the exact visible pairs.
+  // The matrix products' multiply-adds, times 2, over the exact visible pairs P (the softmax's
+  // elementwise work not counted, as nobody's convention counts it). Forward: 2 * b * h_q * P *
+  // (d_k + d_v) (S = Q K^T, O = P V). Backward, S recomputed as FlashAttention-2 does: 2 * b * h_q *
+  // P * (3 d_k + 2 d_v) (S = Q K^T, dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q).
   double flops() const;
   // The published convention: 4 * b * h * n_q * n_k * d (d = (d_k + d_v) / 2), halved for causal;
-  // for another window (no convention is published) the exact count, flops().
+  // for another window (no convention is published) the exact count of the forward pass. A
+  // backward pass is 2.5 times its forward's (FlashAttention's papers' convention), which equals
+  // the exact count when d_k = d_v and the window is none or causal.
   double flops_published() const;
-  // Reading Q, K, V (and the mask or bias) once and writing O once.
+  // Forward: reading Q, K, V (and the mask or bias) once and writing O once. Backward: reading
+  // Q, K, V, O, dO and the LSE (and the mask or bias) once and writing dQ, dK, dV once.
   double bytes_min() const;
 };
 

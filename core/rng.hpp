@@ -73,7 +73,7 @@ void draw_in_chunks(std::int64_t n, std::uint64_t seed, std::uint64_t stream, Dr
 
 // Streams: one per generated quantity, so adding one never shifts another's bits.
 enum RngStream : std::uint64_t {
-  stream_q = 1, stream_k, stream_v, stream_bool_mask, stream_bias, stream_structure, stream_row_sample, stream_sinks,
+  stream_q = 1, stream_k, stream_v, stream_bool_mask, stream_bias, stream_structure, stream_row_sample, stream_sinks, stream_d_o,
 };
 
 }  // namespace attn

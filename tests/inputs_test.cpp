@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
@@ -375,6 +378,53 @@ TEST(InputOutputBuffers, PoisonsEveryElement) {
     for (std::int64_t e = 0; e < lse.numel(); ++e) clean += !lse.is_poisoned(e);
     EXPECT_EQ(clean, 0);
   }
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+// dO for the backward pass: seeded, in d_o's dtype, on its own stream (the forward inputs are the
+// same bits with or without op=backward), drawn as V is in each regime.
+TEST(InputGeneration, TheUpstreamGradientIsSeededInItsRolesDtypeAndRegime) {
+  const std::string shape = "b=2 hq=4 hkv=2 nq=9 nk=11 dk=8 dv=6 causal=none";
+  for (const char* regime : {"diffuse", "peaked", "saturated", "large", "sparse_int", "uniform01"})
+    for (const char* dtype : {"f64", "f32", "f16", "bf16"}) {
+      const std::string repro = fmt::format("op=backward {} dtype={} regime={} seed=5", shape, dtype, regime);
+      SCOPED_TRACE(repro);
+      const Problem p = parse_problem(repro);
+      const Tensor d_o = generate_d_o(p);
+      EXPECT_EQ(d_o.shape(), (Tensor::Shape{2, 4, 9, 6}));
+      EXPECT_EQ(d_o.dtype(), p.dtype_of(Role::d_o));
+      EXPECT_TRUE(d_o == generate_d_o(p));  // the same bits again
+      Problem other = p;
+      other.seed = 6;
+      EXPECT_FALSE(d_o == generate_d_o(other));
+      // The forward inputs do not move.
+      const Problem forward = parse_problem(fmt::format("{} dtype={} regime={} seed=5", shape, dtype, regime));
+      EXPECT_TRUE(generate_inputs(p).v == generate_inputs(forward).v);
+      double lo = 1e300, hi = -1e300;
+      for (std::int64_t e = 0; e < d_o.numel(); ++e) {
+        const double x = d_o.get(e);
+        ASSERT_TRUE(std::isfinite(x));
+        lo = std::min(lo, x), hi = std::max(hi, x);
+        if (std::string(regime) == "sparse_int") {
+          EXPECT_TRUE(x == 0 || x == 1 || x == -1 || x == 2 || x == -2) << x;
+        }
+        if (std::string(regime) == "uniform01") {
+          EXPECT_TRUE(x >= 0 && x < 1) << x;
+        }
+      }
+      if (std::string(regime) != "uniform01") {
+        EXPECT_LT(lo, 0.0);
+      }
+      EXPECT_GT(hi, 0.0);
+    }
+  // Its own dtype where the problem gives d_o one.
+  EXPECT_EQ(generate_d_o(parse_problem("op=backward b=1 hq=1 hkv=1 nq=2 nk=2 dk=4 dv=4 dtype=f16 dtypes=d_o:f32 causal=none regime=diffuse seed=1")).dtype(),
+            DType::f32);
 }
 
 }  // namespace

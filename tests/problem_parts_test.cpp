@@ -74,6 +74,27 @@ TEST(ProblemParts, BackwardRoundTripsThroughReproAndJson) {
   EXPECT_FALSE(p == parse_problem(forward_repro));
 }
 
+// The backward pass's figures: the exact count with S recomputed, 2 P (3 d_k + 2 d_v) per batch
+// and head; the published one 2.5 times the forward's; dO, the LSE and the three gradients in bytes.
+TEST(ProblemParts, BackwardCountsItsFlopsAndBytes) {
+  const Problem forward = parse_problem(forward_repro);  // b2 h4/2 n5x7 d8/16 f16, causal bottom-right
+  const Problem backward = backward_problem();
+  const double pairs = double(forward.visible_pairs());
+  EXPECT_EQ(backward.visible_pairs(), forward.visible_pairs());
+  EXPECT_EQ(forward.flops(), 2 * pairs * (8 + 16));
+  EXPECT_EQ(backward.flops(), 2 * pairs * (3 * 8 + 2 * 16));
+  EXPECT_EQ(backward.flops_published(), 2.5 * forward.flops_published());
+  // d_k = d_v with no window or a causal one: the two conventions agree on the backward pass.
+  for (const char* repro : {"op=backward b=1 hq=2 hkv=2 nq=6 nk=6 dk=8 dv=8 dtype=f32 causal=none regime=diffuse seed=1"}) {
+    const Problem p = parse_problem(repro);
+    EXPECT_EQ(p.flops(), p.flops_published()) << repro;
+  }
+  // f16 data, f32 LSE: dO (f16 like O) + LSE (4 bytes a row) + dQ, dK, dV (f16, shaped as Q, K, V).
+  const double rows = 2.0 * 4 * 5;
+  const double extra = 2 * rows * 16 + 4 * rows + 2 * (2.0 * 4 * 5 * 8) + 2 * (2.0 * 2 * 7 * 8) + 2 * (2.0 * 2 * 7 * 16);
+  EXPECT_EQ(backward.bytes_min(), forward.bytes_min() + extra);
+}
+
 TEST(ProblemParts, UnknownOperationIsNamed) {
   try {
     parse_problem(std::string(forward_repro) + " op=sideways");
