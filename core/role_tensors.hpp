@@ -35,6 +35,25 @@ class RoleTensors {
     return t;
   }
 
+  // A backward pass's: q, k, v, d_o (and the bias, the sinks, the forward's o and lse where given)
+  // in; dq, dk, dv out.
+  static RoleTensors backward(const CaseInputs& inputs, const Tensor& d_o, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor* o = nullptr,
+                              const Tensor* lse = nullptr) {
+    RoleTensors t;
+    t.set_input(Role::q, inputs.q);
+    t.set_input(Role::k, inputs.k);
+    t.set_input(Role::v, inputs.v);
+    t.set_input(Role::d_o, d_o);
+    if (inputs.mask.has_bias()) t.set_input(Role::bias, inputs.mask.bias_tensor());
+    if (inputs.mask.has_sinks()) t.set_input(Role::sink, inputs.mask.sinks_tensor());
+    if (o != nullptr) t.set_input(Role::o, *o);
+    if (lse != nullptr) t.set_input(Role::lse, *lse);
+    t.set_output(Role::dq, &dq);
+    t.set_output(Role::dk, &dk);
+    t.set_output(Role::dv, &dv);
+    return t;
+  }
+
   void set_input(Role role, const Tensor& tensor) {
     inputs_[index(role)] = &tensor;
     outputs_[index(role)] = nullptr;

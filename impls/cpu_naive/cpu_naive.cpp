@@ -103,17 +103,115 @@ void run_in(const RunArgs& a) {
   }
 }
 
+// The backward pass (cpu_naive.hpp). Workspace per kv group: Q, dO of one head, K, V, and dK, dV
+// accumulated over the group's rows, one row of P, of the scaled products and of dQ.
+template <class Acc>
+void backward_in(const RunArgs& a) {
+  const Problem& p = a.problem;
+  const CaseInputs& in = a.inputs;
+  const Tensor* d_o_tensor = a.tensors.input(Role::d_o);
+  if (d_o_tensor == nullptr) throw std::logic_error("cpu_naive: a backward pass without dO");
+  Tensor& dq_out = a.tensors.required_output(Role::dq);
+  Tensor& dk_out = a.tensors.required_output(Role::dk);
+  Tensor& dv_out = a.tensors.required_output(Role::dv);
+  const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
+  const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
+  if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
+  Acc* q = reinterpret_cast<Acc*>(a.workspace.data());
+  Acc* d_o = q + nq * dk;
+  Acc* k = d_o + nq * dv;
+  Acc* v = k + nk * dk;
+  Acc* dk_acc = v + nk * dv;
+  Acc* dv_acc = dk_acc + nk * dk;
+  Acc* w = dv_acc + nk * dv;  // P of one row
+  Acc* x = w + nk;            // the row's scaled products (the soft-cap's slope is taken there)
+  Acc* dp = x + nk;           // the row's dP
+  Acc* dq_row = dp + nk;
+  const ScorePipeline pipeline(p, in.mask);
+  const Acc scale = static_cast<Acc>(p.effective_scale());
+  const Acc rescale = pipeline.dropout_rescale<Acc>();
+  const std::int64_t group = p.h_q / p.h_kv;
+
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t g = 0; g < p.h_kv; ++g) {
+      copy_as(in.k, in.k.offset(b, g, 0, 0), std::int64_t(nk * dk), k);
+      copy_as(in.v, in.v.offset(b, g, 0, 0), std::int64_t(nk * dv), v);
+      std::fill(dk_acc, dk_acc + nk * dk, Acc(0));
+      std::fill(dv_acc, dv_acc + nk * dv, Acc(0));
+      for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
+        copy_as(in.q, in.q.offset(b, h, 0, 0), std::int64_t(nq * dk), q);
+        copy_as(*d_o_tensor, d_o_tensor->offset(b, h, 0, 0), std::int64_t(nq * dv), d_o);
+        for (std::size_t i = 0; i < nq; ++i) {
+          const Acc* qi = q + i * dk;
+          const Acc* doi = d_o + i * dv;
+          std::fill(dq_row, dq_row + dk, Acc(0));
+          // The forward's row: scores of the visible keys, their max (and the sink's), P.
+          Acc m = -std::numeric_limits<Acc>::infinity();
+          for (std::size_t j = 0; j < nk; ++j) {
+            w[j] = Acc(0);
+            if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
+            Acc dot = 0;
+            for (std::size_t t = 0; t < dk; ++t) dot += qi[t] * k[j * dk + t];
+            x[j] = dot * scale;
+            w[j] = pipeline.capped<Acc>(x[j]) + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
+            m = std::max(m, w[j]);
+          }
+          const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
+          if (m != -std::numeric_limits<Acc>::infinity()) {  // a fully masked row contributes nothing
+            const std::optional<double> sink = pipeline.sink(h);
+            if (sink) m = std::max(m, static_cast<Acc>(*sink));
+            Acc sum = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
+            for (std::size_t j = 0; j < nk; ++j)
+              if (pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) sum += w[j] = std::exp(w[j] - m);
+            // dP_j = Z r <dO_i, v_j>, D = sum_j P_j dP_j; dV_j += P_j Z r dO_i.
+            Acc d = 0;
+            for (std::size_t j = 0; j < nk; ++j) {
+              dp[j] = Acc(0);
+              if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
+              w[j] /= sum;
+              if (!pipeline.kept(b, h, std::int64_t(i), std::int64_t(j))) continue;
+              for (std::size_t c = 0; c < dv; ++c) dp[j] += doi[c] * v[j * dv + c];
+              dp[j] *= rescale;
+              d += w[j] * dp[j];
+              const Acc kept_weight = w[j] * rescale;
+              for (std::size_t c = 0; c < dv; ++c) dv_acc[j * dv + c] += kept_weight * doi[c];
+            }
+            // dS_j = P_j (dP_j - D), through the soft-cap's slope and the scale: dQ_i, dK_j.
+            for (std::size_t j = 0; j < nk; ++j) {
+              if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
+              const Acc dx = w[j] * (dp[j] - d) * pipeline.product_slope(x[j]) * scale;
+              for (std::size_t t = 0; t < dk; ++t) {
+                dq_row[t] += dx * k[j * dk + t];
+                dk_acc[j * dk + t] += dx * qi[t];
+              }
+            }
+          }
+          for (std::size_t t = 0; t < dk; ++t) dq_out.set(row * p.d_k + std::int64_t(t), static_cast<double>(dq_row[t]));
+        }
+      }
+      const std::int64_t k_base = (b * p.h_kv + g) * p.n_k;
+      for (std::size_t e = 0; e < nk * dk; ++e) dk_out.set(k_base * p.d_k + std::int64_t(e), static_cast<double>(dk_acc[e]));
+      for (std::size_t e = 0; e < nk * dv; ++e) dv_out.set(k_base * p.d_v + std::int64_t(e), static_cast<double>(dv_acc[e]));
+    }
+}
+
 }  // namespace
 
 std::size_t naive_workspace_bytes(const Problem& p) {
   const std::size_t element = std::size_t(bytes_per_element(working_dtype(p.numerics())));
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
-  return element * (nq * nk + nq * static_cast<std::size_t>(p.d_k) + nk * static_cast<std::size_t>(p.d_k + p.d_v) +
-                     static_cast<std::size_t>(p.d_v));
+  const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
+  if (p.operation == Operation::backward) return element * (nq * (dk + dv) + 2 * nk * (dk + dv) + 3 * nk + dk);
+  return element * (nq * nk + nq * dk + nk * (dk + dv) + dv);
 }
 
 void naive_attention(const RunArgs& args) {
-  with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) { run_in<Acc>(args); });
+  with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) {
+    if (args.problem.operation == Operation::backward)
+      backward_in<Acc>(args);
+    else
+      run_in<Acc>(args);
+  });
 }
 
 }  // namespace attn

@@ -3,11 +3,18 @@
 // exponentiate, normalise, multiply by V. Computes in f64 for f64 problems and in f32
 // otherwise (f16/bf16 inputs widen exactly to f32; the output rounds back once). Its error is
 // the pass rule's yardstick: "the naive algorithm run in the same precision".
+// Backward, the same way (reference/README.md, "The backward pass", gives the formulas): per
+// query row, P recomputed from the scores as the forward does (not from a given LSE), dP = Z r
+// dO V^T, D = sum_j P dP (not <dO, O>: from the row itself), dS = P (dP - D), through the
+// soft-cap's slope, then dQ = scale dS K, and dK += scale dS^T Q, dV += (P Z r)^T dO summed over
+// the rows of every query head of a kv group in order; each gradient rounded once to its dtype.
+// Not declared yet (Capabilities::operations): verify does not judge backward passes yet.
 #include "impls/implementation.hpp"
 
 namespace attn {
 
-// The algorithm itself, usable without a registry (the verifier's baseline calls it).
+// The algorithm itself, usable without a registry (the verifier's baseline calls it): the
+// problem's operation, forward (RoleTensors::forward) or backward (RoleTensors::backward).
 void naive_attention(const RunArgs& args);
 std::size_t naive_workspace_bytes(const Problem& problem);
 
