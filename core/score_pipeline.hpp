@@ -106,6 +106,19 @@ inline std::vector<ScoreModification> score_modifications_of(const Problem& p) {
   return used;
 }
 
+// The modification of that name, or none; every modification's name, for messages ("softcap,
+// sink, dropout"): what a declaration's list names (capability files, the plugin ABI).
+inline std::optional<ScoreModification> score_modification_named(std::string_view name) {
+  for (const ScoreModificationRow& row : score_modification_rows)
+    if (row.name == name) return row.id;
+  return std::nullopt;
+}
+inline std::string score_modification_names() {
+  std::string names;
+  for (const ScoreModificationRow& row : score_modification_rows) names += (names.empty() ? "" : ", ") + std::string(row.name);
+  return names;
+}
+
 // The setting of that name, or null; every setting's name, for messages ("softcap, dropout_p, ...").
 inline const ScoreSetting* find_score_setting(std::string_view name) {
   for (const ScoreModificationRow& row : score_modification_rows)

@@ -153,14 +153,11 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   if (get("default_scale_only", restricted, is_bool, "true or false")) caps.custom_scale = !restricted;
   if (j.contains("score_modifications")) {
     const auto& list = j.at("score_modifications");
-    std::vector<std::string> names;
-    for (ScoreModification m : all_score_modifications) names.emplace_back(to_string(m));
-    const std::string expected = fmt::format("a list of some of {}", fmt::join(names, ", "));
+    const std::string expected = fmt::format("a list of some of {}", score_modification_names());
     if (!list.is_array()) throw fault(fmt::format("'score_modifications' must be {} (got {})", expected, list.dump()));
     for (const auto& item : list) {
-      const auto found = std::find_if(all_score_modifications.begin(), all_score_modifications.end(),
-                                      [&](ScoreModification m) { return item.is_string() && item.get<std::string>() == to_string(m); });
-      if (found == all_score_modifications.end()) throw fault(fmt::format("'score_modifications': unknown {} (expected {})", item.dump(), expected));
+      const std::optional<ScoreModification> found = item.is_string() ? score_modification_named(item.get<std::string>()) : std::nullopt;
+      if (!found) throw fault(fmt::format("'score_modifications': unknown {} (expected {})", item.dump(), expected));
       caps.score_modifications.push_back(*found);
     }
   }

@@ -9,6 +9,7 @@
 
 #include "core/parallel.hpp"
 #include "core/score_pipeline.hpp"
+#include "reference/reference_row.hpp"
 
 namespace attn {
 namespace {
@@ -66,10 +67,7 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
               dv_block.assign(static_cast<std::size_t>(p.n_k * p.d_v), Real(0));
               for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
                 for (std::int64_t i = 0; i < p.n_q; ++i) {
-                  const auto [lo, hi] = pipeline.key_range(b, i);
-                  std::vector<std::int64_t> keys;
-                  for (std::int64_t j = lo; j < hi; ++j)
-                    if (pipeline.visible(b, h, i, j)) keys.push_back(j);
+                  const std::vector<std::int64_t> keys = detail::visible_keys(in.mask, b, h, i);
                   if (keys.empty()) continue;  // a fully masked row contributes nothing
                   const std::size_t n = keys.size();
                   const std::int64_t q0 = in.q.offset(b, h, i, 0), o0 = d_o.offset(b, h, i, 0);

@@ -145,10 +145,13 @@ void backward_in(const RunArgs& a) {
           const Acc* qi = q + i * dk;
           const Acc* doi = d_o + i * dv;
           std::fill(dq_row, dq_row + dk, Acc(0));
-          // The forward's row: scores of the visible keys, their max (and the sink's), P.
-          Acc m = -std::numeric_limits<Acc>::infinity();
+          // The forward's row: scores of the visible keys, -inf for the others (their weight is then
+          // exactly 0, and every later step skips a weight of 0, as the forward does), the max
+          // (and the sink's), P.
+          constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();
+          Acc m = excluded;
           for (std::size_t j = 0; j < nk; ++j) {
-            w[j] = Acc(0);
+            w[j] = excluded;
             if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
             Acc dot = 0;
             for (std::size_t t = 0; t < dk; ++t) dot += qi[t] * k[j * dk + t];
@@ -157,17 +160,16 @@ void backward_in(const RunArgs& a) {
             m = std::max(m, w[j]);
           }
           const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
-          if (m != -std::numeric_limits<Acc>::infinity()) {  // a fully masked row contributes nothing
+          if (m != excluded) {  // a fully masked row contributes nothing
             const std::optional<double> sink = pipeline.sink(h);
             if (sink) m = std::max(m, static_cast<Acc>(*sink));
             Acc sum = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
-            for (std::size_t j = 0; j < nk; ++j)
-              if (pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) sum += w[j] = std::exp(w[j] - m);
+            for (std::size_t j = 0; j < nk; ++j) sum += w[j] = std::exp(w[j] - m);
             // dP_j = Z r <dO_i, v_j>, D = sum_j P_j dP_j; dV_j += P_j Z r dO_i.
             Acc d = 0;
             for (std::size_t j = 0; j < nk; ++j) {
               dp[j] = Acc(0);
-              if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
+              if (w[j] == Acc(0)) continue;
               w[j] /= sum;
               if (!pipeline.kept(b, h, std::int64_t(i), std::int64_t(j))) continue;
               for (std::size_t c = 0; c < dv; ++c) dp[j] += doi[c] * v[j * dv + c];
@@ -178,7 +180,7 @@ void backward_in(const RunArgs& a) {
             }
             // dS_j = P_j (dP_j - D), through the soft-cap's slope and the scale: dQ_i, dK_j.
             for (std::size_t j = 0; j < nk; ++j) {
-              if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
+              if (w[j] == Acc(0)) continue;
               const Acc dx = w[j] * (dp[j] - d) * pipeline.product_slope(x[j]) * scale;
               for (std::size_t t = 0; t < dk; ++t) {
                 dq_row[t] += dx * k[j * dk + t];

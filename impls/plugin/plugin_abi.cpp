@@ -77,14 +77,10 @@ std::vector<ScoreModification> parse_score_modifications(const char* names) {
     const std::size_t end = std::min(text.find(' ', at), text.size());
     const std::string_view name = text.substr(at, end - at);
     at = end;
-    const auto row = std::find_if(score_modification_rows.begin(), score_modification_rows.end(),
-                                  [&](const ScoreModificationRow& r) { return r.name == name; });
-    if (row == score_modification_rows.end()) {
-      std::vector<std::string_view> known;
-      for (const ScoreModificationRow& r : score_modification_rows) known.push_back(r.name);
-      throw std::runtime_error(fmt::format("attnbench_score_modifications: unknown '{}' (known: {})", name, fmt::join(known, ", ")));
-    }
-    if (std::find(declared.begin(), declared.end(), row->id) == declared.end()) declared.push_back(row->id);
+    const std::optional<ScoreModification> found = score_modification_named(name);
+    if (!found)
+      throw std::runtime_error(fmt::format("attnbench_score_modifications: unknown '{}' (known: {})", name, score_modification_names()));
+    if (std::find(declared.begin(), declared.end(), *found) == declared.end()) declared.push_back(*found);
   }
   std::sort(declared.begin(), declared.end());  // score_modification_rows order
   return declared;
