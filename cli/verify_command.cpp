@@ -25,6 +25,9 @@ VerifyCommand::VerifyCommand(CLI::App& app) {
   command_->add_option("--k", k_, "Pass rule: allowed multiple of the naive same-precision error")->capture_default_str();
   command_->add_option("--floor-ulps", floor_ulps_, "Pass rule: ulp floor of the tolerance")->capture_default_str();
   command_->add_option("--threads", threads_, "Threads for the reference (default: all cores)");
+  command_->add_flag("--backward", backward_,
+                     "Verify the backward pass on each case (op=backward): each implementation's forward, then its backward fed that "
+                     "forward's O and LSE, its dQ, dK and dV judged against the reference's gradients");
   command_->add_flag("--no-diagnosis", no_diagnosis_, "Do not test known mistakes against failing outputs");
   command_->add_flag("--no-projection", no_projection_,
                      "Skip a case an implementation does not support (default: run its projection onto what it declares)");
@@ -45,6 +48,8 @@ int VerifyCommand::run(const Registry& registry) const {
   request.cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   if (seed_)
     for (auto& p : request.cases) p.seed = *seed_;
+  if (backward_)
+    for (auto& p : request.cases) p.operation = Operation::backward;
   if (!(k_ >= 0) || !(floor_ulps_ >= 0)) throw InputError("--k and --floor-ulps must be non-negative");
 
   VerifyOptions& options = request.options;

@@ -33,6 +33,7 @@ class VerifyCommand {
   double floor_ulps_ = PassRule{}.floor_ulps;
   int threads_ = 0;
   std::string shard_;  // --shard I/N
+  bool backward_ = false;
   bool no_diagnosis_ = false;
   bool no_projection_ = false;
   bool allow_empty_ = false;

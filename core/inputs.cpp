@@ -139,6 +139,13 @@ Tensor make_lse(const Problem& p) {
   return lse;
 }
 
+Gradients make_gradients(const Problem& p) {
+  Gradients g{Tensor(p.dtype_of(Role::dq), {p.batch, p.h_q, p.n_q, p.d_k}), Tensor(p.dtype_of(Role::dk), {p.batch, p.h_kv, p.n_k, p.d_k}),
+              Tensor(p.dtype_of(Role::dv), {p.batch, p.h_kv, p.n_k, p.d_v})};
+  g.dq.poison(), g.dk.poison(), g.dv.poison();
+  return g;
+}
+
 Tensor make_keep(const Problem& p) {
   Tensor keep(DType::f32, {p.batch, p.h_q, p.n_q, p.n_k});
   keep.poison();

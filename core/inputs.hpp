@@ -36,6 +36,13 @@ Tensor generate_d_o(const Problem& problem);
 Tensor make_output(const Problem& problem);
 // Row log-sum-exp [b, h_q, n_q, 1]: f64 for f64 problems, f32 otherwise. Poisoned.
 Tensor make_lse(const Problem& problem);
+// A backward pass's outputs, poisoned, each in its role's dtype: dq [b, h_q, n_q, d_k], dk
+// [b, h_kv, n_k, d_k], dv [b, h_kv, n_k, d_v].
+struct Gradients {
+  Tensor dq, dk, dv;
+  const Tensor& of(Role role) const { return role == Role::dq ? dq : role == Role::dk ? dk : dv; }
+};
+Gradients make_gradients(const Problem& problem);
 // Dropout's keep mask [b, h_q, n_q, n_k] as the harness holds it, f32 (1 kept, 0 dropped), poisoned.
 Tensor make_keep(const Problem& problem);
 

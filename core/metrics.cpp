@@ -1,7 +1,9 @@
 #include "core/metrics.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -54,6 +56,68 @@ std::string output_coordinates(const Problem& p, std::int64_t flat) {
   const std::int64_t c = flat % p.d_v, i = (flat / p.d_v) % p.n_q, h = (flat / (p.d_v * p.n_q)) % p.h_q,
                      b = flat / (p.d_v * p.n_q * p.h_q);
   return fmt::format("b={} h={} i={} c={}", b, h, i, c);
+}
+
+namespace {
+
+// One compared element into m's error figures (ErrorMetrics and TensorErrors name them alike):
+// the code that measures the output measures every other judged tensor too.
+template <class Errors>
+void add_error(Errors& m, DType dtype, std::int64_t e, double got, double want, double& err_sq, double& ref_sq) {
+  ++m.compared;
+  const double err = std::isfinite(got) ? std::fabs(got - want) : std::numeric_limits<double>::infinity();
+  const double rel = err / std::max(std::fabs(want), m.rel_floor);
+  if (err > m.max_abs || m.max_abs_index < 0) m.max_abs = err, m.max_abs_index = e;
+  if (rel > m.max_rel || m.max_rel_index < 0) m.max_rel = rel, m.max_rel_index = e;
+  if (std::fabs(want) >= m.rel_floor || !std::isfinite(got)) {
+    const std::uint64_t ulps = ulp_distance(dtype, got, want);
+    if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
+  }
+  err_sq += err * err;
+  ref_sq += want * want;
+}
+
+template <class Errors>
+void finish_errors(Errors& m, double err_sq, double ref_sq) {
+  if (m.compared == 0) return;
+  m.rms = std::sqrt(err_sq / double(m.compared));
+  m.normwise_rel = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
+}
+
+}  // namespace
+
+TensorErrors measure_tensor(Role role, DType dtype, const Tensor& got, std::span<const double> want) {
+  if (std::int64_t(want.size()) != got.numel())
+    throw std::invalid_argument(fmt::format("measure_tensor: {} has {} elements where {} are expected", to_string(role), got.numel(), want.size()));
+  TensorErrors m;
+  m.role = role;
+  for (const double w : want) m.reference_max_abs = std::max(m.reference_max_abs, std::fabs(w));
+  m.rel_floor = std::max(min_normal(dtype), m.reference_max_abs / 1024.0);
+  double err_sq = 0, ref_sq = 0;
+  for (std::int64_t e = 0; e < got.numel(); ++e) {
+    const double expected = want[std::size_t(e)];
+    double value = std::numeric_limits<double>::quiet_NaN();
+    if (got.is_poisoned(e)) {
+      ++m.unwritten;
+    } else {
+      value = got.get(e);
+      if (std::isnan(value)) ++m.nan;
+      else if (std::isinf(value)) ++(value > 0 ? m.pos_inf : m.neg_inf);
+    }
+    add_error(m, dtype, e, value, expected, err_sq, ref_sq);
+  }
+  finish_errors(m, err_sq, ref_sq);
+  return m;
+}
+
+std::string tensor_coordinates(const Problem& p, Role role, std::int64_t flat) {
+  if (flat < 0) return "-";
+  // Queries index the rows of dq (and o, d_o), keys those of dk and dv.
+  const bool by_key = role == Role::dk || role == Role::dv || role == Role::k || role == Role::v;
+  const std::int64_t heads = by_key ? p.h_kv : p.h_q, rows = by_key ? p.n_k : p.n_q;
+  const std::int64_t width = role == Role::dq || role == Role::dk || role == Role::q || role == Role::k ? p.d_k : p.d_v;
+  const std::int64_t c = flat % width, i = (flat / width) % rows, h = (flat / (width * rows)) % heads, b = flat / (width * rows * heads);
+  return fmt::format("{} b={} h={} {}={} c={}", to_string(role), b, h, by_key ? "j" : "i", i, c);
 }
 
 ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expected, const Tensor& out, const Tensor* lse,
@@ -110,23 +174,10 @@ ErrorMetrics measure(const Problem& p, const Mask& mask, const Expected& expecte
       const std::int64_t e = expected.rows[r] * d_v + c;
       const double want = expected.out[r * d_v + c];
       const double got = out.is_poisoned(e) ? std::numeric_limits<double>::quiet_NaN() : out.get(e);
-      ++m.compared;
-      const double err = std::isfinite(got) ? std::fabs(got - want) : std::numeric_limits<double>::infinity();
-      const double rel = err / std::max(std::fabs(want), m.rel_floor);
-      if (err > m.max_abs || m.max_abs_index < 0) m.max_abs = err, m.max_abs_index = e;
-      if (rel > m.max_rel || m.max_rel_index < 0) m.max_rel = rel, m.max_rel_index = e;
-      if (std::fabs(want) >= m.rel_floor || !std::isfinite(got)) {
-        const std::uint64_t ulps = ulp_distance(out_dtype, got, want);
-        if (ulps > m.max_ulps || m.max_ulps_index < 0) m.max_ulps = ulps, m.max_ulps_index = e;
-      }
-      err_sq += err * err;
-      ref_sq += want * want;
+      add_error(m, out_dtype, e, got, want, err_sq, ref_sq);
     }
   }
-  if (m.compared > 0) {
-    m.rms = std::sqrt(err_sq / double(m.compared));
-    m.normwise_rel = ref_sq > 0 ? std::sqrt(err_sq / ref_sq) : std::sqrt(err_sq);
-  }
+  finish_errors(m, err_sq, ref_sq);
 
   if (lse != nullptr) {
     m.has_lse = true;

@@ -64,6 +64,27 @@ struct ErrorMetrics {
   std::int64_t lse_violations = 0;  // non-finite where finite expected, or not -inf on a fully masked row
 };
 
+// One judged tensor's errors against its expected values, whatever its role: what a gradient (dq,
+// dk, dv) is measured with. Indices are flat into the tensor (dense in its own shape, BHSD); the
+// fields mean what ErrorMetrics' do (max_rel over max(|ref|, rel_floor); max_ulps over elements at
+// least rel_floor and every non-finite one). Every element is compared: nothing is sampled.
+struct TensorErrors {
+  Role role = Role::o;
+  std::int64_t compared = 0;
+  double reference_max_abs = 0, max_abs = 0, max_rel = 0, rel_floor = 0, normwise_rel = 0, rms = 0;
+  std::int64_t max_abs_index = -1, max_rel_index = -1;
+  std::uint64_t max_ulps = 0;
+  std::int64_t max_ulps_index = -1;
+  std::int64_t nan = 0, pos_inf = 0, neg_inf = 0, unwritten = 0;
+};
+
+// got: the tensor as an implementation wrote it, read in BHSD order through its own layout; want:
+// its expected values, dense BHSD ([b, h, n, d] of got's shape). dtype: the role's, for ulps.
+TensorErrors measure_tensor(Role role, DType dtype, const Tensor& got, std::span<const double> want);
+
+// "dk b=0 h=1 j=5 c=3": a flat index into a gradient's dense BHSD shape (queries i, keys j).
+std::string tensor_coordinates(const Problem& problem, Role role, std::int64_t flat_index);
+
 ErrorMetrics measure(const Problem& problem, const Mask& mask, const Expected& expected, const Tensor& out,
                      const Tensor* lse, FullyMaskedPolicy policy);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -15,14 +17,44 @@ double precision_scale(DType working, MatmulPrecision matmul) {
   return coarser > own ? coarser / own : 1.0;
 }
 
+namespace {
+
+void fail(RoleVerdict& role, std::string reason) {
+  role.pass = false;
+  role.reasons.push_back(std::move(reason));
+}
+
+// What every judged tensor fails on besides its error: elements left unwritten, NaN and Inf where
+// the reference is finite. `elements`: "output elements" for o, "dk elements" for a gradient.
+void fail_census(RoleVerdict& role, std::string_view elements, std::int64_t unwritten, std::int64_t nan, std::int64_t inf) {
+  if (unwritten > 0) fail(role, fmt::format("{} {} never written", unwritten, elements));
+  if (nan > 0) fail(role, fmt::format("{} NaN where the reference is finite", nan));
+  if (inf > 0) fail(role, fmt::format("{} Inf where the reference is finite", inf));
+}
+
+}  // namespace
+
+RoleVerdict judge_gradient(const PassRule& rule, DType dtype, const TensorErrors& m, const TensorErrors& baseline, double term_rounding,
+                           double scale) {
+  RoleVerdict v{m.role, true, m.max_abs, m.reference_max_abs, 0, {}};
+  const bool by_terms = term_rounding > baseline.max_abs;
+  const double floor = scale * rule.floor_ulps * ulp_at(dtype, m.reference_max_abs);
+  v.tolerance = rule.k * scale * (by_terms ? term_rounding : baseline.max_abs) + floor;
+  const std::string elements = fmt::format("{} elements", to_string(m.role));
+  fail_census(v, elements, m.unwritten, m.nan, m.pos_inf + m.neg_inf);
+  const std::string scaled = scale != 1.0 ? fmt::format(", all x {:g} for the matmul precision", scale) : "";
+  if (!(m.max_abs <= v.tolerance))
+    fail(v, by_terms ? fmt::format("{} max abs error {:.3g} > tolerance {:.3g} ({} x term rounding {:.3g} (naive {:.3g}) + {} ulps{})",
+                                   to_string(m.role), m.max_abs, v.tolerance, rule.k, term_rounding, baseline.max_abs, rule.floor_ulps, scaled)
+                     : fmt::format("{} max abs error {:.3g} > tolerance {:.3g} ({} x naive {:.3g} + {} ulps{})", to_string(m.role), m.max_abs,
+                                   v.tolerance, rule.k, baseline.max_abs, rule.floor_ulps, scaled));
+  return v;
+}
+
 Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const ErrorMetrics& m, const ErrorMetrics& baseline,
               const ScoreRounding& score_rounding, double scale) {
   Verdict v;
   v.roles.reserve(2);  // o and lse: the references below stay valid
-  auto fail = [](RoleVerdict& role, std::string reason) {
-    role.pass = false;
-    role.reasons.push_back(std::move(reason));
-  };
   RoleVerdict& o = v.roles.emplace_back(RoleVerdict{Role::o, true, m.max_abs, m.reference_max_abs, 0, {}});
   const double floor = scale * rule.floor_ulps * ulp_at(numerics.dtype_of(Role::o), m.reference_max_abs);
   const bool by_scores = score_rounding.out > baseline.max_abs;
@@ -32,10 +64,8 @@ Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const Error
   o.tolerance = rule.k * yardstick + floor;
   v.ratio = baseline.max_abs > 0 ? m.max_abs / baseline.max_abs
                                  : (m.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-  if (m.unwritten > 0) fail(o, fmt::format("{} output elements never written", m.unwritten));
   // Fully masked rows are judged by the declared policy alone (below), whatever they hold.
-  if (m.nan_outside_fully_masked() > 0) fail(o, fmt::format("{} NaN where the reference is finite", m.nan_outside_fully_masked()));
-  if (m.inf_outside_fully_masked() > 0) fail(o, fmt::format("{} Inf where the reference is finite", m.inf_outside_fully_masked()));
+  fail_census(o, "output elements", m.unwritten, m.nan_outside_fully_masked(), m.inf_outside_fully_masked());
   if (m.fully_masked_violations > 0) {
     const std::string held = fully_masked_contents(m);
     fail(o, fmt::format("{} of {} fully masked rows break the declared policy ({}){}", m.fully_masked_violations, m.fully_masked_rows,

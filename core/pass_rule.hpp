@@ -82,4 +82,14 @@ double precision_scale(DType working, MatmulPrecision matmul);
 Verdict judge(const PassRule& rule, const ProblemNumerics& numerics, const ErrorMetrics& measured, const ErrorMetrics& baseline,
               const ScoreRounding& score_rounding = {}, double precision_scale = 1.0);
 
+// A gradient's verdict (dq, dk or dv of a backward pass): the same rule, tensor by tensor. The
+// yardstick is the naive backward's max abs error in the same precision or, when larger, the
+// gradient's term rounding: the working precision's unit roundoff times the largest sum of its
+// terms' magnitudes (reference/reference_backward.hpp, term_magnitude). dQ sums rows of dS that
+// sum to zero, so a gradient can be far smaller than its terms (exactly zero at a single key); the
+// naive algorithm's roundings of D and dP may cancel there by luck, a correct kernel's need not.
+// The floor is in ulps of the gradient's dtype at its largest reference magnitude.
+RoleVerdict judge_gradient(const PassRule& rule, DType dtype, const TensorErrors& measured, const TensorErrors& baseline, double term_rounding,
+                           double precision_scale = 1.0);
+
 }  // namespace attn

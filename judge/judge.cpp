@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include <boost/math/distributions/binomial.hpp>
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/precision.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 
 namespace attn {
@@ -151,6 +153,53 @@ Judgement judge_case(const Problem& p, const CaseInputs& in, const Tensor& out, 
     j = judge_output(p, with_keep, make_yardstick(p, with_keep, reference), out, lse, options);
   }
   add_keep_verdict(j.verdict, std::move(keep_judged.verdict));
+  return j;
+}
+
+std::span<const double> BackwardYardstick::expected(Role gradient) const {
+  return gradient == Role::dq ? reference.dq : gradient == Role::dk ? reference.dk : reference.dv;
+}
+
+double BackwardYardstick::term_rounding(Role gradient, DType working) const {
+  const BackwardReference::TermMagnitudes& m = reference.term_magnitude;
+  return accumulation_unit_roundoff(working) * (gradient == Role::dq ? m.dq : gradient == Role::dk ? m.dk : m.dv);
+}
+
+const TensorErrors& BackwardYardstick::baseline_of(Role gradient) const {
+  for (const TensorErrors& e : baseline)
+    if (e.role == gradient) return e;
+  throw std::logic_error(fmt::format("no naive baseline for {}", to_string(gradient)));
+}
+
+BackwardYardstick make_backward_yardstick(const Problem& p, const CaseInputs& in, const Tensor& d_o, int threads) {
+  if (p.operation != Operation::backward) throw std::logic_error("make_backward_yardstick: a forward problem");
+  BackwardYardstick y;
+  const auto start = std::chrono::steady_clock::now();
+  y.reference = compute_reference_backward(p, in, d_o, threads);
+  y.reference_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Gradients naive = make_gradients(p);
+  std::vector<std::byte> workspace(naive_workspace_bytes(p));
+  naive_attention(RunArgs{p, in, RoleTensors::backward(in, d_o, naive.dq, naive.dk, naive.dv), workspace});
+  for (Role role : gradient_roles) y.baseline.push_back(measure_tensor(role, p.dtype_of(role), naive.of(role), y.expected(role)));
+  return y;
+}
+
+GradientJudgement judge_gradients(const Problem& p, const BackwardYardstick& y, const Gradients& g, const JudgeOptions& options) {
+  GradientJudgement j;
+  const DType working = working_dtype(p.numerics());
+  const double scale = precision_scale(working, options.matmul_precision);
+  double worst_ratio = 0;
+  for (Role role : gradient_roles) {
+    const TensorErrors& measured = j.errors.emplace_back(measure_tensor(role, p.dtype_of(role), g.of(role), y.expected(role)));
+    RoleVerdict v = judge_gradient(options.rule, p.dtype_of(role), measured, y.baseline_of(role), y.term_rounding(role, working), scale);
+    const double naive = y.baseline_of(role).max_abs;
+    const double ratio = naive > 0 ? measured.max_abs / naive : (measured.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio;
+    j.verdict.pass = j.verdict.pass && v.pass;
+    j.verdict.reasons.insert(j.verdict.reasons.end(), v.reasons.begin(), v.reasons.end());
+    j.verdict.roles.push_back(std::move(v));
+  }
+  j.verdict.ratio = worst_ratio;
   return j;
 }
 

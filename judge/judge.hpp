@@ -5,7 +5,10 @@
 // derives for it, so a broken yardstick cannot hide a broken output), measures the output and
 // returns the verdict. CPU-only: `attnbench verify` judges every implementation through it, and
 // the installed package gives it to other projects as attnbench::judge.
+#include <array>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/inputs.hpp"
 #include "core/metrics.hpp"
@@ -13,6 +16,7 @@
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "reference/reference.hpp"
+#include "reference/reference_backward.hpp"
 
 namespace attn {
 
@@ -72,5 +76,31 @@ CaseInputs with_reported_keep(const CaseInputs& inputs, const Tensor& keep);
 // its keep mask (judged too, judge_keep); throws InputError without it.
 Judgement judge_case(const Problem& problem, const CaseInputs& inputs, const Tensor& out, const Tensor* lse, const JudgeOptions& options = {},
                      const ReferenceOptions& reference = {}, const Tensor* keep = nullptr);
+
+// The backward pass (reference/README.md, "The backward pass"). What the gradients of one case
+// are judged against: the backward reference and the naive backward's errors in the same precision
+// (the rule's yardstick), built once per case (per reported keep mask with dropout). inputs carry
+// that keep mask (with_reported_keep) when the problem has dropout.
+struct BackwardYardstick {
+  BackwardReference reference;
+  std::vector<TensorErrors> baseline;  // dq, dk, dv: the naive backward's errors
+  double reference_seconds = 0;
+  std::span<const double> expected(Role gradient) const;
+  // The rule's term rounding of a gradient (core/pass_rule.hpp, judge_gradient) in `working`.
+  double term_rounding(Role gradient, DType working) const;
+  const TensorErrors& baseline_of(Role gradient) const;
+};
+inline constexpr std::array<Role, 3> gradient_roles{Role::dq, Role::dk, Role::dv};
+
+BackwardYardstick make_backward_yardstick(const Problem& problem, const CaseInputs& inputs, const Tensor& d_o, int threads = 0);
+
+// The verdict has one role per gradient (dq, dk, dv), each with its error and tolerance; errors
+// holds their measurements in the same order.
+struct GradientJudgement {
+  std::vector<TensorErrors> errors;
+  Verdict verdict;
+};
+GradientJudgement judge_gradients(const Problem& problem, const BackwardYardstick& yardstick, const Gradients& gradients,
+                                  const JudgeOptions& options = {});
 
 }  // namespace attn

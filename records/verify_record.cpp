@@ -66,6 +66,16 @@ std::size_t role_rank(const std::string& name) {
   return role ? std::size_t(*role) : role_count;
 }
 
+// {"dq": {metrics..., "term_rounding": x}, ...}: term_rounding where set (a baseline's).
+json gradients_json(const std::vector<VerifyGradient>& gradients) {
+  json j = json::object();
+  for (const VerifyGradient& g : gradients) {
+    json& one = j[g.role] = metrics_json(g.metrics);
+    if (g.term_rounding > 0) one["term_rounding"] = figure_json(g.term_rounding);
+  }
+  return j;
+}
+
 json diagnosis_json(const VerifyDiagnosis& d) {
   json matches = json::array();
   for (const VerifyDiagnosisMatch& m : d.matches)
@@ -159,6 +169,19 @@ class Reader {
     return v;
   }
 
+  std::vector<VerifyGradient> gradients(const json& g, const std::string& at) const {
+    std::vector<VerifyGradient> out;
+    for (const auto& [name, one] : g.items()) {
+      if (!one.is_object()) fail_(fmt::format("{}{} is not an object", at, name));
+      VerifyGradient& read = out.emplace_back();
+      read.role = name;
+      read.metrics = metrics(one, at + name + ".");
+      figure(one, "term_rounding", at + name + ".", read.term_rounding);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const VerifyGradient& a, const VerifyGradient& b) { return role_rank(a.role) < role_rank(b.role); });
+    return out;
+  }
+
  private:
   std::function<void(const std::string&)> fail_;
 };
@@ -181,6 +204,7 @@ json to_json(const VerifyRecord& r) {
                      {"error_over_a_priori_bound", figure_json(r.baseline->error_over_a_priori_bound)},
                      {"score_rounding", figure_json(r.baseline->score_rounding)},
                      {"lse_score_rounding", figure_json(r.baseline->lse_score_rounding)}};
+  if (r.baseline && !r.baseline->gradients.empty()) j["baseline"]["gradients"] = gradients_json(r.baseline->gradients);
   if (r.projected_from) j["projected_from"] = {{"repro", r.projected_from->repro}, {"changes", r.projected_from->changes}};
   if (!r.inputs_from.empty()) j["inputs_from"] = r.inputs_from;
   if (!r.measured()) {
@@ -193,6 +217,8 @@ json to_json(const VerifyRecord& r) {
   j["budget_used"] = figure_json(r.budget_used.value_or(std::numeric_limits<double>::quiet_NaN()));
   j["reasons"] = r.reasons;
   if (!r.roles.empty()) j["roles"] = roles_json(r.roles);
+  if (!r.gradients.empty()) j["gradients"] = gradients_json(r.gradients);
+  if (!r.isolation.empty()) j["isolation"] = r.isolation;
   j["seconds"] = r.seconds;
   if (r.diagnosis) j["diagnosis"] = diagnosis_json(*r.diagnosis);
   if (!r.diagnosis_skipped.empty()) j["diagnosis_skipped"] = r.diagnosis_skipped;
@@ -290,6 +316,7 @@ VerifyRecord read_verify_record(const json& r, std::size_t index, const std::str
     read.figure(b, "error_over_a_priori_bound", "baseline.", out.error_over_a_priori_bound);
     read.figure(b, "score_rounding", "baseline.", out.score_rounding);
     read.figure(b, "lse_score_rounding", "baseline.", out.lse_score_rounding);
+    if (b.contains("gradients")) out.gradients = read.gradients(read.object(b, "gradients", "baseline."), "baseline.gradients.");
   }
   if (r.contains("projected_from")) {
     const json& p = r["projected_from"];
@@ -308,6 +335,8 @@ VerifyRecord read_verify_record(const json& r, std::size_t index, const std::str
       if (!r["metrics"].contains(key)) fail(fmt::format("metrics: missing \"{}\"", key));
     v.metrics = read.metrics(r["metrics"], "metrics.");
   }
+  if (r.contains("gradients")) v.gradients = read.gradients(read.object(r, "gradients", ""), "gradients.");
+  read.string(r, "isolation", "", v.isolation);
   if (r.contains("roles")) {
     const json& roles = read.object(r, "roles", "");
     for (const auto& [name, role] : roles.items()) {

@@ -47,11 +47,20 @@ struct VerifyReference {
   double seconds = 0;
 };
 
+// A gradient's errors (a backward case's dq, dk or dv), its role named; the baseline's carry the
+// term rounding its yardstick is floored at (core/pass_rule.hpp, judge_gradient).
+struct VerifyGradient {
+  std::string role;
+  VerifyMetrics metrics;
+  double term_rounding = 0;
+};
+
 // The naive algorithm in the same precision: the yardstick of the pass rule.
 struct VerifyBaseline {
   std::string algorithm;
-  VerifyMetrics metrics;
+  VerifyMetrics metrics;  // the output's (a backward case: its worst gradient's, as the record's)
   double error_over_a_priori_bound = 0, score_rounding = 0, lse_score_rounding = 0;
+  std::vector<VerifyGradient> gradients;  // a backward case's, "gradients" in the file
 };
 
 struct VerifyDiagnosisMatch {
@@ -93,8 +102,11 @@ struct VerifyRecord {
   std::optional<Projection> projected_from;  // ran as its projection onto what the implementation declares
   std::string inputs_from;                   // given inputs: where they are; "" when the repro regenerates them
   std::string skip_reason;                   // a skip's
-  // A pass's or a fail's (written only for those).
+  // A pass's or a fail's (written only for those). A backward case's metrics are its worst
+  // gradient's (the largest share of its tolerance), whose role the coordinates name ("dk b=0 ...").
   std::optional<VerifyMetrics> metrics;
+  std::vector<VerifyGradient> gradients;     // a backward case's, dq dk dv; "gradients" in the file
+  std::string isolation;                     // a failed backward's rerun on the reference's O and LSE: whose fault
   double tolerance = 0, ratio_to_baseline = 0;
   std::optional<double> budget_used;         // the worst error over its tolerance: 1 is the pass line
   std::vector<std::string> reasons;          // why it failed

@@ -1,5 +1,7 @@
 #include "reference/reference_backward.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -51,13 +53,18 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
   // Per task: its d_sink terms (h_q) and, where a bias slice is shared, its part of dBias.
   std::vector<std::vector<Real>> sink_parts(static_cast<std::size_t>(tasks));
   std::vector<Real> d_bias(has_bias ? static_cast<std::size_t>(bias.numel()) : 0, Real(0));
+  // Each task's largest term magnitudes (BackwardReference::term_magnitude), in double: a bound's
+  // scale needs no 113 bits.
+  std::vector<BackwardReference::TermMagnitudes> magnitudes(static_cast<std::size_t>(tasks));
 
   parallel_for_ranges(
       tasks,
       [&](std::int64_t first, std::int64_t last) {
         std::vector<Real> dk_block, dv_block, x, s, w, dp;
+        std::vector<double> dk_terms, dv_terms, dq_terms, dp_terms;
         for (std::int64_t task = first; task < last; ++task) {
           std::vector<Real>& sink_part = sink_parts[static_cast<std::size_t>(task)];
+          BackwardReference::TermMagnitudes& magnitude = magnitudes[static_cast<std::size_t>(task)];
           sink_part.assign(static_cast<std::size_t>(p.h_q), Real(0));
           const std::int64_t b_first = bias_per_batch ? task / head_tasks : 0, b_last = bias_per_batch ? b_first + 1 : p.batch;
           const std::int64_t g_first = bias_per_head ? task % head_tasks : 0, g_last = bias_per_head ? g_first + 1 : p.h_kv;
@@ -65,6 +72,8 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
             for (std::int64_t g = g_first; g < g_last; ++g) {
               dk_block.assign(static_cast<std::size_t>(p.n_k * p.d_k), Real(0));
               dv_block.assign(static_cast<std::size_t>(p.n_k * p.d_v), Real(0));
+              dk_terms.assign(static_cast<std::size_t>(p.n_k * p.d_k), 0.0);
+              dv_terms.assign(static_cast<std::size_t>(p.n_k * p.d_v), 0.0);
               for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
                 for (std::int64_t i = 0; i < p.n_q; ++i) {
                   const std::vector<std::int64_t> keys = detail::visible_keys(in.mask, b, h, i);
@@ -72,6 +81,7 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
                   const std::size_t n = keys.size();
                   const std::int64_t q0 = in.q.offset(b, h, i, 0), o0 = d_o.offset(b, h, i, 0);
                   x.assign(n, Real(0)), s.assign(n, Real(0)), w.assign(n, Real(0)), dp.assign(n, Real(0));
+                  dp_terms.assign(n, 0.0);
                   // Steps 1 to 3: x = scale <q, k> (products exact), s = f(x) + bias.
                   Real m = -std::numeric_limits<Real>::infinity();
                   for (std::size_t jj = 0; jj < n; ++jj) {
@@ -90,43 +100,68 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
                   for (std::size_t jj = 0; jj < n; ++jj) sum += w[jj] = exp(s[jj] - m);
                   // Step 6 and dropout's step 7: P, dP = Z r <dO, v>, D = sum P dP.
                   Real d = 0;
+                  double d_terms = 0;
                   for (std::size_t jj = 0; jj < n; ++jj) {
                     w[jj] /= sum;
                     if (!pipeline.kept(b, h, i, keys[jj])) continue;
                     const std::int64_t v0 = in.v.offset(b, g, keys[jj], 0);
                     Real dot = 0;
-                    for (std::int64_t c = 0; c < p.d_v; ++c) dot += Real(go[std::size_t(o0 + c)]) * Real(v[std::size_t(v0 + c)]);
+                    double terms = 0;
+                    for (std::int64_t c = 0; c < p.d_v; ++c) {
+                      dot += Real(go[std::size_t(o0 + c)]) * Real(v[std::size_t(v0 + c)]);
+                      terms += std::fabs(go[std::size_t(o0 + c)] * v[std::size_t(v0 + c)]);
+                    }
                     dp[jj] = dot * rescale;
+                    dp_terms[jj] = terms * static_cast<double>(rescale);
                     d += w[jj] * dp[jj];
+                    d_terms += static_cast<double>(w[jj]) * dp_terms[jj];
                   }
                   if (sink) sink_part[std::size_t(h)] -= sink_term / sum * d;
                   const std::int64_t dq0 = ((b * p.h_q + h) * p.n_q + i) * p.d_k;
                   std::vector<Real> dq_row(static_cast<std::size_t>(p.d_k), Real(0));
+                  dq_terms.assign(static_cast<std::size_t>(p.d_k), 0.0);
                   for (std::size_t jj = 0; jj < n; ++jj) {
                     const std::int64_t j = keys[jj];
                     const Real ds = w[jj] * (dp[jj] - d);
                     if (has_bias) d_bias[std::size_t(bias.offset(bias_per_batch ? b : 0, bias_per_head ? h : 0, i, j))] += ds;
-                    const Real dx = ds * pipeline.product_slope(x[jj]) * scale;
+                    const Real slope = pipeline.product_slope(x[jj]) * scale;
+                    const Real dx = ds * slope;
+                    const double dx_terms = static_cast<double>(w[jj]) * (dp_terms[jj] + d_terms) * std::fabs(static_cast<double>(slope));
                     const std::int64_t k0 = in.k.offset(b, g, j, 0);
                     for (std::int64_t t = 0; t < p.d_k; ++t) {
                       dq_row[std::size_t(t)] += dx * Real(k[std::size_t(k0 + t)]);
                       dk_block[std::size_t(j * p.d_k + t)] += dx * Real(q[std::size_t(q0 + t)]);
+                      dq_terms[std::size_t(t)] += dx_terms * std::fabs(k[std::size_t(k0 + t)]);
+                      dk_terms[std::size_t(j * p.d_k + t)] += dx_terms * std::fabs(q[std::size_t(q0 + t)]);
                     }
                     if (pipeline.kept(b, h, i, j)) {
                       const Real weight = w[jj] * rescale;
-                      for (std::int64_t c = 0; c < p.d_v; ++c) dv_block[std::size_t(j * p.d_v + c)] += weight * Real(go[std::size_t(o0 + c)]);
+                      for (std::int64_t c = 0; c < p.d_v; ++c) {
+                        dv_block[std::size_t(j * p.d_v + c)] += weight * Real(go[std::size_t(o0 + c)]);
+                        dv_terms[std::size_t(j * p.d_v + c)] += static_cast<double>(weight) * std::fabs(go[std::size_t(o0 + c)]);
+                      }
                     }
                   }
-                  for (std::int64_t t = 0; t < p.d_k; ++t) r.dq[std::size_t(dq0 + t)] = static_cast<double>(dq_row[std::size_t(t)]);
+                  for (std::int64_t t = 0; t < p.d_k; ++t) {
+                    r.dq[std::size_t(dq0 + t)] = static_cast<double>(dq_row[std::size_t(t)]);
+                    magnitude.dq = std::max(magnitude.dq, dq_terms[std::size_t(t)]);
+                  }
                 }
               const std::int64_t k_base = (b * p.h_kv + g) * p.n_k;
               for (std::int64_t e = 0; e < p.n_k * p.d_k; ++e) r.dk[std::size_t(k_base * p.d_k + e)] = static_cast<double>(dk_block[std::size_t(e)]);
               for (std::int64_t e = 0; e < p.n_k * p.d_v; ++e) r.dv[std::size_t(k_base * p.d_v + e)] = static_cast<double>(dv_block[std::size_t(e)]);
+              for (const double t : dk_terms) magnitude.dk = std::max(magnitude.dk, t);
+              for (const double t : dv_terms) magnitude.dv = std::max(magnitude.dv, t);
             }
         }
       },
       threads > 0 ? threads : default_thread_count());
 
+  for (const BackwardReference::TermMagnitudes& m : magnitudes) {
+    r.term_magnitude.dq = std::max(r.term_magnitude.dq, m.dq);
+    r.term_magnitude.dk = std::max(r.term_magnitude.dk, m.dk);
+    r.term_magnitude.dv = std::max(r.term_magnitude.dv, m.dv);
+  }
   if (pipeline.has_sink()) {
     r.d_sink.assign(static_cast<std::size_t>(p.h_q), 0.0);
     for (std::int64_t h = 0; h < p.h_q; ++h) {

@@ -29,6 +29,16 @@ struct BackwardReference {
   // The shape of the mask's bias tensor ([1|b, 1|h_q, n_q, n_k]) when the problem has a bias
   // (ALiBi's too: the gradient of its materialised bias), else empty.
   std::vector<double> d_bias;
+  // What rounding each product's terms once in the working precision costs, per unit roundoff:
+  // for each gradient, the largest sum of its terms' magnitudes over its elements (dQ_i: scale
+  // sum_j P_ij (|dP|_ij + |D|_i) |f'_ij| |k_j|, with |dP|_ij = r sum_c |dO_ic v_jc| and |D|_i =
+  // sum_j P_ij |dP|_ij; dK_j the same over i with |q_i|; dV_j: sum_i P_ij Z_ij r |dO_i|). dQ sums
+  // the rows of dS, which sum to zero: a gradient can be far smaller than its terms (exactly 0 at a
+  // single key), and there a correct kernel's rounding of D and dP, which the naive yardstick may
+  // cancel by luck, is u times this (the pass rule's gradient floor, core/pass_rule.hpp).
+  struct TermMagnitudes {
+    double dq = 0, dk = 0, dv = 0;
+  } term_magnitude;
 };
 
 // d_o: [b, h_q, n_q, d_v] in any dtype (its stored values are exact in float128). threads: 0 for

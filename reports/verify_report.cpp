@@ -47,6 +47,38 @@ VerifyMetrics metrics_record(const Problem& p, const ErrorMetrics& m) {
   return v;
 }
 
+VerifyMetrics metrics_record(const Problem& p, const TensorErrors& m) {
+  VerifyMetrics v;
+  v.compared = m.compared;
+  v.reference_max_abs = m.reference_max_abs;
+  v.max_abs = m.max_abs;
+  v.max_abs_at = tensor_coordinates(p, m.role, m.max_abs_index);
+  v.max_rel = m.max_rel;
+  v.rel_floor = m.rel_floor;
+  v.max_rel_at = tensor_coordinates(p, m.role, m.max_rel_index);
+  v.normwise_rel = m.normwise_rel;
+  v.rms = m.rms;
+  v.max_ulps = m.max_ulps;
+  v.max_ulps_at = tensor_coordinates(p, m.role, m.max_ulps_index);
+  v.nan = m.nan;
+  v.pos_inf = m.pos_inf;
+  v.neg_inf = m.neg_inf;
+  v.unwritten = m.unwritten;
+  return v;
+}
+
+// A backward record's worst gradient: the largest share of its tolerance (the first on a tie).
+const TensorErrors* worst_gradient(const Record& r) {
+  const TensorErrors* worst = nullptr;
+  double worst_share = -1;
+  for (const TensorErrors& g : r.gradients) {
+    const RoleVerdict* v = r.verdict.role(g.role);
+    const double share = v == nullptr ? 0.0 : v->tolerance > 0 ? g.max_abs / v->tolerance : (g.max_abs == 0 ? 0.0 : INFINITY);
+    if (worst == nullptr || !(share <= worst_share)) worst = &g, worst_share = share;
+  }
+  return worst;
+}
+
 VerifyDiagnosis diagnosis_record(const Diagnosis& d) {
   VerifyDiagnosis v;
   v.summary = d.summary();
@@ -65,10 +97,13 @@ VerifyDiagnosis diagnosis_record(const Diagnosis& d) {
 double budget_used(const Verdict& v) {
   double used = 0;
   for (const RoleVerdict& r : v.roles) {
-    if (r.role == Role::o)  // a NaN error stays NaN: std::max below keeps its first argument
-      used = r.tolerance > 0 ? r.max_abs / r.tolerance : (r.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
-    else if (r.tolerance > 0)
+    // o and the gradients: a NaN error stays NaN (std::max below keeps its first argument).
+    if (r.role == Role::o || r.role == Role::dq || r.role == Role::dk || r.role == Role::dv) {
+      const double share = r.tolerance > 0 ? r.max_abs / r.tolerance : (r.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+      used = std::isnan(share) ? share : std::isnan(used) ? used : std::max(share, used);
+    } else if (r.tolerance > 0) {
       used = std::max(used, r.max_abs / r.tolerance);
+    }
   }
   return used;
 }
@@ -128,7 +163,10 @@ VerifyRecord verify_record(const Record& r) {
   v.status = to_string(r.status);
   v.reference = VerifyReference{c.rows_total, c.rows_checked, c.reference_rows_float128, c.sampled, c.reference_self_bound_ulps, c.reference_seconds};
   v.baseline = VerifyBaseline{"cpu_naive in the same precision", metrics_record(c.problem, c.baseline), c.baseline_bound_ratio,
-                              c.score_rounding.out, c.score_rounding.lse};
+                              c.score_rounding.out, c.score_rounding.lse, {}};
+  for (std::size_t n = 0; n < c.gradient_baseline.size(); ++n)
+    v.baseline->gradients.push_back({std::string(to_string(c.gradient_baseline[n].role)), metrics_record(c.problem, c.gradient_baseline[n]),
+                                     n < c.gradient_term_rounding.size() ? c.gradient_term_rounding[n] : 0.0});
   if (!r.projected_from.empty()) v.projected_from = VerifyRecord::Projection{r.projected_from, r.projection};
   // Given inputs: the repro string describes the case but cannot regenerate its tensors.
   v.inputs_from = c.inputs_from;
@@ -136,8 +174,18 @@ VerifyRecord verify_record(const Record& r) {
     v.skip_reason = r.skip_reason;
     return v;
   }
-  v.metrics = metrics_record(c.problem, r.metrics);
-  v.tolerance = r.verdict.tolerance();
+  if (const TensorErrors* worst = worst_gradient(r)) {
+    v.metrics = metrics_record(c.problem, *worst);
+    v.tolerance = r.verdict.role(worst->role)->tolerance;
+    for (const TensorErrors& g : r.gradients) v.gradients.push_back({std::string(to_string(g.role)), metrics_record(c.problem, g), 0.0});
+    // The baseline's metrics follow the record's: the same gradient's.
+    for (const TensorErrors& g : c.gradient_baseline)
+      if (g.role == worst->role) v.baseline->metrics = metrics_record(c.problem, g);
+  } else {
+    v.metrics = metrics_record(c.problem, r.metrics);
+    v.tolerance = r.verdict.tolerance();
+  }
+  v.isolation = r.isolation;
   v.ratio_to_baseline = r.verdict.ratio;
   v.budget_used = budget_used(r.verdict);
   v.reasons = r.verdict.reasons;
@@ -214,8 +262,12 @@ void print_verify_row(std::ostream& os, const Record& r) {
     fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  FAIL  {}\n", r.implementation, c.index, label, "-", "-", "-", why);
     return;
   }
-  const std::string ulps = r.metrics.max_ulps_index < 0 ? "-" : format_ulps(r.metrics.max_ulps);
-  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label, format_error(r.metrics.max_abs), ulps,
+  // A backward case shows its worst gradient's errors.
+  const TensorErrors* worst = worst_gradient(r);
+  const std::int64_t ulps_index = worst ? worst->max_ulps_index : r.metrics.max_ulps_index;
+  const std::string ulps = ulps_index < 0 ? "-" : format_ulps(worst ? worst->max_ulps : r.metrics.max_ulps);
+  fmt::print(os, "{:<16} {:>4}  {:<52} {:>9} {:>8} {:>7}  {}\n", r.implementation, c.index, label,
+             format_error(worst ? worst->max_abs : r.metrics.max_abs), ulps,
              format_budget(budget_used(r.verdict)), r.status == Status::pass ? "PASS" : "FAIL");
   if (r.diagnosis.ran) fmt::print(os, "{:<22}diagnosis: {}\n", "", r.diagnosis.summary());
 }

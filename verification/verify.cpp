@@ -41,6 +41,19 @@ Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& 
   return o;
 }
 
+Problem forward_of(Problem p) {
+  p.operation = Operation::forward;
+  return p;
+}
+
+// A backward problem's pass on fresh poisoned gradients, fed o and lse (null: not given).
+Gradients run_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o, const Tensor& o, const Tensor* lse) {
+  Gradients g = make_gradients(p);
+  std::vector<std::byte> workspace(impl.workspace_bytes(p));
+  impl.run(RunArgs{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv, &o, lse), workspace});
+  return g;
+}
+
 }  // namespace
 
 std::string_view to_string(Status status) {
@@ -85,13 +98,10 @@ namespace {
 // them in turn, case by case (every layout within any set of three or more cases); a case that
 // names a layout keeps it. Then the problem is resolved against what it declares and supports.
 Resolution plan_for(const Implementation& impl, const Capabilities& caps, const Problem& p, std::size_t case_number, bool project) {
-  // The reference judges the forward pass only (judge/judge.hpp's make_yardstick): another
-  // operation is skipped, with covers()'s reason where the implementation does not declare it.
-  if (p.operation != Operation::forward) {
+  // A backward pass is fed its own forward's O and LSE (end to end): it needs a forward too.
+  if (p.operation == Operation::backward && std::find(caps.operations.begin(), caps.operations.end(), Operation::forward) == caps.operations.end()) {
     Resolution r;
-    const Support s = covers(caps, p);
-    r.skip_reason = s.ok ? fmt::format("{}: the reference computes the forward pass only, so verify cannot judge it yet", to_string(p.operation))
-                         : s.reason;
+    r.skip_reason = "its backward pass is fed its own forward's O and LSE, and it declares no forward pass";
     return r;
   }
   Problem wanted = p;
@@ -120,7 +130,8 @@ Resolution plan_for(const Implementation& impl, const Capabilities& caps, const 
 struct DropoutYardstick {
   Tensor keep;
   std::optional<CaseInputs> inputs;  // the case's, with that keep mask
-  Yardstick yardstick;
+  Yardstick yardstick;               // a forward case's
+  BackwardYardstick backward;        // a backward case's
 };
 
 // A problem ready to run implementations on: its inputs and yardstick live while the case does.
@@ -129,6 +140,8 @@ struct Prepared {
   std::optional<CaseInputs> inputs_storage;  // a Mask needs its problem to exist
   std::optional<Tensor> given_out, given_lse, given_keep;  // GivenInputs::out, lse and keep
   Yardstick yardstick;  // without dropout
+  BackwardYardstick backward_yardstick;  // a backward case's, without dropout
+  std::optional<Tensor> d_o;             // a backward case's upstream gradient
   std::vector<std::unique_ptr<DropoutYardstick>> dropout_yardsticks;
   // The implementations that had a failure on it diagnosed: a replayed case (the same problem
   // again) is diagnosed at its first failure only, as the diagnosis would say the same again.
@@ -149,10 +162,20 @@ void set_reference_facts(CaseContext& ctx, const Yardstick& y) {
   ctx.baseline_problem = y.baseline_problem;
 }
 
+void set_reference_facts(CaseContext& ctx, const BackwardYardstick& y) {
+  ctx.reference_seconds = y.reference_seconds;
+  ctx.rows_checked = ctx.rows_total;  // every gradient element: nothing is sampled
+  ctx.gradient_baseline = y.baseline;
+  ctx.gradient_term_rounding.clear();
+  for (Role role : gradient_roles) ctx.gradient_term_rounding.push_back(y.term_rounding(role, working_dtype(ctx.problem.numerics())));
+}
+
 // The reference, the yardstick and their facts for one problem (judge/judge.hpp), on the
 // generated inputs or the ones the options give.
 std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, const VerifyOptions& options, Prepared& prepared) {
   auto ctx = std::make_unique<CaseContext>();
+  if (options.given_inputs && p.operation == Operation::backward)
+    throw InputError(fmt::format("case '{}': given inputs and outputs are judged as a forward pass only (no dO or gradients are read)", p.repro()));
   if (options.given_inputs) {
     GivenInputs given = options.given_inputs(p, number);
     prepared.inputs_storage.emplace(std::move(given.inputs));
@@ -169,8 +192,14 @@ std::unique_ptr<CaseContext> prepare_case(const Problem& p, std::size_t number, 
   ctx->problem = p;
   ctx->rows_total = p.rows();
   ctx->reference_computed = true;
+  if (p.operation == Operation::backward) prepared.d_o = generate_d_o(p);
   // Dropout's reference waits for the keep mask of the first implementation run (dropout_yardstick).
   if (p.dropout.enabled()) return ctx;
+  if (p.operation == Operation::backward) {
+    prepared.backward_yardstick = make_backward_yardstick(p, prepared.inputs(), *prepared.d_o, options.reference.threads);
+    set_reference_facts(*ctx, prepared.backward_yardstick);
+    return ctx;
+  }
   prepared.yardstick = make_yardstick(p, prepared.inputs(), options.reference);
   set_reference_facts(*ctx, prepared.yardstick);
   return ctx;
@@ -184,8 +213,14 @@ const DropoutYardstick& dropout_yardstick(Prepared& prepared, const Tensor& keep
   auto made = std::make_unique<DropoutYardstick>();
   made->keep = keep;
   made->inputs.emplace(with_reported_keep(prepared.inputs(), made->keep));
-  made->yardstick = make_yardstick(prepared.context->problem, *made->inputs, options.reference);
-  if (prepared.dropout_yardsticks.empty()) set_reference_facts(*prepared.context, made->yardstick);
+  const Problem& p = prepared.context->problem;
+  if (p.operation == Operation::backward) {
+    made->backward = make_backward_yardstick(p, *made->inputs, *prepared.d_o, options.reference.threads);
+    if (prepared.dropout_yardsticks.empty()) set_reference_facts(*prepared.context, made->backward);
+  } else {
+    made->yardstick = make_yardstick(p, *made->inputs, options.reference);
+    if (prepared.dropout_yardsticks.empty()) set_reference_facts(*prepared.context, made->yardstick);
+  }
   prepared.dropout_yardsticks.push_back(std::move(made));
   return *prepared.dropout_yardsticks.back();
 }
@@ -213,8 +248,78 @@ std::string gqa_blame(const Implementation& impl, const Capabilities& caps, cons
                      p.h_q, p.h_q / p.h_kv, p.h_q / p.h_kv);
 }
 
+// The reference's forward outputs rounded to their dtypes: what a failing backward is rerun on, to
+// tell a fault of its forward's O or LSE from one of the backward itself.
+Output reference_forward(const Problem& forward, const CaseInputs& in) {
+  const ReferenceResult ref = compute_reference(forward, in, ReferenceOptions{});
+  Output o{make_output(forward), make_lse(forward), Tensor{}};
+  for (std::size_t r = 0; r < ref.rows.size(); ++r) {
+    for (std::int64_t c = 0; c < forward.d_v; ++c)
+      o.out.set(ref.rows[r] * forward.d_v + c, ref.fully_masked[r] ? 0.0 : ref.out[r * std::size_t(forward.d_v) + std::size_t(c)]);
+    o.lse.set(ref.rows[r], ref.lse[r]);
+  }
+  return o;
+}
+
+// A backward case, end to end: the implementation's forward first (its O, its LSE when it returns
+// one, its keep mask with dropout), then its backward fed them, judged gradient by gradient.
+void run_backward_record(Record& record, const Implementation& impl, const Capabilities& caps, Prepared& prepared, const VerifyOptions& options) {
+  const CaseInputs& in = prepared.inputs();
+  const Problem& p = prepared.context->problem;
+  const Problem forward = forward_of(p);
+  const JudgeOptions judging{options.rule, caps.fully_masked, caps.judged_precision()};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    const Output fwd = run_once(impl, forward, in, caps.returns_lse);
+    const Tensor* lse = caps.returns_lse ? &fwd.lse : nullptr;
+    const Gradients g = run_backward(impl, p, in, *prepared.d_o, fwd.out, lse);
+    record.seconds = seconds_since(start);
+    const BackwardYardstick* yardstick = &prepared.backward_yardstick;
+    const CaseInputs* judged_in = &in;
+    std::optional<KeepJudgement> keep;
+    if (p.dropout.enabled()) {
+      keep = judge_keep(p, in.mask, fwd.keep);
+      if (keep->usable) {
+        const DropoutYardstick& y = dropout_yardstick(prepared, fwd.keep, options);
+        yardstick = &y.backward;
+        judged_in = &*y.inputs;
+      }
+    }
+    if (keep && !keep->usable) {
+      record.verdict.pass = false;
+      add_keep_verdict(record.verdict, keep->verdict);
+    } else {
+      GradientJudgement judged = judge_gradients(p, *yardstick, g, judging);
+      record.gradients = std::move(judged.errors);
+      record.verdict = std::move(judged.verdict);
+      if (keep) add_keep_verdict(record.verdict, keep->verdict);
+    }
+    if (std::string late = impl.late_problems(); !late.empty()) {
+      record.verdict.pass = false;
+      record.verdict.reasons.push_back(std::move(late));
+    }
+    if (!record.verdict.pass && !record.gradients.empty()) {
+      // Isolated: the same backward fed the reference's O and LSE (and the keep mask it drew).
+      const Output exact = reference_forward(forward, *judged_in);
+      const Gradients again = run_backward(impl, p, in, *prepared.d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
+      const bool passes = judge_gradients(p, *yardstick, again, judging).verdict.pass;
+      record.isolation = passes ? "fed the reference's O and LSE (rounded to their dtypes) instead of its own forward's, its backward passes: "
+                                  "the fault is in its forward's O or LSE"
+                                : "fed the reference's O and LSE (rounded to their dtypes) instead of its own forward's, its backward still "
+                                  "fails: the fault is in the backward pass";
+      record.verdict.reasons.push_back(record.isolation);
+    }
+  } catch (const std::exception& e) {
+    record.seconds = seconds_since(start);
+    record.verdict.pass = false;
+    record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
+  }
+  record.status = record.verdict.pass ? Status::pass : Status::fail;
+}
+
 void run_record(Record& record, const Implementation& impl, const Capabilities& caps, Prepared& prepared, const VerifyOptions& options,
                 int& diagnosed) {
+  if (prepared.context->problem.operation == Operation::backward) return run_backward_record(record, impl, caps, prepared, options);
   const CaseContext& context = *prepared.context;
   const CaseInputs& in = prepared.inputs();
   const Problem& p = context.problem;
@@ -338,6 +443,16 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   m.outputs = 2.0 * (e(Role::o) * o + acc * rows);
   // Dropout: each run's keep mask (f32), and the one a yardstick keeps (bytes) with its copy.
   if (p.dropout.enabled()) m.outputs += 2.0 * 4.0 * rows * nk, m.yardstick += (4.0 + 1.0) * rows * nk;
+  // Backward: dO; the backward reference's widened inputs, its gradients and each task's float128
+  // dK and dV blocks; the naive backward's gradients and its materialised P and dP; each run's
+  // gradients (a failure reruns the backward) and the reference forward it is then fed.
+  if (p.operation == Operation::backward) {
+    const double gradients = e(Role::dq) * q + e(Role::dk) * k + e(Role::dv) * v;
+    m.inputs += e(Role::d_o) * o;
+    m.reference += 8.0 * (q + k + v + o) + 8.0 * (q + k + v) + threads * 24.0 * nk * (dk + dv);
+    m.yardstick += gradients + acc * (2.0 * nq * nk + nq * (dk + dv) + 2.0 * nk * (dk + dv));
+    m.outputs += 2.0 * gradients;
+  }
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.
   if (m.total() < double(std::numeric_limits<std::int64_t>::max()))
     for (const Implementation* impl : implementations) m.workspace = std::max(m.workspace, double(impl->workspace_bytes(p)));

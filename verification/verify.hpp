@@ -59,7 +59,11 @@ struct CaseContext {
   double reference_self_bound_ulps = 0;  // the reference's stated error, in output ulps
   std::int64_t reference_rows_float128 = 0;  // rows the reference's bounded pass left to float128
   ScoreRounding score_rounding;          // the pass rule's floor on the yardsticks (ReferenceResult::score_rounding)
-  ErrorMetrics baseline;                 // the naive algorithm's error
+  ErrorMetrics baseline;                 // the naive algorithm's error (of the output: a forward case)
+  // A backward case's: the naive backward's errors and each gradient's term rounding (the pass
+  // rule's floor on its yardstick, core/pass_rule.hpp's judge_gradient), in gradient_roles order.
+  std::vector<TensorErrors> gradient_baseline;
+  std::vector<double> gradient_term_rounding;
   double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)
   std::string baseline_problem;          // empty when the baseline is sound, else what broke
   double reference_seconds = 0;
@@ -76,8 +80,12 @@ struct Record {
   // The named case when what ran is its projection (context->problem); empty otherwise.
   std::string projected_from;
   std::string projection;  // what the projection changed, e.g. 'dtype f16 -> f32, h_kv 2 -> 8'
-  ErrorMetrics metrics;
+  ErrorMetrics metrics;                  // the output's (a forward case)
+  std::vector<TensorErrors> gradients;   // a backward case's: dq, dk, dv
   Verdict verdict;
+  // A failed backward case: what its rerun on the reference's O and LSE (rounded to their dtypes)
+  // says: whether the forward or the backward is at fault; "" when not rerun.
+  std::string isolation;
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
   // For a failure with an output: the known mistakes the output matches (diagnosis.ran false otherwise).
   Diagnosis diagnosis;
