@@ -160,9 +160,11 @@ std::span<const double> BackwardYardstick::expected(Role gradient) const {
   return gradient == Role::dq ? reference.dq : gradient == Role::dk ? reference.dk : reference.dv;
 }
 
-double BackwardYardstick::term_rounding(Role gradient, DType working) const {
+double BackwardYardstick::term_rounding(Role gradient, const Problem& p) const {
   const BackwardReference::TermMagnitudes& m = reference.term_magnitude;
-  return accumulation_unit_roundoff(working) * (gradient == Role::dq ? m.dq : gradient == Role::dk ? m.dk : m.dv);
+  const double relative =
+      accumulation_unit_roundoff(working_dtype(p.numerics())) + accumulation_unit_roundoff(p.dtype_of(Role::lse)) * reference.lse_max_abs;
+  return relative * (gradient == Role::dq ? m.dq : gradient == Role::dk ? m.dk : m.dv);
 }
 
 const TensorErrors& BackwardYardstick::baseline_of(Role gradient) const {
@@ -191,7 +193,7 @@ GradientJudgement judge_gradients(const Problem& p, const BackwardYardstick& y, 
   double worst_ratio = 0;
   for (Role role : gradient_roles) {
     const TensorErrors& measured = j.errors.emplace_back(measure_tensor(role, p.dtype_of(role), g.of(role), y.expected(role)));
-    RoleVerdict v = judge_gradient(options.rule, p.dtype_of(role), measured, y.baseline_of(role), y.term_rounding(role, working), scale);
+    RoleVerdict v = judge_gradient(options.rule, p.dtype_of(role), measured, y.baseline_of(role), y.term_rounding(role, p), scale);
     const double naive = y.baseline_of(role).max_abs;
     const double ratio = naive > 0 ? measured.max_abs / naive : (measured.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
     if (!(ratio <= worst_ratio)) worst_ratio = ratio;

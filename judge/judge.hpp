@@ -86,8 +86,10 @@ struct BackwardYardstick {
   std::vector<TensorErrors> baseline;  // dq, dk, dv: the naive backward's errors
   double reference_seconds = 0;
   std::span<const double> expected(Role gradient) const;
-  // The rule's term rounding of a gradient (core/pass_rule.hpp, judge_gradient) in `working`.
-  double term_rounding(Role gradient, DType working) const;
+  // The rule's term rounding of a gradient (core/pass_rule.hpp, judge_gradient): its term
+  // magnitude times the working precision's unit roundoff plus the relative error of P recomputed
+  // from an LSE rounded to its dtype (the LSE's unit roundoff times max |LSE|).
+  double term_rounding(Role gradient, const Problem& problem) const;
   const TensorErrors& baseline_of(Role gradient) const;
 };
 inline constexpr std::array<Role, 3> gradient_roles{Role::dq, Role::dk, Role::dv};

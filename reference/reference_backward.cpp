@@ -55,7 +55,10 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
   std::vector<Real> d_bias(has_bias ? static_cast<std::size_t>(bias.numel()) : 0, Real(0));
   // Each task's largest term magnitudes (BackwardReference::term_magnitude), in double: a bound's
   // scale needs no 113 bits.
-  std::vector<BackwardReference::TermMagnitudes> magnitudes(static_cast<std::size_t>(tasks));
+  struct Magnitudes : BackwardReference::TermMagnitudes {
+    double lse = 0;
+  };
+  std::vector<Magnitudes> magnitudes(static_cast<std::size_t>(tasks));
 
   parallel_for_ranges(
       tasks,
@@ -64,7 +67,7 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
         std::vector<double> dk_terms, dv_terms, dq_terms, dp_terms;
         for (std::int64_t task = first; task < last; ++task) {
           std::vector<Real>& sink_part = sink_parts[static_cast<std::size_t>(task)];
-          BackwardReference::TermMagnitudes& magnitude = magnitudes[static_cast<std::size_t>(task)];
+          Magnitudes& magnitude = magnitudes[static_cast<std::size_t>(task)];
           sink_part.assign(static_cast<std::size_t>(p.h_q), Real(0));
           const std::int64_t b_first = bias_per_batch ? task / head_tasks : 0, b_last = bias_per_batch ? b_first + 1 : p.batch;
           const std::int64_t g_first = bias_per_head ? task % head_tasks : 0, g_last = bias_per_head ? g_first + 1 : p.h_kv;
@@ -98,6 +101,7 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
                   Real sum = sink ? Real(exp(Real(*sink) - m)) : Real(0);
                   const Real sink_term = sum;
                   for (std::size_t jj = 0; jj < n; ++jj) sum += w[jj] = exp(s[jj] - m);
+                  magnitude.lse = std::max(magnitude.lse, std::fabs(static_cast<double>(m + log(sum))));
                   // Step 6 and dropout's step 7: P, dP = Z r <dO, v>, D = sum P dP.
                   Real d = 0;
                   double d_terms = 0;
@@ -157,10 +161,11 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
       },
       threads > 0 ? threads : default_thread_count());
 
-  for (const BackwardReference::TermMagnitudes& m : magnitudes) {
+  for (const Magnitudes& m : magnitudes) {
     r.term_magnitude.dq = std::max(r.term_magnitude.dq, m.dq);
     r.term_magnitude.dk = std::max(r.term_magnitude.dk, m.dk);
     r.term_magnitude.dv = std::max(r.term_magnitude.dv, m.dv);
+    r.lse_max_abs = std::max(r.lse_max_abs, m.lse);
   }
   if (pipeline.has_sink()) {
     r.d_sink.assign(static_cast<std::size_t>(p.h_q), 0.0);

@@ -39,6 +39,10 @@ struct BackwardReference {
   struct TermMagnitudes {
     double dq = 0, dk = 0, dv = 0;
   } term_magnitude;
+  // max |LSE_i| over the rows that see a key: a backward recomputes P = exp(s - LSE) from the LSE
+  // its forward returned, rounded to the LSE's dtype, whose error |LSE| u reaches every weight as a
+  // relative one (and through them every term above).
+  double lse_max_abs = 0;
 };
 
 // d_o: [b, h_q, n_q, d_v] in any dtype (its stored values are exact in float128). threads: 0 for

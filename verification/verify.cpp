@@ -18,6 +18,7 @@
 #include "core/precision.hpp"
 #include "impls/capability_space.hpp"
 #include "judge/judge.hpp"
+#include "verification/backward_mistakes.hpp"
 
 namespace attn {
 namespace {
@@ -167,7 +168,7 @@ void set_reference_facts(CaseContext& ctx, const BackwardYardstick& y) {
   ctx.rows_checked = ctx.rows_total;  // every gradient element: nothing is sampled
   ctx.gradient_baseline = y.baseline;
   ctx.gradient_term_rounding.clear();
-  for (Role role : gradient_roles) ctx.gradient_term_rounding.push_back(y.term_rounding(role, working_dtype(ctx.problem.numerics())));
+  for (Role role : gradient_roles) ctx.gradient_term_rounding.push_back(y.term_rounding(role, ctx.problem));
 }
 
 // The reference, the yardstick and their facts for one problem (judge/judge.hpp), on the
@@ -298,6 +299,19 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
       record.verdict.pass = false;
       record.verdict.reasons.push_back(std::move(late));
     }
+    // A second backward on the same O and LSE: a declared deterministic backward must repeat its
+    // bits (dK and dV races and atomically summed dQ are the backward's commonest faults), and a
+    // failure's diagnosis needs it in any case.
+    std::optional<Gradients> second;
+    if (caps.deterministic || (!record.verdict.pass && options.diagnosis.enabled)) {
+      second = run_backward(impl, p, in, *prepared.d_o, fwd.out, lse);
+      if (std::string where = first_gradient_difference(p, g, *second); !where.empty() && caps.deterministic) {
+        record.verdict.pass = false;
+        record.verdict.reasons.push_back("declared deterministic, but two runs of its backward on the same inputs differ at " + where);
+      }
+    }
+    if (!record.verdict.pass && options.diagnosis.enabled && !record.gradients.empty())
+      record.diagnosis = diagnose_backward(p, *judged_in, *prepared.d_o, g, record.verdict, second ? &*second : nullptr);
     if (!record.verdict.pass && !record.gradients.empty()) {
       // Isolated: the same backward fed the reference's O and LSE (and the keep mask it drew).
       const Output exact = reference_forward(forward, *judged_in);

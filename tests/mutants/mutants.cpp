@@ -320,7 +320,56 @@ class MutantAttention final : public Implementation {
   mutable std::atomic<std::uint64_t> runs_{0};  // nondeterministic_rows's race depends on it
 };
 
+class BackwardMutant final : public Implementation {
+ public:
+  explicit BackwardMutant(std::optional<BackwardMistake> mistake) : mistake_(mistake) {}
+  std::string name() const override {
+    return mistake_ ? "mutant_" + std::string(known_backward_mistake(*mistake_).name) : "mutant_backward_control";
+  }
+  Capabilities describe() const override {
+    Capabilities c = forward_.describe();
+    c.summary = "deliberately wrong backward pass (test only): " +
+                (mistake_ ? std::string(known_backward_mistake(*mistake_).description) : std::string("no mistake (the control)")) +
+                "; the control's forward; single-threaded, f64 or f32 for f32/f16/bf16";
+    c.operations = {Operation::forward, Operation::backward};
+    return c;
+  }
+  Support supports(const Problem&) const override { return Support::yes(); }
+  std::size_t workspace_bytes(const Problem&) const override { return 0; }  // allocates its own
+  void run(const RunArgs& args) const override {
+    if (args.problem.operation != Operation::backward) return forward_.run(args);
+    const Tensor* d_o = args.tensors.input(Role::d_o);
+    if (d_o == nullptr) throw std::logic_error("a backward pass without dO");
+    // Computed into harness-owned copies, then written to the outputs element by element.
+    Gradients computed = make_gradients(args.problem);
+    const std::uint64_t run_number = runs_.fetch_add(1);
+    if (args.problem.dtype == DType::f64)
+      backward_as_written<double>(mistake_, args.problem, args.inputs, *d_o, computed, run_number);
+    else
+      backward_as_written<float>(mistake_, args.problem, args.inputs, *d_o, computed, run_number);
+    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+      Tensor& out = args.tensors.required_output(role);
+      for (std::int64_t e = 0; e < out.numel(); ++e) out.set_bits(e, computed.of(role).bits(e));
+    }
+  }
+
+ private:
+  std::optional<BackwardMistake> mistake_;
+  MutantAttention forward_{std::nullopt};
+  mutable std::atomic<std::uint64_t> runs_{0};  // dq_order_varies draws its order from it
+};
+
 }  // namespace
+
+std::unique_ptr<Implementation> make_backward_mutant(std::optional<BackwardMistake> mistake) {
+  return std::make_unique<BackwardMutant>(mistake);
+}
+
+std::vector<std::unique_ptr<Implementation>> make_all_backward() {
+  std::vector<std::unique_ptr<Implementation>> all;
+  for (const KnownBackwardMistake& m : known_backward_mistakes()) all.push_back(make_backward_mutant(m.id));
+  return all;
+}
 
 std::string_view to_string(std::optional<Mistake> mistake) { return mistake ? name_of(*mistake) : "control"; }
 

@@ -16,6 +16,7 @@
 #include "core/mask.hpp"
 #include "core/problem.hpp"
 #include "impls/implementation.hpp"
+#include "verification/backward_mistakes.hpp"
 #include "verification/mistakes.hpp"
 
 namespace attn::mutants {
@@ -39,6 +40,14 @@ inline constexpr double finite_row_max_init = -1e4;
 std::unique_ptr<Implementation> make_mutant(Mistake mistake);
 std::vector<std::unique_ptr<Implementation>> make_all();       // the 31 mutants, in all_mistakes() order
 std::unique_ptr<Implementation> make_correct_control();        // "mutant_control"
+
+// The backward mutants: the control's forward, and a backward computed by backward_as_written
+// (verification/backward_mistakes.hpp) in the working precision with one backward mistake made,
+// each gradient rounded once to its dtype. Named "mutant_" + the mistake's name; with none, the
+// correct "mutant_backward_control". They declare the forward and the backward, deterministic, and
+// everything the forward mutants declare.
+std::unique_ptr<Implementation> make_backward_mutant(std::optional<BackwardMistake> mistake);
+std::vector<std::unique_ptr<Implementation>> make_all_backward();  // one per known backward mistake, in catalogue order
 
 // Whether the implementation with `mistake` treats key j as visible to query i of (b, h): the
 // Mask's answer, except for the mask mistakes (causal_ignored, causal_alignment_swapped,
