@@ -205,4 +205,18 @@ GradientJudgement judge_gradients(const Problem& p, const BackwardYardstick& y, 
   return j;
 }
 
+std::string first_gradient_difference(const Problem& p, const Gradients& first, const Gradients& second) {
+  for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    const Tensor &a = first.of(role), &b = second.of(role);
+    std::int64_t differing = 0, at = -1;
+    for (std::int64_t e = 0; e < a.numel(); ++e)
+      if (a.bits(e) != b.bits(e)) differing += 1, at = at < 0 ? e : at;
+    if (differing > 0)
+      return fmt::format("{} ({:.9g} then {:.9g}), {} elements of {} differ", tensor_coordinates(p, role, at), a.get(at), b.get(at), differing,
+                         to_string(role));
+  }
+  return "";
+}
+
+
 }  // namespace attn

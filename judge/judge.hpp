@@ -105,4 +105,8 @@ struct GradientJudgement {
 GradientJudgement judge_gradients(const Problem& problem, const BackwardYardstick& yardstick, const Gradients& gradients,
                                   const JudgeOptions& options = {});
 
+// Where two runs' gradients differ in bits: "dq b=0 h=1 i=3 c=0 (0.25 then 0.2500001), 12 elements
+// of dq differ", or "" when every bit agrees.
+std::string first_gradient_difference(const Problem& problem, const Gradients& first, const Gradients& second);
+
 }  // namespace attn

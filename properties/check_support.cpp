@@ -31,6 +31,49 @@ Outputs run(const Implementation& impl, const Problem& p, const CaseInputs& in) 
   return o;
 }
 
+BackwardOutputs run_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o) {
+  Problem forward = p;
+  forward.operation = Operation::forward;
+  BackwardOutputs o{run(impl, forward, in), {}, {}};
+  if (!o.forward.error.empty()) {
+    o.error = o.forward.error;
+    return o;
+  }
+  return rerun_backward(impl, p, in, d_o, o);
+}
+
+BackwardOutputs rerun_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o, const BackwardOutputs& first) {
+  const Capabilities caps = impl.describe();
+  if (Support s = covers(caps, p); !s.ok || !(s = impl.supports(p)).ok)
+    throw DerivedProblemRefused(fmt::format("the check runs {}, which {} refuses: {}", p.repro(), impl.name(), s.reason));
+  BackwardOutputs o{Outputs{first.forward.out, first.forward.lse, {}, first.forward.keep, {}}, make_gradients(p), {}};
+  try {
+    std::vector<std::byte> workspace(impl.workspace_bytes(p));
+    impl.run(RunArgs{p, in,
+                     RoleTensors::backward(in, d_o, o.gradients.dq, o.gradients.dk, o.gradients.dv, &o.forward.out,
+                                           caps.returns_lse ? &o.forward.lse : nullptr),
+                     workspace});
+  } catch (const std::exception& e) {
+    o.error = fmt::format("{}{}", run_failed_prefix, e.what());
+  }
+  return o;
+}
+
+Verdict judge_gradients_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o,
+                                          const BackwardOutputs& o) {
+  const Capabilities caps = impl.describe();
+  const JudgeOptions options{PassRule{}, caps.fully_masked, caps.judged_precision()};
+  if (!p.dropout.enabled()) return judge_gradients(p, make_backward_yardstick(p, in, d_o), o.gradients, options).verdict;
+  KeepJudgement keep = judge_keep(p, in.mask, o.forward.keep);
+  Verdict v;
+  if (keep.usable) {
+    const CaseInputs with_keep = with_reported_keep(in, o.forward.keep);
+    v = judge_gradients(p, make_backward_yardstick(p, with_keep, d_o), o.gradients, options).verdict;
+  }
+  add_keep_verdict(v, std::move(keep.verdict));
+  return v;
+}
+
 Rng check_rng(const Problem& p, std::uint64_t purpose) { return Rng(p.seed, 0xC4EC0000 + purpose); }
 
 std::int64_t out_index(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t c) {
@@ -71,6 +114,18 @@ CaseInputs other_data(const Problem& p) {
   Problem q = p;
   q.seed = p.seed + 7777;
   return generate_inputs(q);
+}
+
+CaseInputs with_repeated_kv(const Problem& p, const CaseInputs& in) {
+  CaseInputs repeated{in.q, Tensor(in.k.dtype(), {p.batch, p.h_q, p.n_k, p.d_k}), Tensor(in.v.dtype(), {p.batch, p.h_q, p.n_k, p.d_v}), in.mask};
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.h_q; ++h) {
+      for (std::int64_t e = 0; e < p.n_k * p.d_k; ++e)
+        repeated.k.set_bits(repeated.k.offset(b, h, 0, 0) + e, in.k.bits(in.k.offset(b, p.kv_head(h), 0, 0) + e));
+      for (std::int64_t e = 0; e < p.n_k * p.d_v; ++e)
+        repeated.v.set_bits(repeated.v.offset(b, h, 0, 0) + e, in.v.bits(in.v.offset(b, p.kv_head(h), 0, 0) + e));
+    }
+  return repeated;
 }
 
 // Copies element range [from, from + count) of src into dst.

@@ -105,14 +105,7 @@ std::string grouped_heads_equal_repeated_heads(const Implementation& impl, const
   if (!o.error.empty()) return o.error;
   Problem mha = p;
   mha.h_kv = p.h_q;
-  CaseInputs repeated{in.q, Tensor(in.k.dtype(), {p.batch, p.h_q, p.n_k, p.d_k}), Tensor(in.v.dtype(), {p.batch, p.h_q, p.n_k, p.d_v}), in.mask};
-  for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t h = 0; h < p.h_q; ++h) {
-      for (std::int64_t e = 0; e < p.n_k * p.d_k; ++e)
-        repeated.k.set_bits(repeated.k.offset(b, h, 0, 0) + e, in.k.bits(in.k.offset(b, p.kv_head(h), 0, 0) + e));
-      for (std::int64_t e = 0; e < p.n_k * p.d_v; ++e)
-        repeated.v.set_bits(repeated.v.offset(b, h, 0, 0) + e, in.v.bits(in.v.offset(b, p.kv_head(h), 0, 0) + e));
-    }
+  const CaseInputs repeated = with_repeated_kv(p, in);
   if (!impl.supports(mha).ok) return "";
   const Outputs as_mha = run(impl, mha, repeated);
   if (!as_mha.error.empty()) return as_mha.error;

@@ -173,6 +173,7 @@ ProblemSpace narrowed_to(const ProblemSpace& space, const Capabilities& caps) {
 bool admits(const ProblemSpace& space, const Problem& p) {
   const MaskSupport& m = space.masks;
   if (!contains(space.dtypes, p.dtype) || !contains(space.layouts, p.layout) || !contains(space.regimes, p.regime)) return false;
+  if (p.operation != space.operation) return false;
   for (Role role : data_roles)
     if (const DType d = p.dtype_of(role); d != p.dtype) {
       const auto own = space.role_dtypes.find(role);
@@ -320,6 +321,7 @@ rc::Gen<Problem> gen_problem(const ProblemSpace& space) {
     }
     // Then the data: the seed fixes every input bit.
     p.seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+    p.operation = space.operation;
     return p;
   }));
 }

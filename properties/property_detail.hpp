@@ -55,6 +55,8 @@ Verdict judge_against_reference(const Implementation& impl, const Problem& p, co
 std::string verdict_failure(const Verdict& v, const char* what);
 // A copy of the inputs with the data of another seed: what "changing" a slice draws from.
 CaseInputs other_data(const Problem& p);
+// K and V of each kv head repeated for every query head of its group: the MHA form of a GQA case.
+CaseInputs with_repeated_kv(const Problem& p, const CaseInputs& in);
 // Copies element range [from, from + count) of src into dst.
 void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t count);
 // The unit roundoff a property's rounding allowance is measured in (the pass rule's: the
@@ -62,6 +64,22 @@ void copy_range(const Tensor& src, Tensor& dst, std::int64_t from, std::int64_t 
 double unit_roundoff_for(const Implementation& impl, const Problem& p);
 // k times an a-priori naive bound plus the pass rule's ulp floor, in ulps of `ulp_dtype` at `magnitude`.
 double allowance_from_pass_rule(const Implementation& impl, const Problem& p, DType ulp_dtype, double naive_bound, double magnitude);
+
+// ---- the backward pass's (properties 21 to 27; p.operation is backward) ----
+
+struct BackwardOutputs {
+  Outputs forward;     // the implementation's own forward on the case (its O, LSE, keep mask)
+  Gradients gradients;
+  std::string error;   // what the forward or the backward threw: run_failed_prefix and the message
+};
+// Its forward, then its backward fed that forward's O and LSE, as verify runs a backward case.
+BackwardOutputs run_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o);
+// The same backward again on the forward outputs of `first` (and another dO): what a check that
+// changes only dO, or repeats the backward, runs.
+BackwardOutputs rerun_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o, const BackwardOutputs& first);
+// The gradients' verdict against the backward reference (with the forward's keep mask under dropout).
+Verdict judge_gradients_against_reference(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o,
+                                          const BackwardOutputs& o);
 
 // ---- the checks: "" when the property holds on the problem, else what broke ----
 
@@ -85,5 +103,12 @@ std::string a_window_equals_its_keys_as_a_boolean_mask(const Implementation& imp
 std::string alibi_equals_its_bias_given_explicitly(const Implementation& impl, const Problem& p);
 std::string a_sink_equals_one_more_key_of_zero_value(const Implementation& impl, const Problem& p);
 std::string dropout_keeps_at_its_rate_and_follows_its_seed(const Implementation& impl, const Problem& p);
+std::string gradients_agree_with_the_reference(const Implementation& impl, const Problem& p);
+std::string masked_keys_and_rows_get_zero_gradients(const Implementation& impl, const Problem& p);
+std::string doubling_d_o_doubles_every_gradient(const Implementation& impl, const Problem& p);
+std::string key_gradients_sum_to_zero(const Implementation& impl, const Problem& p);
+std::string shifting_every_value_leaves_dq_and_dk_unchanged(const Implementation& impl, const Problem& p);
+std::string grouped_head_gradients_equal_summed_repeated_heads(const Implementation& impl, const Problem& p);
+std::string repeated_backward_runs_are_bitwise_equal(const Implementation& impl, const Problem& p);
 
 }  // namespace attn::property_detail

@@ -58,7 +58,40 @@ std::vector<Property> build_suite() {
   dropout.score_modifications.push_back(ScoreModification::dropout);
   dropout.needs_dropout = true;
 
+  // The backward's (21 to 27): each problem runs the forward, then the backward. A fifth of the
+  // forward's work: the backward reference sums every gradient in float128.
+  ProblemSpace backward = any;
+  backward.operation = Operation::backward;
+  backward.max_work = any.max_work / 5;
+  ProblemSpace backward_any = backward;  // 21 judges dropout's gradients given the reported keep mask
+  backward_any.score_modifications.push_back(ScoreModification::dropout);
+  ProblemSpace backward_masked = backward;
+  backward_masked.needs_mask = true;
+  ProblemSpace backward_linear = backward;  // 23: 2 dO stays finite and exact
+  backward_linear.regimes = shiftable.regimes;
+  ProblemSpace backward_balanced = backward;  // 24: each row's weights sum to one and dS is linear in dP
+  backward_balanced.score_modifications.clear();
+  ProblemSpace backward_shiftable = backward_linear;  // 25: a shift of V moves every dP_ij and D_i alike only when sum_j P_ij = 1
+  std::erase(backward_shiftable.score_modifications, ScoreModification::sink);
+  ProblemSpace backward_gqa = backward;
+  backward_gqa.needs_gqa = true;
+
   using Caps = const Capabilities&;
+  auto a_backward = [](Caps c) {
+    const auto has = [&](Operation o) { return std::find(c.operations.begin(), c.operations.end(), o) != c.operations.end(); };
+    return !has(Operation::backward) ? std::string("needs a backward pass (declares none)")
+           : !has(Operation::forward) ? std::string("needs a forward pass to feed its backward (declares none)")
+                                      : std::string();
+  };
+  auto a_masked_backward = [a_backward](Caps c) {
+    return !a_backward(c).empty() ? a_backward(c) : masks_keys(c.masks) ? std::string() : std::string("needs a mask that excludes keys");
+  };
+  auto a_deterministic_backward = [a_backward](Caps c) {
+    return !a_backward(c).empty() ? a_backward(c) : c.deterministic ? std::string() : std::string("needs deterministic (declares nondeterministic)");
+  };
+  auto a_grouped_backward = [a_backward](Caps c) {
+    return !a_backward(c).empty() ? a_backward(c) : c.gqa ? std::string() : std::string("needs GQA (declares MHA only)");
+  };
   auto returns_weights = [](Caps c) { return c.returns_weights ? "" : std::string("needs returns_weights (returns no weights)"); };
   auto a_mask = [](Caps c) {
     return masks_keys(c.masks) ? ""
@@ -122,6 +155,19 @@ std::vector<Property> build_suite() {
       {20, "dropout's output agrees with the reference given its reported keep mask, which keeps at the rate 1 - p; one seed gives one mask, "
            "another seed another",
        dropout, lists_dropout, dropout_keeps_at_its_rate_and_follows_its_seed, {}},
+      {21, "the gradients dQ, dK and dV agree with the high-precision reference under the pass rule", backward_any, a_backward,
+       gradients_agree_with_the_reference, {}},
+      {22, "keys masked in every row get dK = dV = 0 exactly, and fully masked rows dQ = 0 exactly", backward_masked, a_masked_backward,
+       masked_keys_and_rows_get_zero_gradients, {}},
+      {23, "doubling dO doubles every gradient exactly", backward_linear, a_deterministic_backward, doubling_d_o_doubles_every_gradient, {}},
+      {24, "the keys' gradients dK sum to zero over the keys of every kv head (no soft-cap, no sink)", backward_balanced, a_backward,
+       key_gradients_sum_to_zero, {}},
+      {25, "adding one vector to every value row leaves dQ and dK unchanged", backward_shiftable, a_backward,
+       shifting_every_value_leaves_dq_and_dk_unchanged, {}},
+      {26, "grouped-query gradients equal multi-head ones with K and V repeated, dK and dV summed over each group", backward_gqa,
+       a_grouped_backward, grouped_head_gradients_equal_summed_repeated_heads, {}},
+      {27, "repeated backward runs on the same inputs are bitwise equal", backward, a_deterministic_backward,
+       repeated_backward_runs_are_bitwise_equal, {}},
   };
   for (auto& property : suite)
     if (!property.missing) property.missing = [](Caps) { return std::string(); };

@@ -45,6 +45,9 @@ struct ProblemSpace {
   // at p = 0.1, 0.5 and 0.9.
   std::vector<ScoreModification> score_modifications{all_score_modifications.begin(), all_score_modifications.end()};
   std::vector<Regime> regimes{Regime::diffuse, Regime::peaked, Regime::saturated, Regime::large, Regime::sparse_int, Regime::uniform01};
+  // The operation every problem has: the backward's properties (21 to 27) draw backward problems,
+  // which run the implementation's forward and then its backward.
+  Operation operation = Operation::forward;
   // What every problem of the property must have (a property about it means nothing otherwise).
   bool needs_causal = false;       // a causal mask, of a declared alignment
   bool needs_gqa = false;          // h_kv < h_q

@@ -29,6 +29,7 @@
 #include "reports/scale_study.hpp"
 #include "reports/svg_chart.hpp"
 #include "reports/verify_report.hpp"
+#include "tests/mutants/mutants.hpp"
 
 namespace attn {
 namespace {
@@ -281,6 +282,39 @@ TEST(VerifyRecord, RoundTripsWhatVerifyWrites) {
   }
 }
 
+// A backward run's records: each gradient's metrics and the baseline's with their term rounding,
+// the worst gradient's as the record's metrics, a failure's isolation and diagnosis; read back
+// the same, and the report groups and prints them.
+TEST(VerifyRecord, RoundTripsBackwardRecords) {
+  std::vector<std::unique_ptr<Implementation>> owned;
+  owned.push_back(mutants::make_backward_mutant(std::nullopt));
+  owned.push_back(mutants::make_backward_mutant(BackwardMistake::dk_scale_missing));
+  std::vector<Problem> cases = tiny_cases();
+  for (Problem& p : cases) p.operation = Operation::backward;
+  VerifyOptions options;
+  options.reference.threads = 1;
+  const VerifyRun run = verify({owned[0].get(), owned[1].get()}, cases, options);
+  EXPECT_GE(run.passed(), int(cases.size())) << "the control passes every case";
+  EXPECT_GT(run.failed(), 0);
+  const json doc = verify_to_json(run, options, run_context(1));
+  bool isolated = false;
+  for (std::size_t i = 0; i < doc["records"].size(); ++i) {
+    const json& written = doc["records"][i];
+    const VerifyRecord back = read_verify_record(written, i, "v.json");
+    EXPECT_EQ(to_json(back), written) << written.dump(1);
+    ASSERT_EQ(back.gradients.size(), 3u) << written.dump(1);
+    EXPECT_EQ(back.gradients[0].role, "dq");
+    ASSERT_TRUE(back.baseline);
+    EXPECT_GT(back.baseline->gradients.at(1).term_rounding, 0) << "dk's term rounding";
+    EXPECT_EQ(back.metrics->max_abs_at[0], 'd') << "coordinates name the gradient: " << back.metrics->max_abs_at;
+    if (back.status == "fail") {
+      isolated |= back.isolation.find("the fault is in the backward pass") != std::string::npos;
+      EXPECT_EQ(back.metrics->max_abs_at.substr(0, 2), "dk") << "the worst gradient of a missing dK scale is dk";
+    }
+  }
+  EXPECT_TRUE(isolated) << "a failing backward says whose fault it is";
+}
+
 // The fields the default set rarely writes: a skip, a projection, given inputs, a diagnosis,
 // non-finite figures and the NaN ulps marker.
 TEST(VerifyRecord, RoundTripsRareFieldsAndNonFiniteFigures) {
@@ -291,7 +325,7 @@ TEST(VerifyRecord, RoundTripsRareFieldsAndNonFiniteFigures) {
   fail.status = "fail";
   fail.problem = {{"dtype", "f16"}, {"n_k", 96}, {"causal", "top_left"}, {"padding", {{"kind", "right"}}}};
   fail.reference = VerifyReference{10, 4, 1, true, 1e-9, 0.25};
-  fail.baseline = VerifyBaseline{"cpu_naive in the same precision", {}, 0.5, std::nan(""), 0};
+  fail.baseline = VerifyBaseline{"cpu_naive in the same precision", {}, 0.5, std::nan(""), 0, {}};
   fail.baseline->metrics.max_ulps = 12;
   fail.projected_from = VerifyRecord::Projection{"NAMED", "dtype f16 -> f32"};
   fail.inputs_from = "dir/";

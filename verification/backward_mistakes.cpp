@@ -181,19 +181,6 @@ template void backward_as_written<double>(std::optional<BackwardMistake>, const 
 template void backward_as_written<long double>(std::optional<BackwardMistake>, const Problem&, const CaseInputs&, const Tensor&, Gradients&,
                                                std::uint64_t);
 
-std::string first_gradient_difference(const Problem& p, const Gradients& first, const Gradients& second) {
-  for (Role role : {Role::dq, Role::dk, Role::dv}) {
-    const Tensor &a = first.of(role), &b = second.of(role);
-    std::int64_t differing = 0, at = -1;
-    for (std::int64_t e = 0; e < a.numel(); ++e)
-      if (a.bits(e) != b.bits(e)) differing += 1, at = at < 0 ? e : at;
-    if (differing > 0)
-      return fmt::format("{} ({:.9g} then {:.9g}), {} elements of {} differ", tensor_coordinates(p, role, at), a.get(at), b.get(at), differing,
-                         to_string(role));
-  }
-  return "";
-}
-
 Diagnosis diagnose_backward(const Problem& p, const CaseInputs& in, const Tensor& d_o, const Gradients& observed, const Verdict& verdict,
                             const Gradients* rerun) {
   Diagnosis d;

@@ -15,6 +15,7 @@
 #include "core/pass_rule.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "judge/judge.hpp"
 #include "verification/diagnosis.hpp"
 
 namespace attn {
@@ -53,10 +54,6 @@ bool backward_mistake_applies(BackwardMistake mistake, const Problem& problem, c
 template <class T>
 void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& problem, const CaseInputs& inputs, const Tensor& d_o,
                          Gradients& out, std::uint64_t run = 0);
-
-// Where two runs' gradients differ in bits: "dq b=0 h=1 i=3 c=0 (0.25 then 0.2500001), 12 elements
-// of dq differ", or "" when every bit agrees.
-std::string first_gradient_difference(const Problem& problem, const Gradients& first, const Gradients& second);
 
 // The diagnosis of a failed backward case: each applicable mistake's gradients predicted in long
 // double on the judged inputs (with the reported keep mask), rounded to their dtypes and held to
