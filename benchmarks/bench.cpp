@@ -99,6 +99,10 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
   plo.max_n_for["cpu_naive"] = o.naive_max_n;
   plo.smoke = o.smoke;
   plo.gpu_variant = "l2_" + to_string(l2);
+  plo.passes.clear();
+  for (const auto& pass : o.passes)
+    if (const Pass parsed = parse_pass(pass); std::find(plo.passes.begin(), plo.passes.end(), parsed) == plo.passes.end()) plo.passes.push_back(parsed);
+  if (plo.passes.empty()) throw InputError("no pass to benchmark (--pass forward, backward or forward_backward)");
   ProblemList list = curated_problem_list(devices.runnable, plo);  // also checks the options
   if (o.shard) {
     // --shard I/N: family at position p of the list runs in shard p % N + 1, so a family's whole
@@ -246,7 +250,7 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
     // each error) gets no O(n^2) fit. Families the filter leaves out are not tried.
     if (!filter_selects(family, o.smoke)) continue;
     const std::string error = gpu ? env.gpu->try_once(family, family.sizes.front())
-                                  : try_once(*family.implementation, family.problem(family.sizes.front()), env);
+                                  : try_once(family, family.sizes.front(), env);
     if (error.empty())
       b->Complexity(benchmark::oNSquared);
     else

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::vector<std::string> dtypes;                     // empty: f32 (smoke: every dtype each accepts)
   std::vector<std::string> masks{"none", "causal"};    // none, causal (top-left), top_left, bottom_right
   std::vector<std::int64_t> head_dims{64};
+  std::vector<std::string> passes{"forward"};          // forward, backward, forward_backward (benchmarks/problem_list.hpp, Pass)
   std::int64_t batch = 1;
   std::int64_t heads = 8;
   int threads = 0;                                     // 0: every core

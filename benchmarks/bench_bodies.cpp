@@ -15,7 +15,12 @@ namespace attn::bench {
 
 bool uses_manual_time(const Implementation& impl) { return runs_on_gpu(impl) || impl.times_itself(); }
 
-Fixture::Fixture(const Problem& p) : problem(p), inputs(generate_inputs(p)), out(make_output(p)) {}
+Fixture::Fixture(const Problem& p) : problem(p), inputs(generate_inputs(p)), out(make_output(p)) {
+  if (p.operation != Operation::backward) return;
+  d_o = generate_d_o(p);
+  lse = make_lse(p);
+  gradients = make_gradients(p);
+}
 
 Fixture& Environment::fixture_for(const Problem& p) {
   if (!fixture || !(fixture->problem == p)) {
@@ -51,13 +56,60 @@ std::string run_checked(const Implementation& impl, const RunArgs& args) {
   return {};
 }
 
+// A family's timed call on a fixture: the forward, the backward (fed the fixture's O and LSE),
+// or both. A backward's forward problem is the same problem as a forward pass.
+struct PassCall {
+  const Implementation& impl;
+  Pass pass;
+  Problem forward;
+  RunArgs forward_args, backward_args;
+  PassCall(const Implementation& impl, Pass pass, Fixture& f, std::span<std::byte> workspace, int threads, bool returns_lse)
+      : impl(impl),
+        pass(pass),
+        forward(as_forward(f.problem)),
+        forward_args{forward, f.inputs, RoleTensors::forward(f.inputs, f.out, returns_lse && pass != Pass::forward ? &f.lse : nullptr), workspace,
+                     threads},
+        backward_args{f.problem, f.inputs,
+                      pass == Pass::forward ? RoleTensors{}
+                                            : RoleTensors::backward(f.inputs, f.d_o, f.gradients.dq, f.gradients.dk, f.gradients.dv, &f.out,
+                                                                    returns_lse ? &f.lse : nullptr),
+                      workspace, threads} {}
+  static Problem as_forward(Problem p) {
+    p.operation = Operation::forward;
+    return p;
+  }
+  void operator()() const {
+    if (pass != Pass::backward) impl.run(forward_args);
+    if (pass != Pass::forward) impl.run(backward_args);
+  }
+};
+
+// The forward first (untimed, checked: the backward's O and LSE), then one call, checked: every
+// output it writes written and finite. Returns the failure, or an empty string.
+std::string run_pass_checked(const PassCall& call, Fixture& f) {
+  if (call.pass == Pass::forward) return run_checked(call.impl, call.forward_args);
+  if (std::string error = run_checked(call.impl, call.forward_args); !error.empty()) return "its forward, for the backward's O and LSE: " + error;
+  for (Role role : {Role::dq, Role::dk, Role::dv}) f.gradients.of(role).poison();
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  for (Role role : {Role::dq, Role::dk, Role::dv})
+    if (const std::int64_t bad = first_bad_output(f.gradients.of(role)); bad >= 0)
+      return fmt::format("{} element {} is unwritten or not finite after the backward", to_string(role), bad);
+  return {};
+}
+
 }  // namespace
 
-std::string try_once(const Implementation& impl, const Problem& p, Environment& env) {
+std::string try_once(const FamilySpec& family, std::int64_t n, Environment& env) {
   try {
+    const Problem p = family.problem(n);
     Fixture& fixture = env.fixture_for(p);
-    PageBuffer workspace(impl.workspace_bytes(p));
-    return run_checked(impl, {p, fixture.inputs, RoleTensors::forward(fixture.inputs, fixture.out), workspace.span(), env.threads});
+    PageBuffer workspace(family.workspace_bytes(n));
+    const PassCall call(*family.implementation, family.pass, fixture, workspace.span(), env.threads, family.implementation->describe().returns_lse);
+    return run_pass_checked(call, fixture);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -74,23 +126,23 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
   std::size_t workspace_bytes = 0;
   try {
     fixture = &env.fixture_for(p);
-    workspace_bytes = impl.workspace_bytes(p);
+    workspace_bytes = family.workspace_bytes(n);
     workspace.emplace(workspace_bytes);  // fresh pages: resident growth counts what run() touches
   } catch (const std::exception& e) {
     fail(fmt::format("setting up n={}: {}", n, e.what()));
     return;
   }
-  const RunArgs args{p, fixture->inputs, RoleTensors::forward(fixture->inputs, fixture->out), workspace->span(), env.threads};
+  const PassCall call(impl, family.pass, *fixture, workspace->span(), env.threads, impl.describe().returns_lse);
 
   MemoryProbe memory;
   memory.start();
-  if (const std::string error = run_checked(impl, args); !error.empty()) {  // warm-up, untimed, checked
+  if (const std::string error = run_pass_checked(call, *fixture); !error.empty()) {  // warm-up, untimed, checked
     fail(error);
     return;
   }
   for (auto _ : state) {
     try {
-      impl.run(args);
+      call();
     } catch (const std::exception& e) {
       fail(e.what());
       break;
@@ -105,11 +157,11 @@ void run_benchmark(benchmark::State& state, const FamilySpec& family, Environmen
   using benchmark::Counter;
   const double iterations = static_cast<double>(state.iterations());
   // Rates divide by the real time (UseRealTime): values are GFLOP, GB and roofline-seconds.
-  state.counters["gflops_exact"] = Counter(p.flops() * iterations / 1e9, Counter::kIsRate);
-  state.counters["gflops_published"] = Counter(p.flops_published() * iterations / 1e9, Counter::kIsRate);
-  state.counters["gbytes_per_second"] = Counter(p.bytes_min() * iterations / 1e9, Counter::kIsRate);
+  state.counters["gflops_exact"] = Counter(family.flops(n) * iterations / 1e9, Counter::kIsRate);
+  state.counters["gflops_published"] = Counter(family.flops_published(n) * iterations / 1e9, Counter::kIsRate);
+  state.counters["gbytes_per_second"] = Counter(family.bytes_min(n) * iterations / 1e9, Counter::kIsRate);
   if (env.roofline_gflops > 0)
-    state.counters["peak_fraction"] = Counter(p.flops() * iterations / (env.roofline_gflops * 1e9), Counter::kIsRate);
+    state.counters["peak_fraction"] = Counter(family.flops(n) * iterations / (env.roofline_gflops * 1e9), Counter::kIsRate);
   state.counters["workspace_bytes"] = Counter(static_cast<double>(workspace_bytes), Counter::kDefaults, Counter::kIs1024);
   state.counters["rss_growth_bytes"] = Counter(rss_growth, Counter::kDefaults, Counter::kIs1024);
   state.SetComplexityN(n);

@@ -22,11 +22,14 @@ bool uses_manual_time(const Implementation& impl);
 
 // One problem's inputs and output, generated once and kept while its benchmark runs (Google
 // Benchmark calls a body several times while it settles the iteration count).
+// A backward problem's too: dO, the forward's LSE (its O in `out`) and the gradients.
 struct Fixture {
   explicit Fixture(const Problem& p);
   Problem problem;
   CaseInputs inputs;
   Tensor out;
+  Tensor d_o, lse;
+  Gradients gradients;
 };
 
 struct Environment {
@@ -37,10 +40,12 @@ struct Environment {
   Fixture& fixture_for(const Problem& p);
 };
 
-// One untimed run of a problem, buffers included; returns the failure, or an empty string.
-std::string try_once(const Implementation& impl, const Problem& p, Environment& env);
+// One untimed call of a family's size n (its forward first when it times the backward), buffers
+// included; returns the failure, or an empty string.
+std::string try_once(const FamilySpec& family, std::int64_t n, Environment& env);
 
-// The body of one size of a CPU family: wall-clock time, counters gflops_exact,
+// The body of one size of a CPU family (any pass: a backward is fed the O and LSE of a forward run
+// before the timing): wall-clock time, counters gflops_exact,
 // gflops_published, gbytes_per_second, peak_fraction, workspace_bytes, rss_growth_bytes.
 void run_benchmark(benchmark::State& state, const FamilySpec& family, Environment& env);
 // The body for an implementation that times itself: each iteration's manual time is one call's

@@ -60,10 +60,11 @@ std::optional<BenchFit> to_bench_fit(const FamilyResult& r, std::int64_t fit_min
   fit.dtype = to_string(f.dtype);
   fit.head_dim = f.head_dim;
   fit.mask = f.mask_name();
+  fit.pass = to_string(f.pass);
   fit.device = f.implementation->describe().device;
   fit.fit_min_n = fit_min_n;
   for (const auto& row : r.rows) fit.sizes_measured.push_back(row.n);
-  fit.workspace_bytes_at_16384 = static_cast<std::int64_t>(f.implementation->workspace_bytes(f.problem(workspace_probe_n)));
+  fit.workspace_bytes_at_16384 = static_cast<std::int64_t>(f.workspace_bytes(workspace_probe_n));
   if (runs_on_gpu(*f.implementation)) fit.roofline_precision = roofline_precision(*f.implementation, f.dtype).name();
   if (r.fit) {
     fit.exponent = r.fit->exponent;
@@ -92,15 +93,15 @@ void print_table(const std::vector<FamilyResult>& results, const GpuRun& gpu) {
     fmt::print("\nGPU rows: CUDA-event time of one enqueue (L2 {}); \"of peak\" divides by the cuBLAS GEMM rate of the row's dtype "
                "(tf32 for TF32 products); workspace is device memory; no RSS growth.\n",
                to_string(gpu.l2));
-  fmt::print("\n{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "implementation", "dtype", "d",
-             "mask", "n", "time (ms)", "GFLOP/s", "GFLOP/s", "GB/s", "of peak", "workspace", "RSS growth");
-  fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "", "", "", "", "", "", "(exact)",
+  fmt::print("\n{:<14} {:<5} {:<4} {:<20} {:<16} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "implementation", "dtype", "d",
+             "mask", "pass", "n", "time (ms)", "GFLOP/s", "GFLOP/s", "GB/s", "of peak", "workspace", "RSS growth");
+  fmt::print("{:<14} {:<5} {:<4} {:<20} {:<16} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", "", "", "", "", "", "", "", "(exact)",
              "(publ.)", "", "", "(MiB)", "(MiB)");
   for (const auto& r : results) {
     const FamilySpec& f = *r.family;
     for (const auto& row : r.rows) {
-      fmt::print("{:<14} {:<5} {:<4} {:<20} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", f.implementation->name(),
-                 to_string(f.dtype), f.head_dim, f.mask_name(), row.n, cell(row.time_ms, row.time_ms < 1 ? "{:.4f}" : "{:.3f}"),
+      fmt::print("{:<14} {:<5} {:<4} {:<20} {:<16} {:>6} {:>11} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}\n", f.implementation->name(),
+                 to_string(f.dtype), f.head_dim, f.mask_name(), to_string(f.pass), row.n, cell(row.time_ms, row.time_ms < 1 ? "{:.4f}" : "{:.3f}"),
                  cell(row.counter("gflops_exact"), "{:.2f}"), cell(row.counter("gflops_published"), "{:.2f}"),
                  cell(row.counter("gbytes_per_second"), "{:.3f}"), cell(100 * row.counter("peak_fraction"), "{:.1f}%"),
                  cell(row.counter("workspace_bytes") / mib, "{:.2f}"), cell(row.counter("rss_growth_bytes") / mib, "{:.2f}"));

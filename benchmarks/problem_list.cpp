@@ -37,8 +37,52 @@ std::optional<std::string> FamilySpec::peer_mask() const {
   return std::nullopt;
 }
 
+std::string_view to_string(Pass pass) {
+  switch (pass) {
+    case Pass::forward: return "forward";
+    case Pass::backward: return "backward";
+    case Pass::forward_backward: return "forward_backward";
+  }
+  return "?";
+}
+
+Pass parse_pass(const std::string& text) {
+  for (Pass pass : {Pass::forward, Pass::backward, Pass::forward_backward})
+    if (text == to_string(pass)) return pass;
+  throw InputError(fmt::format("unknown pass '{}' (known: forward, backward, forward_backward)", text));
+}
+
 std::string FamilySpec::name() const {
-  return fmt::format("{}/{}/d{}/{}{}", implementation->name(), to_string(dtype), head_dim, mask_name(), variant.empty() ? "" : "/" + variant);
+  return fmt::format("{}/{}/d{}/{}{}{}", implementation->name(), to_string(dtype), head_dim, mask_name(),
+                     pass == Pass::forward ? "" : "/" + std::string(to_string(pass)), variant.empty() ? "" : "/" + variant);
+}
+
+double FamilySpec::flops(std::int64_t n) const {
+  Problem p = problem(n);
+  const double backward = pass == Pass::forward ? 0.0 : p.flops();
+  p.operation = Operation::forward;
+  return (pass == Pass::backward ? 0.0 : p.flops()) + backward;
+}
+
+double FamilySpec::flops_published(std::int64_t n) const {
+  Problem p = problem(n);
+  const double backward = pass == Pass::forward ? 0.0 : p.flops_published();
+  p.operation = Operation::forward;
+  return (pass == Pass::backward ? 0.0 : p.flops_published()) + backward;
+}
+
+std::size_t FamilySpec::workspace_bytes(std::int64_t n) const {
+  Problem p = problem(n);
+  const std::size_t backward = pass == Pass::forward ? 0 : implementation->workspace_bytes(p);
+  p.operation = Operation::forward;
+  return std::max(pass == Pass::backward ? 0 : implementation->workspace_bytes(p), backward);
+}
+
+double FamilySpec::bytes_min(std::int64_t n) const {
+  Problem p = problem(n);
+  const double backward = pass == Pass::forward ? 0.0 : p.bytes_min();
+  p.operation = Operation::forward;
+  return (pass == Pass::backward ? 0.0 : p.bytes_min()) + backward;
 }
 
 Problem FamilySpec::problem(std::int64_t n) const {
@@ -52,6 +96,7 @@ Problem FamilySpec::problem(std::int64_t n) const {
   p.softcap = softcap;
   p.regime = Regime::diffuse;
   p.seed = 1;
+  if (pass != Pass::forward) p.operation = Operation::backward;
   return p;
 }
 
@@ -132,8 +177,18 @@ ProblemList curated_problem_list(std::span<const Implementation* const> implemen
         continue;
       }
       for (std::int64_t d : o.head_dims) {
-        for (const FamilyMask& mask : o.masks) {
-          FamilySpec family{impl, dtype, o.batch, o.heads, d, mask.window, mask.softcap, {}, variant};
+        for (const FamilyMask& mask : o.masks)
+        for (const Pass pass : o.passes) {
+          FamilySpec family{impl, dtype, o.batch, o.heads, d, mask.window, mask.softcap, {}, variant, pass};
+          if (pass != Pass::forward && (impl->times_itself() || runs_on_gpu(*impl))) {
+            list.notes.push_back(fmt::format("{}: not timed: the {} pass is timed for CPU implementations run in-process only", family.name(),
+                                             to_string(pass)));
+            continue;
+          }
+          if (pass != Pass::forward && std::find(caps.operations.begin(), caps.operations.end(), Operation::backward) == caps.operations.end()) {
+            list.notes.push_back(fmt::format("{}: not timed: {} declares no backward pass", family.name(), impl->name()));
+            continue;
+          }
           for (std::int64_t n : sizes) {
             const Problem problem = family.problem(n);
             Support support = covers(caps, problem);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/problem.hpp"
@@ -22,6 +23,14 @@ struct FamilyMask {
   bool operator==(const FamilyMask&) const = default;
 };
 
+// What a family times: the forward pass; the backward pass alone (fed O and the LSE of a forward
+// run before the timing, as training's backward is); or both back to back, a training step's
+// attention. A backward or forward_backward family's problems are backward problems.
+enum class Pass { forward, backward, forward_backward };
+std::string_view to_string(Pass pass);
+// "forward", "backward", "forward_backward"; throws InputError naming an unknown one.
+Pass parse_pass(const std::string& text);
+
 struct FamilySpec {
   const Implementation* implementation = nullptr;
   DType dtype = DType::f32;
@@ -34,9 +43,11 @@ struct FamilySpec {
   // How it is measured, when that is part of the result: GPU families' "l2_cold" or "l2_hot"
   // (a cold and a hot run of one family must never be compared as the same benchmark).
   std::string variant;
+  Pass pass = Pass::forward;
 
-  // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask; then the variant,
-  // if any ("cuda_cublas/f16/d64/none/l2_cold").
+  // "cpu_naive/f32/d64/causal": implementation, dtype, head dimension, mask; then the pass when it
+  // is not the forward ("cpu_blocked/f32/d64/causal/backward"); then the variant, if any
+  // ("cuda_cublas/f16/d64/none/l2_cold").
   std::string name() const;
   // "none", "causal" (top-left), "causal_bottom_right", "sliding_W" (W keys before the diagonal;
   // with n_q = n_k its alignment does not matter), then "_softcapC" when soft-capped
@@ -44,8 +55,16 @@ struct FamilySpec {
   // The mask the peer scripts run for this family ("none" or "top_left": with n_q = n_k both
   // causal alignments are that mask); empty when they have none (a sliding window, a soft-cap).
   std::optional<std::string> peer_mask() const;
-  // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1.
+  // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1; a backward
+  // problem (op=backward) unless the pass is the forward.
   Problem problem(std::int64_t n) const;
+  // What one timed call of size n computes: the problem's figures (Problem::flops, flops_published,
+  // bytes_min), the forward's and the backward's summed for forward_backward.
+  double flops(std::int64_t n) const;
+  double flops_published(std::int64_t n) const;
+  double bytes_min(std::int64_t n) const;
+  // The workspace one call of size n needs: the larger of its forward's and its backward's.
+  std::size_t workspace_bytes(std::int64_t n) const;
 };
 
 struct ProblemListOptions {
@@ -59,6 +78,9 @@ struct ProblemListOptions {
   std::map<std::string, std::int64_t> max_n_for;  // per-implementation caps on n (slow ones)
   bool smoke = false;                   // n = 16, 32, 64 whatever min_n/max_n say
   std::string gpu_variant;              // the variant of GPU families (describe().device == "cuda"): "l2_cold", "l2_hot"
+  // One family per pass; an implementation without a backward (Capabilities::operations) gets
+  // none of the backward's, with a note.
+  std::vector<Pass> passes{Pass::forward};
 };
 
 struct ProblemList {

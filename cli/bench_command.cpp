@@ -37,6 +37,11 @@ BenchCommand::BenchCommand(CLI::App& app) {
   bench->add_option("--dtype", o.dtypes, "Dtypes, comma-separated (default: f32; --smoke: every dtype each accepts)")->delimiter(',');
   bench->add_option("--masks", o.masks, "Masks, comma-separated: none, causal (top-left), bottom_right, sliding:W (each query sees itself and the W keys before it); "
                     "each may add +softcap:C (scores s become C tanh(s / C)), e.g. causal+softcap:30")->delimiter(',')->capture_default_str();
+  bench->add_option("--pass", o.passes,
+                    "Passes, comma-separated: forward; backward (fed O and the LSE of a forward run before the timing); forward_backward "
+                    "(both, a training step's attention). Implementations without a backward time the forward only")
+      ->delimiter(',')
+      ->capture_default_str();
   bench->add_option("--d", o.head_dims, "Head dimensions d_k = d_v, comma-separated")->delimiter(',')->capture_default_str();
   bench->add_option("--heads", o.heads, "Heads (h_q = h_kv)")->capture_default_str();
   bench->add_option("--batch", o.batch, "Batch size")->capture_default_str();

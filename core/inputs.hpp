@@ -41,6 +41,7 @@ Tensor make_lse(const Problem& problem);
 struct Gradients {
   Tensor dq, dk, dv;
   const Tensor& of(Role role) const { return role == Role::dq ? dq : role == Role::dk ? dk : dv; }
+  Tensor& of(Role role) { return role == Role::dq ? dq : role == Role::dk ? dk : dv; }
 };
 Gradients make_gradients(const Problem& problem);
 // Dropout's keep mask [b, h_q, n_q, n_k] as the harness holds it, f32 (1 kept, 0 dropped), poisoned.

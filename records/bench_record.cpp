@@ -144,6 +144,7 @@ BenchFit read_fit(const json& j, std::size_t index, const std::string& source) {
   fit.implementation = f.text("implementation");
   fit.dtype = f.text("dtype");
   fit.mask = f.text("mask");
+  if (f.has("pass")) fit.pass = f.text("pass");  // written since the backward's families: forward before
   fit.device = f.text("device");
   fit.head_dim = f.integer("head_dim");
   fit.fit_min_n = f.integer("fit_min_n");
@@ -277,7 +278,8 @@ namespace {
 
 ordered_json to_json(const BenchFit& f) {
   ordered_json j{{"family", f.family},       {"implementation", f.implementation}, {"dtype", f.dtype},
-                 {"head_dim", f.head_dim},   {"mask", f.mask},                     {"device", f.device},
+                 {"head_dim", f.head_dim},   {"mask", f.mask},                     {"pass", f.pass},
+                 {"device", f.device},
                  {"fit_min_n", f.fit_min_n}, {"sizes_measured", f.sizes_measured}, {"workspace_bytes_at_16384", f.workspace_bytes_at_16384}};
   if (f.roofline_precision) j["roofline_precision"] = *f.roofline_precision;
   if (f.exponent) {

@@ -73,6 +73,7 @@ struct BenchPeaks {
 // A family's O(n^2) fit (benchmarks/scaling_fit.hpp) and what it was fitted on.
 struct BenchFit {
   std::string family, implementation, dtype, mask, device;
+  std::string pass = "forward";  // forward, backward or forward_backward (benchmarks/problem_list.hpp, Pass)
   std::int64_t head_dim = 0, fit_min_n = 0;
   std::vector<std::int64_t> sizes_measured;
   std::int64_t workspace_bytes_at_16384 = 0;

@@ -134,8 +134,25 @@ fi
 # --- repetitions: the table shows each n once (medians), never an aggregate as n = 0 -----------------
 "$bin" bench --smoke --impl cpu_blocked --dtype f32 --masks none --benchmark_repetitions=2 --json '' >"$tmp/reps.out" 2>&1 ||
   fail "bench --smoke --benchmark_repetitions=2 failed"
-rows=$(awk '/^implementation dtype/ {table=1; next} /^Scaling/ {table=0} table && $1 == "cpu_blocked" {print $5}' "$tmp/reps.out" | tr '\n' ' ')
+rows=$(awk '/^implementation dtype/ {table=1; next} /^Scaling/ {table=0} table && $1 == "cpu_blocked" {print $6}' "$tmp/reps.out" | tr '\n' ' ')
 [ "$rows" = "16 32 64 " ] || { fail "with repetitions the table's n column is '$rows', expected '16 32 64 '"; tail -n 30 "$tmp/reps.out"; }
+
+# --- the backward's passes: families of their own, with the backward's FLOPs; no backward, no family --------
+"$bin" bench --smoke --impl cpu_naive --dtype f32 --masks causal --pass backward,forward_backward --json "$tmp/backward.json" >"$tmp/backward.out" 2>&1 ||
+  fail "bench --smoke --pass backward,forward_backward failed"
+for family in cpu_naive/f32/d64/causal/backward cpu_naive/f32/d64/causal/forward_backward; do
+  grep -q "$family/n:64" "$tmp/backward.out" || fail "no $family family in the backward run"
+done
+grep -q "cpu_naive/f32/d64/causal/n:" "$tmp/backward.out" && fail "--pass backward,forward_backward timed the forward too"
+python3 - "$tmp/backward.json" <<'PY' || fail "the backward families' FLOPs are not the backward's (2.5x forward published; forward_backward 3.5x)"
+import json, sys
+runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("run_type") == "iteration"}
+def rate(name, key):
+    b = next(v for k, v in runs.items() if k.startswith(name + "/n:64"))
+    return b[key] * b["real_time"] / 1e3  # GFLOP per call (times in ms)
+bwd, both = rate("cpu_naive/f32/d64/causal/backward", "gflops_published"), rate("cpu_naive/f32/d64/causal/forward_backward", "gflops_published")
+assert abs(both / bwd - 3.5 / 2.5) < 1e-6, (bwd, both)
+PY
 
 # --- Google Benchmark's own compare tool reads the JSON --------------------------------------------
 # (Debian's libbenchmark-tools, installed by ci/install-deps.sh, run by Debian's own python3:

@@ -233,7 +233,7 @@ expect_in out "0 failed, 0 finding(s), 0 gave up"
 run properties_drawn properties --impl cpu_blocked --property 7 --property-cases 3 --seed 5
 expect_rc 0
 expect_in out "held on 3 cases (RapidCheck seed 5)"
-bad_input properties_number "--property 21: there are properties 1 to 20" properties --property 21
+bad_input properties_number "--property 28: there are properties 1 to 27" properties --property 28
 bad_input properties_case_bad "nq must be positive" properties --case "b=1 hq=2 hkv=2 nq=0 nk=4 dk=8 dv=8 dtype=f32 $rest"
 bad_input properties_impl "unknown implementation 'nosuch'" properties --impl nosuch --property-cases 1
 bad_input properties_cases "--property-cases must be positive" properties --property-cases 0
