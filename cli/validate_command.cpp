@@ -78,6 +78,10 @@ ValidateCommand::ValidateCommand(CLI::App& app) {
                        "Exactly one case, given as its repro string: verified alone, or with --property checked by those properties "
                        "(how a printed failure replays)")
       ->excludes(cases);
+  command_->add_flag("--backward", backward_,
+                     "Verify the backward pass on each case (op=backward), as verify --backward does: the plugin's forward, then "
+                     "its backward fed that forward's O and LSE, its dQ, dK and dV judged against the reference's gradients (the "
+                     "property suite still checks the forward pass)");
   command_->add_option("--properties,--property", properties_, "Property numbers to check, comma-separated (default: all)")->delimiter(',');
   command_->add_option("--property-cases", property_cases_, "Successful cases per property (0: skip the property suite)")->capture_default_str();
   command_->add_option("--seed", seed_, "RapidCheck seed for the property suite (default: a fresh one, printed); with --property, "
@@ -142,7 +146,8 @@ int ValidateCommand::run() const {
       precision_flag(accumulation_unit_roundoff_, "--accumulation-unit-roundoff", " (here: 2^-11 = an f16 accumulator, 2^-8 = bf16)");
   properties_numbered(properties_, "--properties");  // a bad number is bad input before the plugin loads
   std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
-  for (const auto& p : cases) {
+  for (auto& p : cases) {
+    if (backward_) p.operation = Operation::backward;
     p.validate();
     check_case_memory(p, {});
   }

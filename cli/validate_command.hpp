@@ -32,6 +32,7 @@ class ValidateCommand {
   std::uint64_t seed_ = 0;
   bool no_shrink_ = false;
   bool bench_ = false;
+  bool backward_ = false;  // verify's cases as backward passes (op=backward)
   bool masked_nonfinite_safe_ = false;
   std::vector<std::string> bench_dtypes_;
   std::int64_t bench_max_n_ = 512;

@@ -180,6 +180,57 @@ TEST(PluginAbi, DropoutCrossesWithItsKeepMask) {
   EXPECT_TRUE(check_capabilities(dropping, p).ok) << check_capabilities(dropping, p).reason;
 }
 
+// The backward's tensors, planned by role as the forward's are: q k v o (the lse when given) d_o in,
+// in the layout's strides, dq dk dv out; no keep mask (a backward redraws its own); the run's
+// tensors copied in and the gradients back out; an unwritten row of dK or dV named by its key.
+TEST(PluginAbi, BackwardCrossesByRole) {
+  const Problem p = parse_problem(
+      "op=backward b=1 hq=4 hkv=2 nq=3 nk=5 dk=8 dv=4 dtype=f16 causal=top_left bias=1@h dropout=0.25 regime=diffuse seed=3");
+  const std::vector<TensorSpec> specs = nlohmann::json(plan_tensors(p, Layout::bshd, true)).get<std::vector<TensorSpec>>();
+  std::vector<std::string> names;
+  for (const TensorSpec& t : specs) names.push_back(t.name + (t.output ? " out" : " in"));
+  EXPECT_EQ(names, (std::vector<std::string>{"q in", "k in", "v in", "o in", "lse in", "d_o in", "dq out", "dk out", "dv out", "bias in"}));
+  EXPECT_EQ(specs[5].role, ATTNBENCH_ROLE_D_O);
+  EXPECT_EQ(specs[5].shape, (Tensor::Shape{1, 4, 3, 4}));
+  EXPECT_EQ(specs[5].strides, layout_strides({1, 4, 3, 4}, Layout::bshd));
+  EXPECT_EQ(specs[7].role, ATTNBENCH_ROLE_DK);
+  EXPECT_EQ(specs[7].shape, (Tensor::Shape{1, 2, 5, 8}));
+  EXPECT_EQ(specs[7].dtype, (DlType{ATTNBENCH_DL_FLOAT, 16, 1}));
+  EXPECT_EQ(specs[4].ndim, 3);
+  EXPECT_EQ(plan_tensors(p, Layout::bhsd, false).size(), specs.size() - 1);  // no lse
+  const AbiCall abi(describe_call(p), specs, nullptr);
+  EXPECT_EQ(abi.call().operation, ATTNBENCH_OP_BACKWARD);
+  EXPECT_DOUBLE_EQ(abi.call().dropout_p, 0.25);
+  EXPECT_EQ(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_KEEP), nullptr);
+  EXPECT_NE(attnbench_call_tensor(&abi.call(), ATTNBENCH_ROLE_DV), nullptr);
+
+  const CaseInputs in = generate_inputs(p);
+  Problem forward = p;
+  forward.operation = Operation::forward;
+  const Tensor o = make_output(forward), lse = make_lse(forward), d_o = generate_d_o(p);
+  Gradients g = make_gradients(p);
+  const RunArgs args{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv, &o, &lse), {}};
+  const std::vector<Item> items = call_items(specs, args);
+  ASSERT_EQ(items.size(), specs.size());
+  EXPECT_EQ(items[5].source, reinterpret_cast<const std::byte*>(d_o.data()));
+  EXPECT_EQ(items[5].destination, nullptr);
+  EXPECT_EQ(items[7].destination, static_cast<std::byte*>(g.dk.data()));
+  // dV through the arena (BSHD there, BHSD here), written but for key 3's row of kv head 1.
+  std::vector<std::byte> arena(item_bytes(items[8]));
+  copy_in(items[8], arena.data());
+  copy_out(items[8], arena.data());
+  EXPECT_EQ(unwritten_output(g.dv, Role::dv, "dv"),
+            "dv not written (still poison): 40 element(s) in 10 row(s), first at b=0 h=0 j=0 c=0; rows b=0 h=0 j=0, b=0 h=0 j=1, "
+            "b=0 h=0 j=2, b=0 h=0 j=3 and 6 more");
+  for (std::int64_t e = 0; e < g.dv.numel(); ++e)
+    if (e / p.d_v != (1 * p.n_k + 3)) g.dv.set(e, 0.5);
+  EXPECT_EQ(unwritten_output(g.dv, Role::dv, "dv"),
+            "dv not written (still poison): 4 element(s) in 1 row(s), first at b=0 h=1 j=3 c=0; rows b=0 h=1 j=3");
+  // A plan the run's tensors do not match is the harness's own error, not the plugin's.
+  const RunArgs forward_args{p, in, RoleTensors::forward(in, g.dq), {}};
+  EXPECT_THROW(call_items(specs, forward_args), std::logic_error);
+}
+
 // What loading a description says when it is refused; "accepted" when it is not.
 std::string refused(const attnbench_plugin_v2& bad) {
   try {
@@ -274,12 +325,14 @@ TEST(PluginAbi, CapabilitiesDecideSupportWithAReason) {
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0")).reason,
             "operation forward not declared (declared: backward)");
-  // A declared backward reaches Capabilities, but the harness hands plugins forward tensors only.
+  // A declared backward reaches Capabilities and is handed over; an undeclared one is refused.
+  const Problem backward = parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0 op=backward");
+  d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD);
+  EXPECT_EQ(check_capabilities(read_plugin_info(d, "/x.so"), backward).reason, "operation backward not declared (declared: forward)");
   d.capabilities.operations = ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD) | ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD);
   const PluginInfo both = read_plugin_info(d, "/x.so");
   EXPECT_EQ(to_capabilities(both).operations, (std::vector<Operation>{Operation::forward, Operation::backward}));
-  const Problem backward = parse_problem("b=1 hq=1 hkv=1 nq=3 nk=3 dk=16 dv=16 dtype=f32 causal=none regime=diffuse seed=0 op=backward");
-  EXPECT_EQ(check_capabilities(both, backward).reason, "backward: the harness hands plugins the forward pass's tensors only");
+  EXPECT_TRUE(check_capabilities(both, backward).ok) << check_capabilities(both, backward).reason;
   EXPECT_EQ(describe_call(backward).operation, ATTNBENCH_OP_BACKWARD);  // from the problem, not a constant
 }
 

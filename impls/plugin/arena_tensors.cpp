@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "core/metrics.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 
 namespace attn::plugin {
@@ -48,25 +47,26 @@ std::vector<Item> call_items(const std::vector<TensorSpec>& specs, const RunArgs
     // The boolean mask's flags are bytes the Mask keeps (core/mask.hpp), not one of the set's
     // tensors; the bias is one, stored broadcast: its stored shape is not the logical one.
     if (*role == Role::mask) {
-      items.push_back(Item{s.name, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
+      items.push_back(Item{s.name, *role, reinterpret_cast<const std::byte*>(a.inputs.mask.bool_flags().data()), nullptr, s.shape,
                            stored(p.bool_mask.broadcast), s.strides, 1, false});
       continue;
     }
-    // Dropout's keep mask: the harness holds it in f32, the plugin writes bytes.
-    if (*role == Role::keep) {
-      Tensor& keep = a.tensors.required_output(Role::keep);
-      if (keep.dtype() != DType::f32) throw std::logic_error("the keep mask is not make_keep's f32 tensor");
-      items.push_back(Item{s.name, nullptr, static_cast<std::byte*>(keep.data()), s.shape, keep.shape(), s.strides, 1, true});
+    if (s.output) {
+      Tensor* out = a.tensors.output(*role);
+      if (out == nullptr) throw std::logic_error(fmt::format("an output {} planned without a tensor of the run's to write it into", s.name));
+      // Dropout's keep mask: the harness holds it in f32, the plugin writes bytes.
+      if (*role == Role::keep) {
+        if (out->dtype() != DType::f32) throw std::logic_error("the keep mask is not make_keep's f32 tensor");
+        items.push_back(Item{s.name, *role, nullptr, static_cast<std::byte*>(out->data()), s.shape, out->shape(), s.strides, 1, true});
+        continue;
+      }
+      items.push_back(Item{s.name, *role, bytes_of(*out), static_cast<std::byte*>(out->data()), s.shape, out->shape(), s.strides,
+                           std::size_t(bytes_per_element(out->dtype())), false});
       continue;
     }
-    const Tensor* t = a.tensors.input(*role);
-    std::byte* back = nullptr;
-    if (Tensor* out = a.tensors.output(*role)) {
-      t = out;
-      back = static_cast<std::byte*>(out->data());
-    }
-    if (t == nullptr) throw std::logic_error(fmt::format("a {} planned without a tensor for it", role_name(s.role)));
-    items.push_back(Item{s.name, bytes_of(*t), back, s.shape, t->shape(), s.strides, std::size_t(bytes_per_element(t->dtype())), false});
+    const Tensor* in = a.tensors.input(*role);
+    if (in == nullptr) throw std::logic_error(fmt::format("an input {} planned without a tensor of the run's for it", s.name));
+    items.push_back(Item{s.name, *role, bytes_of(*in), nullptr, s.shape, in->shape(), s.strides, std::size_t(bytes_per_element(in->dtype())), false});
   }
   return items;
 }
@@ -114,22 +114,23 @@ std::string compare_input(const Item& it, const std::byte* arena) {
                      s[0], s[1], s[2], s[3]);
 }
 
-std::string unwritten_output(const Problem& p, const Tensor& out, const char* name) {
+std::string unwritten_output(const Tensor& out, Role role, const std::string& name) {
   std::int64_t count = 0, first = -1;
   std::vector<std::int64_t> rows;
-  const std::int64_t width = out.shape()[3];
+  const Tensor::Shape& s = out.shape();
+  const std::int64_t width = s[3];
   for (std::int64_t e = 0; e < out.numel(); ++e) {
     if (!out.is_poisoned(e)) continue;
     if (count++ == 0) first = e;
     if (rows.empty() || rows.back() != e / width) rows.push_back(e / width);
   }
   if (count == 0) return "";
-  auto row_text = [&](std::int64_t r) {
-    return fmt::format("b={} h={} i={}", r / p.n_q / p.h_q, r / p.n_q % p.h_q, r % p.n_q);
-  };
+  // dK and dV have a row per key of a kv head: j, not a query's i.
+  const char sequence = role == Role::k || role == Role::v || role == Role::dk || role == Role::dv ? 'j' : 'i';
+  auto row_text = [&](std::int64_t r) { return fmt::format("b={} h={} {}={}", r / s[2] / s[1], r / s[2] % s[1], sequence, r % s[2]); };
   std::vector<std::string> shown;
   for (std::size_t i = 0; i < rows.size() && i < 4; ++i) shown.push_back(row_text(rows[i]));
-  const std::string where = width == p.d_v ? output_coordinates(p, first) : row_text(first);
+  const std::string where = role == Role::lse ? row_text(first) : fmt::format("{} c={}", row_text(first / width), first % width);
   return fmt::format("{} not written (still poison): {} element(s) in {} row(s), first at {}; rows {}{}", name, count, rows.size(), where,
                      fmt::join(shown, ", "), rows.size() > shown.size() ? fmt::format(" and {} more", rows.size() - shown.size()) : "");
 }

@@ -22,9 +22,9 @@
  * Semantics (attnbench's DESIGN.md), forward: O = softmax(Q K^T * scale + bias, masked) V, per
  * (batch, query head); query head h reads key/value head h / (h_q / h_kv). A masked key is
  * excluded exactly, as if it did not exist. A row with no visible key is "fully masked": the
- * plugin writes what its fully_masked_policy declares. Backward (not yet requested by attnbench;
- * the fields are fixed now so that a plugin written today needs no new ABI for it): from Q, K, V,
- * O, LSE and dO, the gradients dQ, dK, dV.
+ * plugin writes what its fully_masked_policy declares. Backward (ATTNBENCH_OP_BACKWARD): from Q,
+ * K, V, O, LSE and dO, the gradients dQ, dK, dV of that forward pass (through every mask, score
+ * modification and the same dropout keep mask), dK and dV summed over the query heads of a group.
  *
  * Score modifications (core/README.md, "The score pipeline": soft-capping "softcap", attention
  * sinks "sink", dropout "dropout", and whatever attnbench adds later) are named, not numbered: a
@@ -130,15 +130,20 @@ typedef struct {
  *                                         scores and the sink); a row that sees no key stays
  *                                         fully masked
  *   KEEP     [batch, h_q, n_q, n_k] BOOL  dropout's keep mask Z, an output (FEATURE_DROPOUT): 8
- *                                         bits, 1 kept, 0 dropped, dense; passed whenever
- *                                         call.dropout_p > 0, and then written: attnbench judges O
- *                                         given the Z reported (the stream is the plugin's own) and
- *                                         Z's rate. A masked pair's entry does not matter
+ *                                         bits, 1 kept, 0 dropped, dense; passed to every forward
+ *                                         call with call.dropout_p > 0, and then written: attnbench
+ *                                         judges O given the Z reported (the stream is the plugin's
+ *                                         own) and Z's rate. A masked pair's entry does not matter.
+ *                                         Not passed to a backward call: it redraws the same Z from
+ *                                         dropout_seed, and its gradients are judged given the Z its
+ *                                         forward reported
  *   CU_SEQLENS_Q/K  [batch + 1] INT32     reserved: packed sequences (prefix sums of lengths)
  *   SEQLENS_K       [batch] INT32         reserved: per-sequence key lengths (paged caches)
  *   BLOCK_TABLE     [batch, blocks] INT32 reserved: paged K/V (page_size keys per block)
- * Forward: Q K V (BIAS MASK SINK) in, O (LSE KEEP) out. Backward: Q K V O LSE D_O (BIAS MASK SINK)
- * in, DQ DK DV out. Inputs must not be written. */
+ * Forward: Q K V (BIAS MASK SINK) in, O (LSE KEEP) out. Backward: Q K V O (LSE) D_O (BIAS MASK
+ * SINK) in, DQ DK DV out, O and LSE those of the plugin's own forward on the same inputs (the LSE
+ * only for a plugin that sets FEATURE_LSE). Inputs must not be written; every element of every
+ * output must be (a key no query sees has dK = dV = 0, a fully masked row dQ = 0). */
 #define ATTNBENCH_ROLE_Q 0
 #define ATTNBENCH_ROLE_K 1
 #define ATTNBENCH_ROLE_V 2

@@ -1,5 +1,6 @@
 #include "impls/plugin/call_description.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -96,13 +97,14 @@ void from_json(const nlohmann::json& j, CallDescription& d) {
 }
 
 void to_json(nlohmann::json& j, const TensorSpec& t) {
-  j = {{"name", t.name},   {"role", t.role},   {"dtype", {t.dtype.code, t.dtype.bits, t.dtype.lanes}},
-       {"ndim", t.ndim},   {"shape", t.shape}, {"strides", t.strides}};
+  j = {{"name", t.name}, {"role", t.role},   {"output", t.output},   {"dtype", {t.dtype.code, t.dtype.bits, t.dtype.lanes}},
+       {"ndim", t.ndim}, {"shape", t.shape}, {"strides", t.strides}};
 }
 
 void from_json(const nlohmann::json& j, TensorSpec& t) {
   j.at("name").get_to(t.name);
   j.at("role").get_to(t.role);
+  j.at("output").get_to(t.output);
   const auto& d = j.at("dtype");
   t.dtype = {d.at(0).get<std::uint8_t>(), d.at(1).get<std::uint8_t>(), d.at(2).get<std::uint16_t>()};
   j.at("ndim").get_to(t.ndim);
@@ -112,28 +114,80 @@ void from_json(const nlohmann::json& j, TensorSpec& t) {
   if (t.ndim < 1 || t.ndim > 4) throw std::invalid_argument(fmt::format("tensor {}: ndim {} is not 1 to 4", t.name, t.ndim));
 }
 
-std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_lse) {
-  auto data = [&](Role role) { return to_dl(p.dtype_of(role)); };
-  auto dense = [&](const char* name, std::int32_t abi_role, Role role, Tensor::Shape shape) {
-    return TensorSpec{name, abi_role, data(role), 4, shape, layout_strides(shape, layout)};
-  };
-  std::vector<TensorSpec> specs{dense("q", ATTNBENCH_ROLE_Q, Role::q, {p.batch, p.h_q, p.n_q, p.d_k}),
-                                dense("k", ATTNBENCH_ROLE_K, Role::k, {p.batch, p.h_kv, p.n_k, p.d_k}),
-                                dense("v", ATTNBENCH_ROLE_V, Role::v, {p.batch, p.h_kv, p.n_k, p.d_v}),
-                                dense("out", ATTNBENCH_ROLE_O, Role::o, {p.batch, p.h_q, p.n_q, p.d_v})};
-  if (with_lse) {
-    const Tensor::Shape shape{p.batch, p.h_q, p.n_q, 1};
-    specs.push_back({"lse", ATTNBENCH_ROLE_LSE, data(Role::lse), 3, shape,
-                     layout_strides(shape, Layout::bhsd)});
+std::vector<CallRole> call_roles(const Problem& p, bool with_lse) {
+  std::vector<CallRole> roles{{Role::q, false}, {Role::k, false}, {Role::v, false}};
+  if (p.operation == Operation::backward) {
+    roles.push_back({Role::o, false});
+    if (with_lse) roles.push_back({Role::lse, false});
+    for (CallRole r : {CallRole{Role::d_o, false}, CallRole{Role::dq, true}, CallRole{Role::dk, true}, CallRole{Role::dv, true}}) roles.push_back(r);
+  } else {
+    roles.push_back({Role::o, true});
+    if (with_lse) roles.push_back({Role::lse, true});
   }
-  const Tensor::Shape scores{p.batch, p.h_q, p.n_q, p.n_k};
-  if (p.bool_mask.enabled) specs.push_back({"mask", ATTNBENCH_ROLE_MASK, dl_bool, 4, scores, broadcast_strides(p, p.bool_mask.broadcast)});
-  if (p.bias.enabled) specs.push_back({"bias", ATTNBENCH_ROLE_BIAS, data(Role::bias), 4, scores, broadcast_strides(p, p.bias.broadcast)});
-  // [h_q] f32 (the trailing extents of 1 only fill the four every view is stored with).
-  if (p.sinks.enabled) specs.push_back({"sink", ATTNBENCH_ROLE_SINK, to_dl(DType::f32), 1, {p.h_q, 1, 1, 1}, {1, 1, 1, 1}});
-  // Dropout's keep mask, an output of bytes (1 kept, 0 dropped), dense BHSD: whenever the problem
-  // has dropout, since a plugin that declares it writes one whenever dropout_p > 0.
-  if (p.dropout.enabled()) specs.push_back({"keep", ATTNBENCH_ROLE_KEEP, dl_bool, 4, scores, layout_strides(scores, Layout::bhsd)});
+  if (p.bool_mask.enabled) roles.push_back({Role::mask, false});
+  if (p.bias.enabled) roles.push_back({Role::bias, false});
+  if (p.sinks.enabled) roles.push_back({Role::sink, false});
+  // A plugin that declares dropout writes its keep mask in every forward call with dropout_p > 0.
+  if (p.dropout.enabled() && p.operation == Operation::forward) roles.push_back({Role::keep, true});
+  return roles;
+}
+
+TensorSpec plan_tensor(const Problem& p, CallRole r, Layout layout) {
+  const std::optional<std::int32_t> abi_role = to_abi_role(r.role);
+  if (!abi_role) throw std::logic_error(fmt::format("the role {} has no place in the plugin ABI", to_string(r.role)));
+  // "out" is the forward output's name in every message a plugin's failure has ever been given.
+  TensorSpec t{r.role == Role::o && r.output ? "out" : std::string(to_string(r.role)), *abi_role, r.output};
+  const Tensor::Shape queries{p.batch, p.h_q, p.n_q, p.d_k}, keys{p.batch, p.h_kv, p.n_k, p.d_k}, values{p.batch, p.h_kv, p.n_k, p.d_v},
+      outputs{p.batch, p.h_q, p.n_q, p.d_v}, scores{p.batch, p.h_q, p.n_q, p.n_k};
+  auto data = [&](const Tensor::Shape& shape) {
+    t.dtype = to_dl(p.dtype_of(r.role));
+    t.shape = shape;
+    t.strides = layout_strides(shape, layout);
+  };
+  switch (r.role) {
+    case Role::q:
+    case Role::dq: data(queries); break;
+    case Role::k:
+    case Role::dk: data(keys); break;
+    case Role::v:
+    case Role::dv: data(values); break;
+    case Role::o:
+    case Role::d_o: data(outputs); break;
+    case Role::lse:
+      t.dtype = to_dl(p.dtype_of(Role::lse));
+      t.ndim = 3;
+      t.shape = {p.batch, p.h_q, p.n_q, 1};
+      t.strides = layout_strides(t.shape, Layout::bhsd);
+      break;
+    case Role::mask:
+      t.dtype = dl_bool;
+      t.shape = scores;
+      t.strides = broadcast_strides(p, p.bool_mask.broadcast);
+      break;
+    case Role::bias:
+      t.dtype = to_dl(p.dtype_of(Role::bias));
+      t.shape = scores;
+      t.strides = broadcast_strides(p, p.bias.broadcast);
+      break;
+    case Role::sink:  // [h_q] f32 (the trailing extents of 1 only fill the four every view is stored with)
+      t.dtype = to_dl(DType::f32);
+      t.ndim = 1;
+      t.shape = {p.h_q, 1, 1, 1};
+      t.strides = {1, 1, 1, 1};
+      break;
+    case Role::keep:  // bytes (1 kept, 0 dropped), dense BHSD whatever the layout
+      t.dtype = dl_bool;
+      t.shape = scores;
+      t.strides = layout_strides(scores, Layout::bhsd);
+      break;
+    default: throw std::logic_error(fmt::format("no tensor of the role {} is handed to plugins", to_string(r.role)));
+  }
+  return t;
+}
+
+std::vector<TensorSpec> plan_tensors(const Problem& p, Layout layout, bool with_lse) {
+  std::vector<TensorSpec> specs;
+  for (CallRole r : call_roles(p, with_lse)) specs.push_back(plan_tensor(p, r, layout));
   return specs;
 }
 

@@ -43,11 +43,13 @@ CallDescription describe_call(const Problem& problem);
 void to_json(nlohmann::json& j, const CallDescription& d);
 void from_json(const nlohmann::json& j, CallDescription& d);
 
-// One tensor of a call: its name in messages ("out" for the role o), role, dtype, logical shape
-// (ndim entries used) and strides in elements.
+// One tensor of a call: its name in messages ("out" for the forward's output o, else the role's
+// name: "d_o", "dk"), role, whether the plugin writes it, dtype, logical shape (ndim entries used)
+// and strides in elements.
 struct TensorSpec {
   std::string name;
   std::int32_t role = 0;
+  bool output = false;
   DlType dtype{};
   std::int32_t ndim = 4;
   std::array<std::int64_t, 4> shape{};
@@ -56,9 +58,21 @@ struct TensorSpec {
 void to_json(nlohmann::json& j, const TensorSpec& t);
 void from_json(const nlohmann::json& j, TensorSpec& t);
 
-// The tensors of a forward call of this problem handed over in `layout`: q k v out (lse when
-// wanted, 3-D) in the layout's strides, the mask and bias with stride 0 where they broadcast, the
-// sink, and dropout's keep mask (an output of bytes, dense) when the problem has dropout.
+// A role a call hands over, and whether the plugin writes it.
+struct CallRole {
+  Role role;
+  bool output = false;
+};
+// The roles a call of this problem's operation hands over, in arena order. Forward: q k v in, o
+// out (and the lse when wanted). Backward: q k v o (the lse when given) d_o in, dq dk dv out. Both:
+// the mask, bias and sink in where the problem has them; dropout's keep mask out in a forward pass
+// with dropout only (a backward redraws it from the plugin's own stream, seeded alike).
+std::vector<CallRole> call_roles(const Problem& problem, bool with_lse);
+// One role's tensor handed over in `layout`: the data roles (q k v o d_o dq dk dv) in the layout's
+// strides, the lse 3-D and dense, the mask and bias with stride 0 where they broadcast, the sink
+// [h_q], the keep mask bytes, dense.
+TensorSpec plan_tensor(const Problem& problem, CallRole role, Layout layout);
+// Every tensor of a call of this problem (call_roles, each planned by plan_tensor).
 std::vector<TensorSpec> plan_tensors(const Problem& problem, Layout layout, bool with_lse);
 
 // The worker's attnbench_call: owns the views' shapes, strides, padding lengths and settings it

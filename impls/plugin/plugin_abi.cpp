@@ -307,11 +307,7 @@ Support check_capabilities(const PluginInfo& info, const Problem& p) {
   // relayouts); one that names a layout must name a declared one.
   Problem in_declared_layout = p;
   if (p.layout == Layout::bhsd) in_declared_layout.layout = *layout;
-  if (Support declared = covers(to_capabilities(info), in_declared_layout); !declared.ok) return declared;
-  // RunArgs carries the forward pass's tensors only, so a declared backward cannot be handed over yet.
-  if (p.operation != Operation::forward)
-    return Support::no(fmt::format("{}: the harness hands plugins the forward pass's tensors only", to_string(p.operation)));
-  return Support::yes();
+  return covers(to_capabilities(info), in_declared_layout);
 }
 
 DlType to_dl(DType dtype) {

@@ -66,12 +66,16 @@ namespace {
 
 // A fault the status page recorded after run() returned, in a call's read-only buffers: a thread
 // of that call outlived it. "" for any other fault.
-std::string late_access(const ArenaLayout& layout, const StatusPage& status, const std::string& repro) {
+std::string late_access(const ArenaLayout& layout, const std::vector<TensorSpec>& specs, const StatusPage& status,
+                        const std::string& repro) {
   if (status.phase != Phase::returned || status.fault.magic != FaultRecord::valid) return "";
+  auto output = [&](const std::string& name) {
+    return std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& t) { return t.name == name && t.output; });
+  };
   std::string where = fmt::format("byte {} of the call's buffers", status.fault.offset);
   for (const ArenaBuffer& b : layout.buffers)
     if (status.fault.offset >= b.offset && status.fault.offset < b.offset + std::max<std::size_t>(b.bytes, 1))
-      where = fmt::format("its {} '{}' (element {})", b.name == "out" || b.name == "lse" || b.name == "keep" ? "output" : "buffer", b.name,
+      where = fmt::format("its {} '{}' (element {})", output(b.name) ? "output" : "buffer", b.name,
                           (status.fault.offset - b.offset) / std::max<std::size_t>(b.element_bytes, 1));
   return fmt::format("the plugin {} {} after its run() returned (the call of case '{}'): a thread of that call outlived it; the worker, "
                      "which keeps a returned call's buffers read-only, died of it and was restarted",
@@ -293,18 +297,22 @@ std::vector<double> PluginImplementation::call(const RunArgs& given, int warmup,
   }
   last_call_.reset();
   const Problem& p = given.problem;
-  // A plugin that declares dropout writes its keep mask whenever dropout_p > 0: one is handed to
-  // it whether the caller asked for it or not (then into a scratch tensor).
+  const bool forward = p.operation == Operation::forward;
+  // A plugin that declares dropout writes its keep mask in every forward call with dropout_p > 0:
+  // one is handed to it whether the caller asked for it or not (then into a scratch tensor).
   Tensor scratch_keep;
   RunArgs a{given.problem, given.inputs, given.tensors, given.workspace, given.threads};
-  if (p.dropout.enabled() && a.tensors.output(Role::keep) == nullptr) {
+  if (forward && p.dropout.enabled() && a.tensors.output(Role::keep) == nullptr) {
     scratch_keep = make_keep(p);
     a.tensors.set_output(Role::keep, &scratch_keep);
   }
   const std::optional<Layout> layout = handover_layout(info_, p);
   if (!layout) throw std::runtime_error("the plugin declares no layout attnbench can pass (BHSD, BSHD or strided)");
-  const bool want_lse = info_.has(ATTNBENCH_FEATURE_LSE) && a.tensors.output(Role::lse) != nullptr;
-  const std::vector<TensorSpec> specs = plan_tensors(p, *layout, want_lse);
+  // The forward's LSE is written when the plugin fills one and it is wanted; a backward is handed
+  // the LSE its forward returned, when it returned one.
+  const bool with_lse =
+      forward ? info_.has(ATTNBENCH_FEATURE_LSE) && a.tensors.output(Role::lse) != nullptr : a.tensors.input(Role::lse) != nullptr;
+  const std::vector<TensorSpec> specs = plan_tensors(p, *layout, with_lse);
   const std::vector<Item> items = call_items(specs, a);
 
   std::vector<ArenaBuffer> wanted;
@@ -333,7 +341,7 @@ std::vector<double> PluginImplementation::call(const RunArgs& given, int warmup,
     worker_.reset();
     // A thread of this very call that wrote after run() returned, before the worker replied (the
     // buffers are read-only from the return on): named as such, like a late write seen later.
-    if (std::string late = late_access(arena.layout(), status, p.repro()); !late.empty())
+    if (std::string late = late_access(arena.layout(), specs, status, p.repro()); !late.empty())
       throw std::runtime_error(with_output(late, x.output));
     std::string message = fmt::format("the plugin {} in {}", x.death, where);
     const FaultRecord& fault = status.fault;
@@ -371,18 +379,18 @@ std::vector<double> PluginImplementation::call(const RunArgs& given, int warmup,
       copy_out(it, arena.data(b));
     }
   }
-  if (problems.empty()) {  // unwritten elements are meaningful only when the call claims success
-    if (std::string u = unwritten_output(p, a.tensors.required_output(Role::o), "out"); !u.empty()) problems.push_back(u);
-    if (want_lse)
-      if (std::string u = unwritten_output(p, *a.tensors.output(Role::lse), "lse"); !u.empty()) problems.push_back(u);
-    if (p.dropout.enabled())
-      if (std::string u = unwritten_keep(p, a.inputs.mask, *a.tensors.output(Role::keep)); !u.empty()) problems.push_back(u);
-  }
+  if (problems.empty())  // unwritten elements are meaningful only when the call claims success
+    for (const auto& it : items) {
+      if (it.destination == nullptr) continue;
+      const Tensor& out = *a.tensors.output(it.role);
+      if (std::string u = it.role == Role::keep ? unwritten_keep(p, a.inputs.mask, out) : unwritten_output(out, it.role, it.name); !u.empty())
+        problems.push_back(u);
+    }
   if (!problems.empty()) {
     if (!memory.empty()) problems.push_back(memory);
     throw std::runtime_error(with_output(fmt::format("{}", fmt::join(problems, "; ")), x.output));
   }
-  last_call_ = LastCall{std::move(arena_owner), p.repro(), x.reply.value("threads_left", 0) > 0};
+  last_call_ = LastCall{std::move(arena_owner), specs, p.repro(), x.reply.value("threads_left", 0) > 0};
   std::vector<double> times;
   for (const auto& t : x.reply.value("times", json::array())) times.push_back(t.get<double>());
   return times;
@@ -391,7 +399,7 @@ std::vector<double> PluginImplementation::call(const RunArgs& given, int warmup,
 
 std::string PluginImplementation::written_after_return() const {
   if (!last_call_) return "";
-  return late_access(last_call_->arena->layout(), last_call_->arena->status(), last_call_->repro);
+  return late_access(last_call_->arena->layout(), last_call_->specs, last_call_->arena->status(), last_call_->repro);
 }
 
 std::string PluginImplementation::late_problems() const {

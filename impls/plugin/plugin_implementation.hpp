@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "impls/implementation.hpp"
+#include "impls/plugin/call_description.hpp"
 #include "impls/plugin/guarded_arena.hpp"
 #include "impls/plugin/plugin_abi.hpp"
 #include "impls/sandbox/sandbox.hpp"
@@ -115,6 +116,7 @@ class PluginImplementation : public Implementation {
   // meanwhile, and a late write faults there, recorded in this arena's status page.
   struct LastCall {
     std::unique_ptr<SharedArena> arena;
+    std::vector<TensorSpec> specs;  // which of its buffers were outputs
     std::string repro;
     bool threads_left = false;  // the worker saw threads started in the call still running after it
   };

@@ -6,11 +6,14 @@
  * mask and an additive bias (ALiBi arrives as one), in any combination; soft-capping of the scaled
  * scores; attention sinks (a per-head logit in each row's denominator); dropout on its own
  * counter-based random stream, with the keep mask reported; GQA/MQA; d_k != d_v; the row
- * log-sum-exp; fully masked rows written as zeros with an LSE of -inf.
- * Single-threaded and O(n_k) scratch per row: a yardstick, not a fast kernel.
+ * log-sum-exp; fully masked rows written as zeros with an LSE of -inf. And the backward pass
+ * (dQ, dK, dV from Q, K, V and dO) under all of the same, its weights recomputed row by row and
+ * dropout's keep mask redrawn from the same seed.
+ * Single-threaded, O(n_k) scratch per row (the backward: one kv head's K, V, dK and dV too): a
+ * yardstick, not a fast kernel.
  *
  * Build: cc -std=c11 -O2 -shared -fPIC -I impls/plugin examples/plugins/c_cpu/c_cpu_plugin.c -lm -o c_cpu_plugin.so
- * Check: attnbench validate --plugin ./c_cpu_plugin.so */
+ * Check: attnbench validate --plugin ./c_cpu_plugin.so (the backward: --backward) */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,13 +100,20 @@ static void store(const attnbench_dl_tensor* t, int64_t i0, int64_t i1, int64_t 
   }
 }
 
-/* --- one output row ---------------------------------------------------------------------------- */
+/* --- one row of weights, shared by both passes ------------------------------------------------ */
 
 typedef struct {
   const attnbench_call* p;
-  const attnbench_dl_tensor *q, *k, *v, *out, *lse, *mask, *bias, *sink, *keep;
-  long double* scores; /* n_k entries */
-  unsigned char* visible; /* n_k entries */
+  const attnbench_dl_tensor *q, *k, *v, *mask, *bias, *sink;
+  const attnbench_dl_tensor *out, *lse, *keep;    /* the forward's outputs */
+  const attnbench_dl_tensor *d_o, *dq, *dk, *dv;  /* the backward's dO, and its outputs */
+  long double* qi;        /* d_k entries: the row's query, widened */
+  long double* x;         /* n_k: the scaled products q.k * scale, before soft-capping */
+  long double* scores;    /* n_k: the scores, then their exponentials */
+  unsigned char* visible; /* n_k */
+  /* The backward's: one kv head's K and V widened, dK and dV summed over its query heads, the
+   * row's dO, dP and dQ. */
+  long double *k_head, *v_head, *dk_sum, *dv_sum, *doi, *dp, *dq_row;
 } row_context;
 
 /* Keys outside [first, limit) are hidden by the window or the padding (the boolean mask may hide
@@ -136,43 +146,66 @@ static int dropout_keeps(uint64_t seed, double p, uint64_t index) {
   return (double)(bits >> 11) * 0x1p-53 >= p;
 }
 
-static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
+/* Whether dropout keeps weight (i, j) of head h, from the seed alone: the forward's draw, which the
+ * backward redraws (no keep mask is handed to it). Always, without dropout. */
+static int kept(const attnbench_call* p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return p->dropout_p <= 0 || dropout_keeps(p->dropout_seed, p->dropout_p, (uint64_t)(((b * p->h_q + h) * p->n_q + i) * p->n_k + j));
+}
+
+/* Key j of kv head g: from the widened head where the backward made one, else read in place. */
+static long double key_element(const row_context* c, int64_t b, int64_t g, int64_t j, int64_t x) {
+  return c->k_head != NULL ? c->k_head[j * c->p->d_k + x] : (long double)load(c->k, b, g, j, x);
+}
+
+/* Row i of query head h over the keys in [first, limit): each visible key's scaled product (x)
+ * and exp(score - max) (scores), their sum with the sink's term in *sum, the max in *max. Returns
+ * 0 when the row sees no key (fully masked). The forward and the backward compute the same row. */
+static int row_weights(const row_context* c, int64_t b, int64_t h, int64_t i, int64_t first, int64_t limit, long double* max,
+                       long double* sum) {
   const attnbench_call* p = c->p;
   const int64_t g = h / (p->h_q / p->h_kv); /* the kv head this query head reads */
-  int64_t first, limit;
-  key_range(p, b, i, &first, &limit);
-  /* Dropout: this row's keep mask, every key's draw (a masked key's entry does not matter). */
-  if (c->keep != NULL) {
-    const uint64_t row = (uint64_t)(((b * p->h_q + h) * p->n_q + i) * p->n_k);
-    for (int64_t j = 0; j < p->n_k; ++j)
-      ((uint8_t*)c->keep->data)[offset_of(c->keep, b, h, i, j)] = (uint8_t)dropout_keeps(p->dropout_seed, p->dropout_p, row + (uint64_t)j);
-  }
-  long double max = -INFINITY;
+  for (int64_t x = 0; x < p->d_k; ++x) c->qi[x] = (long double)load(c->q, b, h, i, x);
   int any = 0;
+  *max = -INFINITY;
   for (int64_t j = first; j < limit; ++j) {
     c->visible[j] = c->mask == NULL || load(c->mask, b, h, i, j) != 0.0;
     if (!c->visible[j]) continue;
     long double dot = 0;
-    for (int64_t x = 0; x < p->d_k; ++x) dot += (long double)load(c->q, b, h, i, x) * (long double)load(c->k, b, g, j, x);
-    long double s = dot * (long double)p->scale;
+    for (int64_t x = 0; x < p->d_k; ++x) dot += c->qi[x] * key_element(c, b, g, j, x);
+    long double s = c->x[j] = dot * (long double)p->scale;
     if (p->softcap > 0) s = (long double)p->softcap * tanhl(s / (long double)p->softcap);
     if (c->bias != NULL) s += (long double)load(c->bias, b, h, i, j);
     c->scores[j] = s;
-    if (!any || s > max) max = s;
+    if (!any || s > *max) *max = s;
     any = 1;
   }
-  if (!any) { /* fully masked: zeros, LSE -inf (the policy this plugin declares), sink or not */
+  if (!any) return 0;
+  /* An attention sink: head h's logit joins the max and the denominator, and carries no value. */
+  const long double sink =
+      c->sink != NULL ? (long double)((const float*)((const char*)c->sink->data + c->sink->byte_offset))[h * c->sink->strides[0]] : 0.0L;
+  if (c->sink != NULL && sink > *max) *max = sink;
+  *sum = c->sink != NULL ? expl(sink - *max) : 0.0L;
+  for (int64_t j = first; j < limit; ++j)
+    if (c->visible[j]) *sum += (c->scores[j] = expl(c->scores[j] - *max));
+  return 1;
+}
+
+/* --- the forward pass --------------------------------------------------------------------------- */
+
+static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
+  const attnbench_call* p = c->p;
+  const int64_t g = h / (p->h_q / p->h_kv);
+  int64_t first, limit;
+  key_range(p, b, i, &first, &limit);
+  /* Dropout: this row's keep mask, every key's draw (a masked key's entry does not matter). */
+  if (c->keep != NULL)
+    for (int64_t j = 0; j < p->n_k; ++j) ((uint8_t*)c->keep->data)[offset_of(c->keep, b, h, i, j)] = (uint8_t)kept(p, b, h, i, j);
+  long double max, sum;
+  if (!row_weights(c, b, h, i, first, limit, &max, &sum)) { /* zeros, LSE -inf (the policy this plugin declares), sink or not */
     for (int64_t x = 0; x < p->d_v; ++x) store(c->out, b, h, i, x, 0.0L);
     if (c->lse != NULL) store(c->lse, b, h, i, 0, -INFINITY);
     return;
   }
-  /* An attention sink: head h's logit joins the max and the denominator, and carries no value. */
-  const long double sink =
-      c->sink != NULL ? (long double)((const float*)((const char*)c->sink->data + c->sink->byte_offset))[h * c->sink->strides[0]] : 0.0L;
-  if (c->sink != NULL && sink > max) max = sink;
-  long double sum = c->sink != NULL ? expl(sink - max) : 0.0L;
-  for (int64_t j = first; j < limit; ++j)
-    if (c->visible[j]) sum += (c->scores[j] = expl(c->scores[j] - max));
   /* Dropout drops the weights the keep mask says and rescales the rest by 1 / (1 - p); the
    * denominator (and so the LSE) is the softmax's, before dropout. */
   const long double rescale = c->keep != NULL ? 1.0L / (1.0L - (long double)p->dropout_p) : 1.0L;
@@ -186,52 +219,150 @@ static void attend_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
   if (c->lse != NULL) store(c->lse, b, h, i, 0, max + logl(sum));
 }
 
+/* --- the backward pass -------------------------------------------------------------------------- */
+
+/* Row i of query head h: its weights recomputed from Q and K (the forward's O and LSE
+ * are handed over too, but a recomputation in long double is more exact than either), then with
+ * P the softmax's weights, Z the keep mask and r = 1 / (1 - p):
+ *   dP_j = Z_j r <dO_i, v_j>,  D = sum_j P_j dP_j,  dS_j = P_j (dP_j - D),
+ *   dX_j = dS_j * sech^2(x_j / softcap) (1 without soft-capping),
+ *   dQ_i = scale sum_j dX_j k_j,  dK_j += scale dX_j q_i,  dV_j += P_j Z_j r dO_i,
+ * dK and dV summed over every query head of the group. A fully masked row has dQ_i = 0 and adds
+ * nothing; a masked key gets nothing from this row. */
+static void backward_row(const row_context* c, int64_t b, int64_t h, int64_t i) {
+  const attnbench_call* p = c->p;
+  int64_t first, limit;
+  key_range(p, b, i, &first, &limit);
+  for (int64_t x = 0; x < p->d_k; ++x) c->dq_row[x] = 0;
+  long double max, sum;
+  if (row_weights(c, b, h, i, first, limit, &max, &sum)) {
+    const long double rescale = p->dropout_p > 0 ? 1.0L / (1.0L - (long double)p->dropout_p) : 1.0L;
+    const long double scale = (long double)p->scale;
+    for (int64_t x = 0; x < p->d_v; ++x) c->doi[x] = (long double)load(c->d_o, b, h, i, x);
+    long double d = 0;
+    for (int64_t j = first; j < limit; ++j) {
+      if (!c->visible[j]) continue;
+      c->scores[j] /= sum; /* P_j */
+      c->dp[j] = 0;
+      if (!kept(p, b, h, i, j)) continue;
+      const long double* vj = c->v_head + j * p->d_v;
+      for (int64_t x = 0; x < p->d_v; ++x) c->dp[j] += c->doi[x] * vj[x];
+      c->dp[j] *= rescale;
+      d += c->scores[j] * c->dp[j];
+      const long double weight = c->scores[j] * rescale;
+      for (int64_t x = 0; x < p->d_v; ++x) c->dv_sum[j * p->d_v + x] += weight * c->doi[x];
+    }
+    for (int64_t j = first; j < limit; ++j) {
+      if (!c->visible[j]) continue;
+      long double slope = 1.0L;
+      if (p->softcap > 0) {
+        const long double t = tanhl(c->x[j] / (long double)p->softcap);
+        slope = 1.0L - t * t;
+      }
+      const long double dx = c->scores[j] * (c->dp[j] - d) * slope * scale;
+      const long double* kj = c->k_head + j * p->d_k;
+      for (int64_t x = 0; x < p->d_k; ++x) {
+        c->dq_row[x] += dx * kj[x];
+        c->dk_sum[j * p->d_k + x] += dx * c->qi[x];
+      }
+    }
+  }
+  for (int64_t x = 0; x < p->d_k; ++x) store(c->dq, b, h, i, x, c->dq_row[x]);
+}
+
+/* Every query head of kv head g, then its dK and dV, each element written (a key no query sees
+ * gets zeros). */
+static void backward_group(row_context* c, int64_t b, int64_t g) {
+  const attnbench_call* p = c->p;
+  const int64_t group = p->h_q / p->h_kv;
+  for (int64_t j = 0; j < p->n_k; ++j) {
+    for (int64_t x = 0; x < p->d_k; ++x) c->k_head[j * p->d_k + x] = (long double)load(c->k, b, g, j, x);
+    for (int64_t x = 0; x < p->d_v; ++x) c->v_head[j * p->d_v + x] = (long double)load(c->v, b, g, j, x);
+  }
+  memset(c->dk_sum, 0, sizeof(long double) * (size_t)(p->n_k * p->d_k));
+  memset(c->dv_sum, 0, sizeof(long double) * (size_t)(p->n_k * p->d_v));
+  for (int64_t h = g * group; h < (g + 1) * group; ++h)
+    for (int64_t i = 0; i < p->n_q; ++i) backward_row(c, b, h, i);
+  for (int64_t j = 0; j < p->n_k; ++j) {
+    for (int64_t x = 0; x < p->d_k; ++x) store(c->dk, b, g, j, x, c->dk_sum[j * p->d_k + x]);
+    for (int64_t x = 0; x < p->d_v; ++x) store(c->dv, b, g, j, x, c->dv_sum[j * p->d_v + x]);
+  }
+}
+
 /* --- the ABI ------------------------------------------------------------------------------------ */
 
+/* n long doubles (at least one), or NULL. */
+static long double* scratch(int64_t n) { return malloc(sizeof(long double) * (size_t)(n > 0 ? n : 1)); }
+
 static int c_cpu_run(const attnbench_call* p, char* error, size_t error_len) {
-  if (p->operation != ATTNBENCH_OP_FORWARD) {
-    snprintf(error, error_len, "operation %d: only the forward pass is implemented", (int)p->operation);
+  const int backward = p->operation == ATTNBENCH_OP_BACKWARD;
+  if (p->operation != ATTNBENCH_OP_FORWARD && !backward) {
+    snprintf(error, error_len, "operation %d: only the forward and the backward pass are implemented", (int)p->operation);
     return 1;
   }
   if (p->h_kv <= 0 || p->h_q % p->h_kv != 0) {
     snprintf(error, error_len, "h_q=%lld is not a multiple of h_kv=%lld", (long long)p->h_q, (long long)p->h_kv);
     return 1;
   }
-  row_context c = {p,
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_Q),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_K),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_V),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_O),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_LSE),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_MASK),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_BIAS),
-                   attnbench_call_tensor(p, ATTNBENCH_ROLE_SINK),
-                   p->dropout_p > 0 ? attnbench_call_tensor(p, ATTNBENCH_ROLE_KEEP) : NULL,
-                   NULL,
-                   NULL};
-  if (p->dropout_p > 0 && (c.keep == NULL || element_kind(c.keep->dtype) != ELEM_BOOL)) {
-    snprintf(error, error_len, "dropout_p=%g without a BOOL 8-bit KEEP tensor to report the keep mask in", p->dropout_p);
-    return 1;
+  row_context c = {0};
+  c.p = p;
+  c.q = attnbench_call_tensor(p, ATTNBENCH_ROLE_Q);
+  c.k = attnbench_call_tensor(p, ATTNBENCH_ROLE_K);
+  c.v = attnbench_call_tensor(p, ATTNBENCH_ROLE_V);
+  c.mask = attnbench_call_tensor(p, ATTNBENCH_ROLE_MASK);
+  c.bias = attnbench_call_tensor(p, ATTNBENCH_ROLE_BIAS);
+  c.sink = attnbench_call_tensor(p, ATTNBENCH_ROLE_SINK);
+  if (backward) {
+    c.d_o = attnbench_call_tensor(p, ATTNBENCH_ROLE_D_O);
+    c.dq = attnbench_call_tensor(p, ATTNBENCH_ROLE_DQ);
+    c.dk = attnbench_call_tensor(p, ATTNBENCH_ROLE_DK);
+    c.dv = attnbench_call_tensor(p, ATTNBENCH_ROLE_DV);
+    if (c.d_o == NULL || c.dq == NULL || c.dk == NULL || c.dv == NULL) {
+      snprintf(error, error_len, "a backward call without its D_O, DQ, DK and DV tensors");
+      return 1;
+    }
+  } else {
+    c.out = attnbench_call_tensor(p, ATTNBENCH_ROLE_O);
+    c.lse = attnbench_call_tensor(p, ATTNBENCH_ROLE_LSE);
+    c.keep = p->dropout_p > 0 ? attnbench_call_tensor(p, ATTNBENCH_ROLE_KEEP) : NULL;
+    if (p->dropout_p > 0 && (c.keep == NULL || element_kind(c.keep->dtype) != ELEM_BOOL)) {
+      snprintf(error, error_len, "dropout_p=%g without a BOOL 8-bit KEEP tensor to report the keep mask in", p->dropout_p);
+      return 1;
+    }
   }
-  c.scores = malloc(sizeof(long double) * (size_t)(p->n_k > 0 ? p->n_k : 1));
+  c.qi = scratch(p->d_k);
+  c.x = scratch(p->n_k);
+  c.scores = scratch(p->n_k);
   c.visible = malloc((size_t)(p->n_k > 0 ? p->n_k : 1));
-  if (c.scores == NULL || c.visible == NULL) {
-    free(c.scores);
-    free(c.visible);
-    snprintf(error, error_len, "out of memory for %lld scores", (long long)p->n_k);
-    return 2;
+  int ok = c.qi != NULL && c.x != NULL && c.scores != NULL && c.visible != NULL;
+  if (ok && backward) {
+    c.k_head = scratch(p->n_k * p->d_k);
+    c.v_head = scratch(p->n_k * p->d_v);
+    c.dk_sum = scratch(p->n_k * p->d_k);
+    c.dv_sum = scratch(p->n_k * p->d_v);
+    c.doi = scratch(p->d_v);
+    c.dp = scratch(p->n_k);
+    c.dq_row = scratch(p->d_k);
+    ok = c.k_head != NULL && c.v_head != NULL && c.dk_sum != NULL && c.dv_sum != NULL && c.doi != NULL && c.dp != NULL && c.dq_row != NULL;
   }
-  for (int64_t b = 0; b < p->batch; ++b)
-    for (int64_t h = 0; h < p->h_q; ++h)
-      for (int64_t i = 0; i < p->n_q; ++i) attend_row(&c, b, h, i);
-  free(c.scores);
-  free(c.visible);
-  return 0;
+  if (!ok)
+    snprintf(error, error_len, "out of memory for the scratch of n_k=%lld keys", (long long)p->n_k);
+  else if (backward)
+    for (int64_t b = 0; b < p->batch; ++b)
+      for (int64_t g = 0; g < p->h_kv; ++g) backward_group(&c, b, g);
+  else
+    for (int64_t b = 0; b < p->batch; ++b)
+      for (int64_t h = 0; h < p->h_q; ++h)
+        for (int64_t i = 0; i < p->n_q; ++i) attend_row(&c, b, h, i);
+  void* owned[] = {c.qi, c.x, c.scores, c.visible, c.k_head, c.v_head, c.dk_sum, c.dv_sum, c.doi, c.dp, c.dq_row};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; ++i) free(owned[i]);
+  return ok ? 0 : 2;
 }
 
-/* Every data role (q k v o bias) in any of the four types; the LSE is attnbench's choice. Each
- * tensor is read and written in its own type (load, store), so the output, the keys and the values
- * may also each be in a type of their own: mixed-precision cases (f16 inputs, an f32 output). */
+/* Every data role (q k v o bias, and the backward's d_o dq dk dv) in any of the four types; the LSE
+ * is attnbench's choice. Each tensor is read and written in its own type (load, store), so the
+ * output, the keys, the values and each gradient may also each be in a type of their own:
+ * mixed-precision cases (f16 inputs, an f32 output). */
 #define C_CPU_EVERY_TYPE(role)                                                                    \
   {role, {ATTNBENCH_DL_FLOAT, 64, 1}}, {role, {ATTNBENCH_DL_FLOAT, 32, 1}}, {role, {ATTNBENCH_DL_FLOAT, 16, 1}}, \
       {role, {ATTNBENCH_DL_BFLOAT, 16, 1}}
@@ -240,6 +371,10 @@ static const attnbench_role_dtype c_cpu_dtypes[] = {
     C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_O),
     C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_K),
     C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_V),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_D_O),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_DQ),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_DK),
+    C_CPU_EVERY_TYPE(ATTNBENCH_ROLE_DV),
 };
 
 static const attnbench_plugin_v2 c_cpu_plugin = {
@@ -247,9 +382,9 @@ static const attnbench_plugin_v2 c_cpu_plugin = {
     sizeof(attnbench_plugin_v2),
     "c_cpu_reference",
     "2.0",
-    "textbook softmax(QK^T*scale+mask)V in C11, long double accumulation, rounded once",
+    "textbook softmax(QK^T*scale+mask)V and its gradients in C11, long double accumulation, rounded once",
     {
-        ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD),
+        ATTNBENCH_OP_BIT(ATTNBENCH_OP_FORWARD) | ATTNBENCH_OP_BIT(ATTNBENCH_OP_BACKWARD),
         ATTNBENCH_FEATURE_CAUSAL_TOP_LEFT | ATTNBENCH_FEATURE_CAUSAL_BOTTOM_RIGHT |
             ATTNBENCH_FEATURE_PADDING_PER_BATCH | ATTNBENCH_FEATURE_PADDING_PER_QUERY | ATTNBENCH_FEATURE_BOOL_MASK |
             ATTNBENCH_FEATURE_BIAS | ATTNBENCH_FEATURE_GQA | ATTNBENCH_FEATURE_DIFFERENT_DK_DV | ATTNBENCH_FEATURE_LSE |
