@@ -319,7 +319,9 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
     for (const auto& r : results)
       for (const auto& row : r.rows)
         if (row.time_ms > 0)
-          ours.push_back({std::string(r.family->implementation->name()), r.family->mask_name(), r.family->peer_mask(), row.n, row.time_ms,
+          ours.push_back({std::string(r.family->implementation->name()),
+                          r.family->mask_name() + (r.family->pass == Pass::forward ? "" : "/" + std::string(to_string(r.family->pass))),
+                          r.family->peer_mask(), row.n, row.time_ms,
                           std::string(to_string(r.family->dtype)), r.family->head_dim});
     peers = run_peers(*peers_plan, ours);
   }

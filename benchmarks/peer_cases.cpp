@@ -7,6 +7,8 @@
 
 #include "core/case_files.hpp"
 #include "core/error.hpp"
+#include "core/inputs.hpp"
+#include "core/npy.hpp"
 #include "core/result_file.hpp"
 
 namespace attn::bench {
@@ -66,6 +68,12 @@ void write_peer_cases(const std::filesystem::path& dir, std::span<const PeerCase
                        {"q", "cases/" + entry.q},
                        {"k", "cases/" + entry.k},
                        {"v", "cases/" + entry.v}});
+    // A backward problem's upstream gradient, drawn as verify and bench draw it.
+    if (p.operation == Operation::backward) {
+      const std::string d_o = fmt::format("d_o_{:04}.npy", entry.index);
+      npy::write_file(dir / "cases" / d_o, tensor_to_npy(generate_d_o(p)));
+      entries.back()["d_o"] = "cases/" + d_o;
+    }
   });
   const nlohmann::json manifest = {
       {"schema", "attnbench.peer_cases"},
@@ -75,6 +83,9 @@ void write_peer_cases(const std::filesystem::path& dir, std::span<const PeerCase
       {"flops", "2*b*h_q*visible_pairs*(d_k+d_v) (Problem::flops)"},
       {"flops_published", "4*b*h*n_q*n_k*d with d=(d_k+d_v)/2, halved for causal (Problem::flops_published)"},
       {"bytes_min", "Q, K, V read once and O written once, at the dtype's element size (Problem::bytes_min)"},
+      {"backward", "a case whose problem has operation backward (repro op=backward) is timed as the backward pass alone, its upstream "
+                   "gradient in d_o (layout of q); flops 2*b*h_q*visible_pairs*(3*d_k+2*d_v), flops_published 2.5x the forward's, bytes_min "
+                   "with dO, the LSE and dQ, dK, dV"},
       {"cases", entries},
   };
   write_result_file(dir / peer_cases_manifest, manifest.dump(1) + '\n');

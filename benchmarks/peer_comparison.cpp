@@ -142,13 +142,16 @@ std::vector<Problem> PeersPlan::timed_problems() const {
   for (const auto& dtype : dtypes)
     for (const std::int64_t d : head_dims)
       for (const auto& mask : script_masks) {
-        FamilySpec family;
-        family.dtype = parse_dtype(dtype);
-        family.batch = batch;
-        family.heads = heads;
-        family.head_dim = d;
-        family.window = Window::of(mask == "none" ? Causal::none : Causal::top_left);
-        for (std::int64_t n = min_n; n >= 1 && n <= max_n; n *= 2) problems.push_back(family.problem(n));
+        for (const Pass pass : passes) {
+          FamilySpec family;
+          family.dtype = parse_dtype(dtype);
+          family.batch = batch;
+          family.heads = heads;
+          family.head_dim = d;
+          family.window = Window::of(mask == "none" ? Causal::none : Causal::top_left);
+          family.pass = pass;
+          for (std::int64_t n = min_n; n >= 1 && n <= max_n; n *= 2) problems.push_back(family.problem(n));
+        }
       }
   return problems;
 }
@@ -157,7 +160,11 @@ std::vector<PeerCase> PeersPlan::cases() const {
   std::vector<DType> types;
   for (const auto& dtype : dtypes) types.push_back(parse_dtype(dtype));
   std::vector<PeerCase> list;
-  for (const Problem& p : peer_check_problems(types, head_dims, heads)) list.push_back({PeerCase::Role::check, p});
+  for (const Pass pass : passes)  // a backward's checks are the same problems as backward ones (with their dO)
+    for (Problem p : peer_check_problems(types, head_dims, heads)) {
+      if (pass == Pass::backward) p.operation = Operation::backward;
+      list.push_back({PeerCase::Role::check, p});
+    }
   for (const Problem& p : timed_problems()) list.push_back({PeerCase::Role::timed, p});
   return list;
 }
@@ -211,6 +218,11 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
   }
   plan.batch = o.batch;
   plan.heads = o.heads;
+  // The peers time a pass alone: forward, and backward where a family times it (forward_backward
+  // rows show no peer).
+  for (const auto& pass : o.passes)
+    if (const Pass parsed = parse_pass(pass); parsed != Pass::forward_backward) add(plan.passes, parsed);
+  if (plan.passes.empty()) plan.passes.push_back(Pass::forward);
   if (gpu) plan.l2 = to_string(parse_l2_mode(o.l2));
   plan.threads = threads;
   plan.out_path = peers_json_path(o.json_path);
@@ -376,7 +388,8 @@ PeersOutcome run_peers(const PeersPlan& plan, const std::vector<OurTime>& ours) 
     if (r.error) rec.error = *r.error;
     if (rec.valid == false) invalid.insert(name);
     if (std::find(peer_order.begin(), peer_order.end(), name) == peer_order.end()) peer_order.push_back(name);
-    records.try_emplace({name, r.dtype, r.d_k, r.causal, r.n_q}, rec);
+    // A backward record compares with our backward families (FamilySpec::peer_mask: "top_left/backward").
+    records.try_emplace({name, r.dtype, r.d_k, r.operation == "forward" ? r.causal : r.causal + "/" + r.operation, r.n_q}, rec);
   }
   outcome.invalid_peers.assign(invalid.begin(), invalid.end());
 

@@ -29,6 +29,7 @@ struct PeersPlan {
   std::vector<std::int64_t> head_dims;    // d_k = d_v of our families
   std::vector<std::string> dtypes;        // of our families: f32, f16, bf16, f64
   std::vector<std::string> script_masks;  // the peers' masks: none, causal (top-left)
+  std::vector<Pass> passes;               // forward, and backward (timed alone) where a family times it
   std::string l2;                         // "cold" or "hot" when a GPU family runs (--l2), else empty
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
   std::string cases_dir;                  // --peers-cases: where the peer-cases folder is kept; empty: a temporary one
@@ -61,7 +62,7 @@ std::string peers_json_path(const std::string& bench_json_path);
 // One size of one of our families, as the summary table shows it.
 struct OurTime {
   std::string implementation;
-  std::string mask;                      // our family's mask name: none, causal, causal_bottom_right, sliding_W
+  std::string mask;                      // our family's mask name: none, causal, causal_bottom_right, sliding_W; then /backward ... for another pass
   std::optional<std::string> peer_mask;  // the peers' mask it is compared with; empty: none runs it
   std::int64_t n = 0;
   double time_ms = 0;  // the median run's time when there are repetitions

@@ -31,9 +31,10 @@ std::string FamilySpec::mask_name() const {
 }
 
 std::optional<std::string> FamilySpec::peer_mask() const {
-  if (softcap) return std::nullopt;  // the peers compute no soft-cap
-  if (window.is_none()) return "none";
-  if (window.is_causal()) return "top_left";
+  if (softcap || pass == Pass::forward_backward) return std::nullopt;  // the peers compute no soft-cap, and time one pass alone
+  const std::string suffix = pass == Pass::backward ? "/backward" : "";
+  if (window.is_none()) return "none" + suffix;
+  if (window.is_causal()) return "top_left" + suffix;
   return std::nullopt;
 }
 

@@ -53,7 +53,8 @@ struct FamilySpec {
   // with n_q = n_k its alignment does not matter), then "_softcapC" when soft-capped
   std::string mask_name() const;
   // The mask the peer scripts run for this family ("none" or "top_left": with n_q = n_k both
-  // causal alignments are that mask); empty when they have none (a sliding window, a soft-cap).
+  // causal alignments are that mask), with "/backward" for a backward family; empty when they have
+  // none (a sliding window, a soft-cap, forward_backward).
   std::optional<std::string> peer_mask() const;
   // b, h_q = h_kv = heads, n_q = n_k = n, d_k = d_v = head_dim, diffuse inputs, seed 1; a backward
   // problem (op=backward) unless the pass is the forward.

@@ -28,6 +28,7 @@ PeerResult read_result(const json& r) {
   p.dtype = text_or_empty(q, "dtype");
   p.causal = text_or_empty(q, "causal");
   p.repro = text_or_empty(q, "repro");
+  if (q.contains("operation") && q["operation"].is_string()) p.operation = q["operation"].get<std::string>();
   if (q.contains("d_k") && q["d_k"].is_number_integer()) p.d_k = q["d_k"].get<std::int64_t>();
   if (p.peer.empty() || !q.contains("causal") || !q["causal"].is_string() || !q.contains("n_q") || !q["n_q"].is_number_integer())
     p.unplaced = fmt::format("a record without peer, problem.causal or problem.n_q: {:.120}", r.dump());

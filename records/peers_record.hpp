@@ -23,6 +23,7 @@ struct PeerResult {  // an entry of "results"
   std::optional<bool> valid_target;
   nlohmann::json problem = nlohmann::json::object();  // the case's problem JSON as bench wrote it, echoed by the script
   std::string dtype, causal, repro;                  // from the problem
+  std::string operation = "forward";                 // from the problem: forward, or backward (timed alone)
   std::int64_t d_k = 0, n_q = 0;
   std::optional<double> median_ms;                   // median_seconds, in ms (positive and finite)
   std::optional<std::string> error;                  // the peer failed on this problem

@@ -52,6 +52,61 @@ def bsh_inputs(p: Case):
                  for x in p.inputs())
 
 
+def bsh_d_o(p: Case):
+    """A backward case's dO ([b, h, n_q, d_v] in its file) in BSH layout, float32."""
+    import numpy as np
+    x = p.d_o()
+    return np.ascontiguousarray(x.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1), dtype=np.float32)
+
+
+def textbook_gradients(p: Case, q, k, v, d_o, dtype):
+    """dQ, dK, dV of softmax(Q Kᵀ · scale, masked by exclusion) V given dO, in `dtype` (numpy, no
+    framework): P, dV = Pᵀ dO, dP = dO Vᵀ, dS = P (dP - rowsum(dP P)), dQ = dS K scale,
+    dK = dSᵀ Q scale; BSH in, BSH out."""
+    import numpy as np
+    def heads(x, n, d):
+        return x.reshape(p.b, n, p.h, d).transpose(0, 2, 1, 3).astype(dtype)
+    Q, K, V, G = heads(q, p.n_q, p.d_k), heads(k, p.n_k, p.d_k), heads(v, p.n_k, p.d_v), heads(d_o, p.n_q, p.d_v)
+    s = (Q @ K.transpose(0, 1, 3, 2)) * dtype(p.scale)
+    if p.causal == "top_left":
+        s = np.where(np.arange(p.n_k)[None, :] <= np.arange(p.n_q)[:, None], s, dtype(-np.inf))
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)
+    dv = w.transpose(0, 1, 3, 2) @ G
+    dp = G @ V.transpose(0, 1, 3, 2)
+    ds = w * (dp - (dp * w).sum(axis=-1, keepdims=True))
+    dq = (ds @ K) * dtype(p.scale)
+    dk = (ds.transpose(0, 1, 3, 2) @ Q) * dtype(p.scale)
+    def back(x):
+        return x.transpose(0, 2, 1, 3).reshape(p.b, x.shape[2], -1)
+    return back(dq), back(dk), back(dv)
+
+
+def gradient_term_rounding(p: Case, q, k, v, d_o) -> tuple:
+    """The pass rule's floor on each gradient's yardstick, as the harness's judge computes it
+    (verification/README.md, "The backward pass"): (u_f32 + u_f32 · max|LSE|) times the largest
+    sum of the gradient's terms' magnitudes. A gradient can be far smaller than its terms (dQ sums
+    rows of dS that sum to zero; exactly 0 where one key dominates), and a kernel that recomputes P
+    from its f32 LSE carries that LSE's rounding into every weight."""
+    import numpy as np
+    def heads(x, n, d):
+        return x.reshape(p.b, n, p.h, d).transpose(0, 2, 1, 3).astype(np.float64)
+    Q, K, V, G = heads(q, p.n_q, p.d_k), heads(k, p.n_k, p.d_k), heads(v, p.n_k, p.d_v), heads(d_o, p.n_q, p.d_v)
+    s = (Q @ K.transpose(0, 1, 3, 2)) * p.scale
+    if p.causal == "top_left":
+        s = np.where(np.arange(p.n_k)[None, :] <= np.arange(p.n_q)[:, None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True))
+    w = np.exp(s - lse)
+    dp_terms = np.abs(G) @ np.abs(V).transpose(0, 1, 3, 2)
+    d_terms = (w * dp_terms).sum(axis=-1, keepdims=True)
+    dx_terms = w * (dp_terms + d_terms) * p.scale
+    u = 2.0 ** -24
+    relative = u + u * float(np.max(np.abs(lse)))
+    return (relative * float(np.max(dx_terms @ np.abs(K))), relative * float(np.max(dx_terms.transpose(0, 1, 3, 2) @ np.abs(Q))),
+            relative * float(np.max(w.transpose(0, 1, 3, 2) @ np.abs(G))))
+
+
 # --------------------------------------------------------------------------------------
 # Oracle, naive baseline and the pass rule
 # --------------------------------------------------------------------------------------
@@ -81,14 +136,14 @@ def f32_quantum(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(a)) - 23)
 
 
-def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0) -> dict:
+def judge(peer_out, ref64, naive32, k: float = 2.0, floor_ulps: float = 2.0, term_rounding: float = 0.0) -> dict:
     import numpy as np
     out = np.asarray(peer_out, dtype=np.float64)
     nonfinite = int(np.count_nonzero(~np.isfinite(out)))
     err = float(np.max(np.abs(out - ref64))) if nonfinite == 0 else float("inf")
     naive_err = float(np.max(np.abs(naive32.astype(np.float64) - ref64)))
     ref_max = float(np.max(np.abs(ref64)))
-    tolerance = k * naive_err + floor_ulps * f32_quantum(ref_max)
+    tolerance = k * max(naive_err, term_rounding) + floor_ulps * f32_quantum(ref_max)
     verdict = {"max_abs_error": err, "naive_f32_max_abs_error": naive_err, "reference_max_abs": ref_max,
                "tolerance": tolerance, "ratio_to_naive": (err / naive_err) if naive_err > 0 else None,
                "nonfinite": nonfinite, "pass": nonfinite == 0 and err <= tolerance}
@@ -273,6 +328,29 @@ class TorchSdpaPeer:
         run.fetch = fetch
         return run
 
+    backward = True  # times the backward pass alone: autograd of SDPA with the graph kept
+
+    def prepare_backward(self, p: Case, q, k, v, d_o):
+        """A zero-argument callable computing dQ, dK, dV of one forward's graph (retain_graph: the
+        forward runs once, outside the timing, as a training step's backward follows its forward)."""
+        torch = self.torch
+        def bhsd(x, n, d):
+            return torch.from_numpy(x).view(p.b, n, p.h, d).transpose(1, 2).contiguous().requires_grad_(True)
+        qt, kt, vt = bhsd(q, p.n_q, p.d_k), bhsd(k, p.n_k, p.d_k), bhsd(v, p.n_k, p.d_v)
+        gt = torch.from_numpy(d_o).view(p.b, p.n_q, p.h, p.d_v).transpose(1, 2).contiguous()
+        causal = p.causal != "none"
+        with self.sdpa_kernel(self.backend):
+            out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+
+        def run():
+            with self.sdpa_kernel(self.backend):
+                return torch.autograd.grad(out, (qt, kt, vt), gt, retain_graph=True)
+
+        def fetch(grads):
+            return tuple(g.transpose(1, 2).reshape(p.b, g.shape[2], p.h * g.shape[3]).numpy() for g in grads)
+        run.fetch = fetch
+        return run
+
     def close(self):
         pass
 
@@ -325,6 +403,10 @@ def check_peer(peer, cases: list[Case]) -> list[dict]:
     results = []
     for p in cases:
         q, k, v = bsh_inputs(p)
+        if p.backward:
+            if getattr(peer, "backward", False):
+                results.append(check_peer_backward(peer, p, q, k, v))
+            continue
         try:
             got = output_of(peer.prepare(p, q, k, v))
             if package is not None:
@@ -337,6 +419,29 @@ def check_peer(peer, cases: list[Case]) -> list[dict]:
             verdict = {"pass": False, "error": f"{type(e).__name__}: {e}"}
         results.append({"problem": p.repro, "mask_method": peer.mask_method(p.causal), **verdict})
     return results
+
+
+def check_peer_backward(peer, p: Case, q, k, v) -> dict:
+    """The peer's dQ, dK, dV on a backward check case against float64 textbook gradients, each
+    under the pass rule: the float32 textbook's error as its yardstick, floored at the gradient's
+    term rounding (gradient_term_rounding), as the harness judges gradients."""
+    import numpy as np
+    d_o = bsh_d_o(p)
+    try:
+        got = output_of(peer.prepare_backward(p, q, k, v, d_o))
+        ref64 = textbook_gradients(p, q, k, v, d_o, np.float64)
+        naive32 = textbook_gradients(p, q, k, v, d_o, np.float32)
+        floors = gradient_term_rounding(p, q, k, v, d_o)
+        per = {name: judge(g, r, n, term_rounding=t) for name, g, r, n, t in zip(("dq", "dk", "dv"), got, ref64, naive32, floors)}
+        verdict = {"pass": all(v["pass"] for v in per.values()), "gradients": per,
+                   "max_abs_error": max(v["max_abs_error"] for v in per.values()),
+                   "naive_f32_max_abs_error": max(v["naive_f32_max_abs_error"] for v in per.values()),
+                   "tolerance": min(v["tolerance"] for v in per.values()),
+                   "ratio_to_naive": max((v["ratio_to_naive"] or 0.0) for v in per.values()),
+                   "oracle": "float64 textbook gradients (numpy), each gradient under the pass rule"}
+    except Exception as e:  # a peer that cannot run a case fails it
+        verdict = {"pass": False, "error": f"{type(e).__name__}: {e}"}
+    return {"problem": p.repro, "mask_method": peer.mask_method(p.causal) + " (backward: autograd with the forward's graph kept)", **verdict}
 
 
 def time_peer(run, repetitions: int, min_repetition_seconds: float) -> dict:
@@ -514,10 +619,15 @@ def main(argv=None) -> int:
         print_checks(name, checks)
         print()
         peers_json.append({"peer": name, "peer_version": peer.version, "checked": checks,
-                           "valid_target": valid, "mask_methods": {c: peer.mask_method(c) for c in causals}})
+                           "valid_target": valid, "mask_methods": {c: peer.mask_method(c) for c in causals},
+                           "backward": "timed alone: autograd with the forward's graph kept" if getattr(peer, "backward", False)
+                           else "not timed: forward only"})
         for p in timed:
+            if p.backward and not getattr(peer, "backward", False):
+                continue  # this peer times the forward only (said in its mask_methods)
             try:
-                t = time_peer(peer.prepare(p, *bsh_inputs(p)), args.repetitions, args.min_repetition_seconds)
+                run = peer.prepare_backward(p, *bsh_inputs(p), bsh_d_o(p)) if p.backward else peer.prepare(p, *bsh_inputs(p))
+                t = time_peer(run, args.repetitions, args.min_repetition_seconds)
             except Exception as e:
                 print(f"  {name} {p.repro}: error {type(e).__name__}: {e}")
                 records.append({"peer": name, "peer_version": peer.version, "problem": p.record(),
@@ -530,7 +640,7 @@ def main(argv=None) -> int:
                    "gbytes_per_second": p.bytes_min() / med / 1e9,
                    "threads": threads, "mask_method": peer.mask_method(p.causal), "valid_target": valid}
             records.append(rec)
-            print(f"  {name:<16} d{p.d_k:<4} {p.causal:<9} n={p.n_q:<5} median {med * 1e3:9.3f} ms  "
+            print(f"  {name:<16} d{p.d_k:<4} {p.causal:<9} {'backward' if p.backward else 'forward':<8} n={p.n_q:<5} median {med * 1e3:9.3f} ms  "
                   f"{rec['gflops_exact']:7.2f} GFLOP/s exact", flush=True)
         peer.close()
         print()

@@ -25,13 +25,14 @@ class Case:
     problem: dict  # the problem's JSON as the harness wrote it (core/problem.hpp's to_json)
     figures: dict  # visible_pairs, flops, flops_published, bytes_min, from the harness
     files: tuple   # absolute paths of q, k, v
+    d_o_file: str | None = None  # a backward case's upstream gradient dO, BHSD like q
 
     @property
     def repro(self) -> str:
         return self.problem["repro"]
 
     def __getattr__(self, name):  # b, h_q, n_q, n_k, d_k, d_v, dtype, causal, regime, scale
-        if name in ("role", "problem", "figures", "files"):  # not set yet (copying, unpickling)
+        if name in ("role", "problem", "figures", "files", "d_o_file"):  # not set yet (copying, unpickling)
             raise AttributeError(name)
         key = {"h": "h_q"}.get(name, name)
         try:
@@ -54,6 +55,16 @@ class Case:
         import numpy as np
         return tuple(np.load(path, allow_pickle=False) for path in self.files)
 
+    @property
+    def backward(self) -> bool:
+        """Timed as the backward pass alone: the gradients of O with respect to Q, K, V given dO."""
+        return self.problem.get("operation", "forward") == "backward"
+
+    def d_o(self):
+        """The upstream gradient dO of a backward case, BHSD, as written."""
+        import numpy as np
+        return np.load(self.d_o_file, allow_pickle=False)
+
     def record(self) -> dict:
         """The problem as a result record carries it: the harness's JSON and figures."""
         return {**self.problem, **self.figures}
@@ -61,8 +72,9 @@ class Case:
 
 def load_cases(folder: str) -> list[Case]:
     """The cases of a peer-cases folder, checks first, in the harness's order. Raises CasesError
-    naming the fault; only what the peers run is accepted: the forward pass, h_q = h_kv, no
-    mask or top-left causal, the default scale, no padding, boolean mask or bias."""
+    naming the fault; only what the peers run is accepted: h_q = h_kv, no mask or top-left causal,
+    the default scale, no padding, boolean mask or bias. A backward case (operation backward) comes
+    with its dO."""
     root = Path(folder)
     path = root / MANIFEST
     try:
@@ -83,13 +95,13 @@ def load_cases(folder: str) -> list[Case]:
             if p["h_q"] != p["h_kv"] or p.get("causal") not in ("none", "top_left"):
                 raise CasesError(f"{path}: case {i} ({p['repro']}): the peers run h_q = h_kv with no mask or a "
                                  "top-left causal one")
-            if any(p.get(k) for k in ("padding", "bool_mask", "bias")) or p.get("operation", "forward") != "forward" \
-                    or not p.get("scale_is_default", True):
-                raise CasesError(f"{path}: case {i} ({p['repro']}): the peers run the forward pass at the default "
-                                 "scale, with no padding, boolean mask or bias")
+            if any(p.get(k) for k in ("padding", "bool_mask", "bias")) or not p.get("scale_is_default", True):
+                raise CasesError(f"{path}: case {i} ({p['repro']}): the peers run the default scale, with no padding, "
+                                 "boolean mask or bias")
+            d_o = str(root / c["d_o"]) if p.get("operation", "forward") == "backward" else None
         except (KeyError, TypeError) as e:
             raise CasesError(f"{path}: case {i} lacks {e}") from None
-        cases.append(Case(c["role"], p, figures, files))
+        cases.append(Case(c["role"], p, figures, files, d_o))
     if not any(c.role == "timed" for c in cases):
         raise CasesError(f"{path}: no timed case")
     return cases
