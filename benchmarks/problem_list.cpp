@@ -58,19 +58,21 @@ std::string FamilySpec::name() const {
                      pass == Pass::forward ? "" : "/" + std::string(to_string(pass)), variant.empty() ? "" : "/" + variant);
 }
 
-double FamilySpec::flops(std::int64_t n) const {
-  Problem p = problem(n);
-  const double backward = pass == Pass::forward ? 0.0 : p.flops();
+namespace {
+
+// One of a problem's figures for one call of the family: the forward's, the backward's, or both's.
+double per_call(const FamilySpec& family, std::int64_t n, double (Problem::*figure)() const) {
+  Problem p = family.problem(n);
+  const double backward = family.pass == Pass::forward ? 0.0 : (p.*figure)();
   p.operation = Operation::forward;
-  return (pass == Pass::backward ? 0.0 : p.flops()) + backward;
+  return (family.pass == Pass::backward ? 0.0 : (p.*figure)()) + backward;
 }
 
-double FamilySpec::flops_published(std::int64_t n) const {
-  Problem p = problem(n);
-  const double backward = pass == Pass::forward ? 0.0 : p.flops_published();
-  p.operation = Operation::forward;
-  return (pass == Pass::backward ? 0.0 : p.flops_published()) + backward;
-}
+}  // namespace
+
+double FamilySpec::flops(std::int64_t n) const { return per_call(*this, n, &Problem::flops); }
+double FamilySpec::flops_published(std::int64_t n) const { return per_call(*this, n, &Problem::flops_published); }
+double FamilySpec::bytes_min(std::int64_t n) const { return per_call(*this, n, &Problem::bytes_min); }
 
 std::size_t FamilySpec::workspace_bytes(std::int64_t n) const {
   Problem p = problem(n);
@@ -79,12 +81,6 @@ std::size_t FamilySpec::workspace_bytes(std::int64_t n) const {
   return std::max(pass == Pass::backward ? 0 : implementation->workspace_bytes(p), backward);
 }
 
-double FamilySpec::bytes_min(std::int64_t n) const {
-  Problem p = problem(n);
-  const double backward = pass == Pass::forward ? 0.0 : p.bytes_min();
-  p.operation = Operation::forward;
-  return (pass == Pass::backward ? 0.0 : p.bytes_min()) + backward;
-}
 
 Problem FamilySpec::problem(std::int64_t n) const {
   Problem p;

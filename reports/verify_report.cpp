@@ -21,25 +21,33 @@
 namespace attn {
 namespace {
 
-VerifyMetrics metrics_record(const Problem& p, const ErrorMetrics& m) {
+// The figures ErrorMetrics (the output's) and TensorErrors (a gradient's) share, their flat
+// indices written as coordinates by `at`.
+template <class Errors, class Coordinates>
+VerifyMetrics error_figures(const Errors& m, const Coordinates& at) {
   VerifyMetrics v;
   v.compared = m.compared;
   v.reference_max_abs = m.reference_max_abs;
   v.max_abs = m.max_abs;
-  v.max_abs_at = output_coordinates(p, m.max_abs_index);
+  v.max_abs_at = at(m.max_abs_index);
   v.max_rel = m.max_rel;
   v.rel_floor = m.rel_floor;
-  v.max_rel_at = output_coordinates(p, m.max_rel_index);
+  v.max_rel_at = at(m.max_rel_index);
   v.normwise_rel = m.normwise_rel;
   v.rms = m.rms;
   v.max_ulps = m.max_ulps;
-  v.max_ulps_at = output_coordinates(p, m.max_ulps_index);
+  v.max_ulps_at = at(m.max_ulps_index);
   v.nan = m.nan;
   v.pos_inf = m.pos_inf;
   v.neg_inf = m.neg_inf;
+  v.unwritten = m.unwritten;
+  return v;
+}
+
+VerifyMetrics metrics_record(const Problem& p, const ErrorMetrics& m) {
+  VerifyMetrics v = error_figures(m, [&](std::int64_t flat) { return output_coordinates(p, flat); });
   v.fully_masked_nan = m.fully_masked_nan;
   v.fully_masked_inf = m.fully_masked_inf;
-  v.unwritten = m.unwritten;
   v.fully_masked_rows = m.fully_masked_rows;
   v.fully_masked_violations = m.fully_masked_violations;
   v.fully_masked_holding = {m.fully_masked_nan_rows, m.fully_masked_inf_rows, m.fully_masked_zero_rows, m.fully_masked_finite_rows};
@@ -48,23 +56,7 @@ VerifyMetrics metrics_record(const Problem& p, const ErrorMetrics& m) {
 }
 
 VerifyMetrics metrics_record(const Problem& p, const TensorErrors& m) {
-  VerifyMetrics v;
-  v.compared = m.compared;
-  v.reference_max_abs = m.reference_max_abs;
-  v.max_abs = m.max_abs;
-  v.max_abs_at = tensor_coordinates(p, m.role, m.max_abs_index);
-  v.max_rel = m.max_rel;
-  v.rel_floor = m.rel_floor;
-  v.max_rel_at = tensor_coordinates(p, m.role, m.max_rel_index);
-  v.normwise_rel = m.normwise_rel;
-  v.rms = m.rms;
-  v.max_ulps = m.max_ulps;
-  v.max_ulps_at = tensor_coordinates(p, m.role, m.max_ulps_index);
-  v.nan = m.nan;
-  v.pos_inf = m.pos_inf;
-  v.neg_inf = m.neg_inf;
-  v.unwritten = m.unwritten;
-  return v;
+  return error_figures(m, [&](std::int64_t flat) { return tensor_coordinates(p, m.role, flat); });
 }
 
 // A backward record's worst gradient: the largest share of its tolerance (the first on a tie).
