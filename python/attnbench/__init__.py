@@ -13,18 +13,19 @@ uses, computed by the same code. Ten lines::
     result.write_json("results/verify.json")          # attnbench report / gate read it
     verdict = attnbench.judge(q, k, v, out, causal="bottom_right")
     print(verdict)                                    # pass/fail, errors, budget, worst element, diagnosis
+    grads = attnbench.verify(sdpa, cases="quick", convention="torch_sdpa", arrays="torch", backward=True)  # dQ, dK, dV by autograd
 """
 from __future__ import annotations
 
 from ._native import Problem, cases, make_inputs as _make_inputs, score_settings
 from ._conventions import Convention, described, flash_attn, native, torch_sdpa
-from ._runs import (BenchResult, Failure, Judgement, PropertiesResult, Reference, VerifyResult, bench, judge, properties,
-                    reference, verify)
+from ._runs import (BackwardJudgement, BenchResult, Failure, Judgement, PropertiesResult, Reference, VerifyResult, bench, judge,
+                    judge_backward, properties, reference, verify)
 from . import _arrays
 
-__all__ = ["Problem", "cases", "make_inputs", "score_settings", "reference", "judge", "verify", "properties", "bench", "Convention", "native",
-           "torch_sdpa", "flash_attn", "described", "VerifyResult", "Failure", "Judgement", "Reference", "PropertiesResult",
-           "BenchResult"]
+__all__ = ["Problem", "cases", "make_inputs", "score_settings", "reference", "judge", "judge_backward", "verify", "properties", "bench",
+           "Convention", "native", "torch_sdpa", "flash_attn", "described", "VerifyResult", "Failure", "Judgement", "BackwardJudgement",
+           "Reference", "PropertiesResult", "BenchResult"]
 
 
 def _fields(problem) -> dict:

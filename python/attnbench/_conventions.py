@@ -38,6 +38,9 @@ class Convention:
 
     call: str = "native"
     name: str = "native"
+    # What it computes (Capabilities::operations): verify(backward=...) adds "backward", the
+    # gradients coming from autograd through the function or from a backward callable (invoker).
+    operations: tuple = ("forward",)
     dtypes: tuple = ALL_DTYPES
     role_dtypes: dict = field(default_factory=dict)
     masks: tuple = ALL_MASKS
@@ -72,6 +75,7 @@ class Convention:
     def declaration(self) -> dict:
         d = {
             "summary": self.summary or f"a Python callable ({self.name} convention)",
+            "operations": list(self.operations),
             "dtypes": list(self.dtypes),
             "layouts": ["bhsd"],  # the harness's layout: the convention transposes for the function
             "masks": list(self.masks),
@@ -104,7 +108,7 @@ class Convention:
         """A copy with some fields changed: ``torch_sdpa().with_(fully_masked="nan")``."""
         return replace(self, **changes)
 
-    def invoker(self, fn: Callable, arrays: str = "numpy", device: str = "cpu") -> Callable:
+    def invoker(self, fn: Callable, arrays: str = "numpy", device: str = "cpu", backward=None) -> Callable:
         """The one call the native module makes per case: invoke(problem, inputs, want_lse) ->
         (o, lse or None) as host NumPy arrays, and (o, lse or None, keep) on a dropout case.
 
@@ -112,25 +116,34 @@ class Convention:
         its own random stream: it returns ``{"o": o, "lse": lse, "keep": keep}`` ("lse" only where
         the convention declares one) or the sequence ``(o, lse, keep)`` (lse None where not
         declared). ``keep`` is [b, h_q, n_q, n_k] whatever the layout, True/1 kept and False/0
-        dropped (bool, an integer or a float dtype); o is sum_j P_ij Z_ij / (1 - p) v_j."""
+        dropped (bool, an integer or a float dtype); o is sum_j P_ij Z_ij / (1 - p) v_j.
+
+        A backward case's second call is invoke(problem, inputs, want_lse, fed) -> (dq, dk, dv),
+        BHSD host arrays, fed = {"d_o", "o", "lse"} (BHSD; lse None unless declared). ``backward``
+        says where the gradients come from: True, autograd through ``fn`` (torch or jax arrays),
+        recomputing its forward on q, k and v; or a callable ``backward(q, k, v, out, lse, d_o,
+        **the forward's keywords) -> (dq, dk, dv)`` in the function's layout, given the O and LSE
+        fed (its own forward's, or the reference's when verify reruns a failure)."""
         if arrays not in _arrays.FRAMEWORKS:
             raise ValueError(f"arrays must be one of {_arrays.FRAMEWORKS} (got {arrays!r})")
-        calls = {"native": _call_native, "torch_sdpa": _call_torch_sdpa, "flash_attn": _call_flash_attn, "described": _call_described}
-        if self.call not in calls:
-            raise ValueError(f"unknown call style {self.call!r} (one of {sorted(calls)})")
-        body = calls[self.call]
+        self._body()  # an unknown call style is refused here, not at each case
+        if backward is True and arrays == "numpy":
+            raise ValueError("backward=True takes the gradients from autograd, which NumPy arrays have none of: arrays='torch' or 'jax', "
+                             "or backward=callable(q, k, v, out, lse, d_o, **keywords) -> (dq, dk, dv)")
+        if backward not in (None, True) and not callable(backward):
+            raise TypeError(f"backward must be True (autograd) or a callable (got {type(backward).__name__})")
 
-        def invoke(problem, inputs, want_lse):
-            call, finish = body(self, fn, _Args(problem, inputs, arrays, device), want_lse)
-            result = call()
-            dropout = "dropout_p" in inputs["settings"]
-            keep = None
-            if dropout:
-                result, keep = _with_keep(result, want_lse, self.call)
-            o, lse = finish(result)
-            o = _to_bhsd(o, self.layout if self.call == "described" else ("bshd" if self.call == "flash_attn" else "bhsd"), arrays)
+        def invoke(problem, inputs, want_lse, fed=None):
+            args = _Args(problem, inputs, arrays, device)
+            if fed is not None:
+                if backward is None:
+                    raise ValueError("a backward case and no backward: verify(..., backward=True or a callable)")
+                gradients = _autograd(self, fn, args, want_lse, fed) if backward is True else \
+                    _backward_call(self, fn, backward, args, want_lse, fed)
+                return tuple(_arrays.to_numpy_result(g, name) for g, name in zip(gradients, ("dq", "dk", "dv")))
+            o, lse, keep = _forward(self, fn, args, want_lse)
             o, lse = _arrays.to_numpy_result(o, "o"), _arrays.to_numpy_result(lse, "lse") if want_lse else None
-            if not dropout:
+            if keep is None:
                 return o, lse
             return o, lse, np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
 
@@ -138,9 +151,18 @@ class Convention:
 
     def prepared_call(self, fn: Callable, problem, inputs, arrays: str = "numpy", device: str = "cpu") -> Callable:
         """fn with one case's arguments bound: what bench() times (the conversions happen once, here)."""
-        call, _ = {"native": _call_native, "torch_sdpa": _call_torch_sdpa, "flash_attn": _call_flash_attn,
-                   "described": _call_described}[self.call](self, fn, _Args(problem, inputs, arrays, device), False)
-        return call
+        positional, kwargs, _ = self._body()(self, _Args(problem, inputs, arrays, device), False)
+        return lambda: fn(*positional, **kwargs)
+
+    def _body(self):
+        calls = {"native": _call_native, "torch_sdpa": _call_torch_sdpa, "flash_attn": _call_flash_attn, "described": _call_described}
+        if self.call not in calls:
+            raise ValueError(f"unknown call style {self.call!r} (one of {sorted(calls)})")
+        return calls[self.call]
+
+    def _layout(self) -> str:
+        """The layout of the function's q, k, v and o: "bhsd" (the harness's) or "bshd"."""
+        return self.layout if self.call == "described" else ("bshd" if self.call == "flash_attn" else "bhsd")
 
 
 class _Args:
@@ -148,8 +170,12 @@ class _Args:
 
     def __init__(self, problem, inputs, framework, device):
         self.problem, self.inputs, self.framework, self.device = problem, inputs, framework, device
+        # q, k, v as autograd differentiates through them (leaves, or tracers), in place of the inputs'.
+        self.differentiated: dict = {}
 
     def tensor(self, role):
+        if role in self.differentiated:
+            return self.differentiated[role]
         return _arrays.from_native(self.inputs[role], self.problem.dtype_of(role), self.framework, self.device)
 
     def array(self, a, dtype=None):
@@ -233,6 +259,65 @@ def _with_keep(result, want_lse, style):
     raise ValueError(f"the {style} callable did not report its keep mask on a dropout case: return {expected}")
 
 
+def _forward(conv, fn, args, want_lse):
+    """fn called on one case: (o BHSD, lse or None, keep or None) in the function's framework."""
+    positional, kwargs, finish = conv._body()(conv, args, want_lse)
+    result = fn(*positional, **kwargs)
+    keep = None
+    if "dropout_p" in args.inputs["settings"]:
+        result, keep = _with_keep(result, want_lse, conv.call)
+    o, lse = finish(result)
+    return _to_bhsd(o, conv._layout(), args.framework), lse, keep
+
+
+def _fed(args, fed, role, layout):
+    """The O or dO the harness feeds a backward, as the function's framework holds them, in its layout."""
+    x = _arrays.from_native(fed[role], args.problem.dtype_of(role), args.framework, args.device)
+    return _transpose12(x, args.framework) if layout == "bshd" else x
+
+
+def _autograd(conv, fn, args, want_lse, fed):
+    """dQ, dK, dV (BHSD) by autograd through fn's forward, recomputed on q, k, v here (so the O and
+    LSE fed are not read): torch's autograd.grad, or jax.vjp."""
+    d_o = _fed(args, fed, "d_o", "bhsd")
+    roles = ("q", "k", "v")
+    if args.framework == "torch":
+        import torch
+        leaves = {r: args.tensor(r).detach().requires_grad_(True) for r in roles}
+        args.differentiated = leaves
+        with torch.enable_grad():
+            o = _forward(conv, fn, args, want_lse)[0]
+            if not o.requires_grad:
+                raise ValueError("the forward's output does not require grad: autograd cannot differentiate it (give backward=callable)")
+            # dO in o's dtype, as autograd requires (d_o's own differs only in a mixed-precision case).
+            grads = torch.autograd.grad(o, [leaves[r] for r in roles], grad_outputs=d_o.to(o.dtype), allow_unused=True)
+        # A gradient autograd leaves unused is zero: the output does not depend on that input.
+        return tuple(torch.zeros_like(leaves[r]) if g is None else g for r, g in zip(roles, grads))
+    import jax
+
+    def forward(q, k, v):
+        args.differentiated = {"q": q, "k": k, "v": v}
+        return _forward(conv, fn, args, want_lse)[0]
+
+    o, vjp = jax.vjp(forward, *(args.tensor(r) for r in roles))
+    return vjp(d_o.astype(o.dtype))
+
+
+def _backward_call(conv, fn, backward, args, want_lse, fed):
+    """dQ, dK, dV (BHSD) from the user's backward, called as fn is, in its layout, with the O, LSE
+    and dO fed and the forward's keywords (its masks, scale, score modifications)."""
+    layout = conv._layout()
+    positional, kwargs, _ = conv._body()(conv, args, want_lse)
+    kwargs.pop("return_attn_probs", None)
+    lse = None if fed["lse"] is None else _plain(fed["lse"], args.framework, args.device)
+    result = backward(*positional, _fed(args, fed, "o", layout), lse, _fed(args, fed, "d_o", layout), **kwargs)
+    if isinstance(result, dict):
+        result = tuple(result.get(name) for name in ("dq", "dk", "dv"))
+    if not isinstance(result, (tuple, list)) or len(result) != 3 or any(g is None for g in result):
+        raise ValueError(f"the backward returned {type(result).__name__}; expected (dq, dk, dv) or {{'dq': dq, 'dk': dk, 'dv': dv}}")
+    return tuple(_to_bhsd(g, layout, args.framework) for g in result)
+
+
 def _additive(args, vis):
     """The bias plus -inf where a key is not visible, in the bias's (else q's) dtype, as one array
     broadcastable to [b, h_q, n_q, n_k]."""
@@ -256,7 +341,8 @@ def _round(a64, dtype):
     return np.ascontiguousarray(a64.astype({"f64": np.float64, "f32": np.float32, "f16": np.float16}[dtype]))
 
 
-# ---- call styles: each returns (call, finish): call() calls fn, finish(result) -> (o, lse) ----
+# ---- call styles: each returns (positional, kwargs, finish): fn(*positional, **kwargs) calls the
+# function, finish(result) -> (o, lse) in its layout ----
 
 def _pass_score_modifications(args, kwargs):
     """The settings of the score modifications the case uses, as keywords by their names
@@ -269,16 +355,16 @@ def _pass_score_modifications(args, kwargs):
         kwargs["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
 
 
-def _call_native(conv, fn, args, want_lse):
+def _call_native(conv, args, want_lse):
     p, i = args.problem, args.inputs
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
     kwargs = dict(scale=i["scale"], window=i["window"], valid_lens=args.array(i["valid_lens"]), mask=args.array(i["mask"]),
                   bias=args.array(i["bias"], p.dtype_of("bias")) if i["bias"] is not None else None, o_dtype=args.dtype(p.dtype_of("o")))
     _pass_score_modifications(args, kwargs)
-    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "native"))
+    return (q, k, v), kwargs, (lambda result: _split(result, want_lse, "native"))
 
 
-def _call_torch_sdpa(conv, fn, args, want_lse):
+def _call_torch_sdpa(conv, args, want_lse):
     p, i = args.problem, args.inputs
     kwargs: dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": i["scale"],
                               "enable_gqa": p.h_q != p.h_kv}
@@ -291,10 +377,10 @@ def _call_torch_sdpa(conv, fn, args, want_lse):
         kwargs["attn_mask"] = _plain(args.visibility().astype(bool), args.framework, args.device)
     _pass_score_modifications(args, kwargs)
     q, k, v = args.tensor("q"), args.tensor("k"), args.tensor("v")
-    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "torch_sdpa"))
+    return (q, k, v), kwargs, (lambda result: _split(result, want_lse, "torch_sdpa"))
 
 
-def _call_flash_attn(conv, fn, args, want_lse):
+def _call_flash_attn(conv, args, want_lse):
     p, i = args.problem, args.inputs
     fw = args.framework
     q, k, v = (_transpose12(args.tensor(r), fw) for r in ("q", "k", "v"))
@@ -316,10 +402,10 @@ def _call_flash_attn(conv, fn, args, want_lse):
             return _split(result, True, "flash_attn")
         return (result[0] if isinstance(result, (tuple, list)) else result), None
 
-    return (lambda: fn(q, k, v, **kwargs)), finish
+    return (q, k, v), kwargs, finish
 
 
-def _call_described(conv, fn, args, want_lse):
+def _call_described(conv, args, want_lse):
     p, i = args.problem, args.inputs
     fw = args.framework
     q, k, v = (args.tensor(r) for r in ("q", "k", "v"))
@@ -342,7 +428,7 @@ def _call_described(conv, fn, args, want_lse):
         else:
             kwargs["mask"] = _plain(args.visibility().astype(bool), fw, args.device) if needs else None
     _pass_score_modifications(args, kwargs)
-    return (lambda: fn(q, k, v, **kwargs)), (lambda result: _split(result, want_lse, "described"))
+    return (q, k, v), kwargs, (lambda result: _split(result, want_lse, "described"))
 
 
 # ---- the built-in conventions ----

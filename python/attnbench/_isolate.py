@@ -124,15 +124,16 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None, sandbox: bool = T
     limit = half_the_memory() if memory_limit is None else int(memory_limit)
     from . import _native
 
-    def call(problem, inputs, want_lse):
+    # fed: a backward case's (the convention's invoker): passed on only where given.
+    def call(problem, inputs, want_lse, *fed):
         scratch = _native._sandbox_scratch() if sandbox else None
         try:
-            return run(problem, inputs, want_lse, scratch)
+            return run(problem, inputs, want_lse, fed, scratch)
         finally:
             if scratch:
                 _native._sandbox_remove(scratch)
 
-    def run(problem, inputs, want_lse, scratch):
+    def run(problem, inputs, want_lse, fed, scratch):
         data_r, data_w = os.pipe()
         out_r, out_w = os.pipe()
         parent = os.getpid()
@@ -174,7 +175,7 @@ def isolated(invoke, timeout: float = 60.0, memory_limit=None, sandbox: bool = T
                     tempfile.tempdir = scratch
                     bounds = list(bounds) + list(_native._sandbox_confine(scratch, data_w))
                 try:
-                    payload = ("ok", invoke(problem, inputs, want_lse))
+                    payload = ("ok", invoke(problem, inputs, want_lse, *fed))
                 except MemoryError:
                     payload = ("raised", f"MemoryError: the isolated call ran out of its memory limit ({limit / 2**30:.3g} GiB beyond the "
                                          f"interpreter's own; memory_limit=)", "")

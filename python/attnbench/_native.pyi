@@ -26,6 +26,11 @@ class Problem:
     def to_json(self) -> str:
         """Every field as JSON text (the result files' `problem`)"""
 
+    def with_operation(self, operation: str) -> Problem:
+        """
+        The same problem for another operation ("forward" or "backward": op=backward in its repro string)
+        """
+
     def repro(self) -> str:
         """The one-line repro string that `--case` and Problem.parse read back"""
 

@@ -21,10 +21,10 @@ PASS_RULE_FLOOR_ULPS = 2.0
 
 # ---- inputs of one's own ----
 
-def _given(q, k, v, mask, bias, valid_lens, out=None):
+def _given(q, k, v, mask, bias, valid_lens, out=None, **outputs):
     host = {}
     bf16 = False
-    for name, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("out", out)):
+    for name, x in (("q", q), ("k", k), ("v", v), ("bias", bias), ("out", out), *outputs.items()):
         a, bits = _arrays.to_host(x, name)
         host[name] = a
         bf16 = bf16 or bits
@@ -253,26 +253,50 @@ class VerifyResult(_Document):
         return f"VerifyResult({c['pass']} passed, {c['fail']} failed, {c['skip']} skipped)"
 
 
-class Judgement(_RecordView):
-    """judge()'s verdict on one output: pass or fail per tensor (o, and lse when given), the
-    errors, the budget used (1.0 = at the pass line), the worst element, the diagnosis, and how to
-    rerun it from the command line (save_inputs, then `attnbench check --inputs DIR`)."""
+class _Verdict(_RecordView):
+    """What judge() and judge_backward() return: one record of the verify schema, printed."""
 
-    def __init__(self, document: dict, arrays: dict, settings: dict):
+    def __init__(self, document: dict):
         super().__init__(document["records"][0])
         self.document = document
-        self._arrays = arrays
-        self._settings = settings
 
     def __bool__(self):
         return self.passed
 
     @property
     def rerun(self) -> str:
-        return "judgement.save_inputs(DIR), then: attnbench check --inputs DIR (the same tensors, judged by the CLI)"
+        raise NotImplementedError
 
     def write_json(self, path: str) -> None:
         write_document(self.document, path)
+
+    def __repr__(self):
+        head = "PASS" if self.passed else "FAIL"
+        parts = [f"{head} {self.record['label'] if 'label' in self.record else self.repro}"]
+        for role in self.roles.values():
+            parts.append(f"{role.role}: max abs {role.max_abs:.3g} (tolerance {role.tolerance:.3g}, budget {role.budget_used:.2f})")
+        if not self.passed:
+            parts.append(f"worst at {self.worst}")
+            parts += self.reasons[:3]
+            if self.diagnosis:
+                parts.append(f"diagnosis: {self.diagnosis}")
+            parts.append(f"rerun: {self.rerun}")
+        return "\n".join(parts)
+
+
+class Judgement(_Verdict):
+    """judge()'s verdict on one output: pass or fail per tensor (o, and lse when given), the
+    errors, the budget used (1.0 = at the pass line), the worst element, the diagnosis, and how to
+    rerun it from the command line (save_inputs, then `attnbench check --inputs DIR`)."""
+
+    def __init__(self, document: dict, arrays: dict, settings: dict):
+        super().__init__(document)
+        self._arrays = arrays
+        self._settings = settings
+
+    @property
+    def rerun(self) -> str:
+        return "judgement.save_inputs(DIR), then: attnbench check --inputs DIR (the same tensors, judged by the CLI)"
 
     def save_inputs(self, directory: str) -> None:
         """The tensors and settings as a `check --inputs` directory (cli/README.md's format)."""
@@ -287,18 +311,21 @@ class Judgement(_RecordView):
         with open(os.path.join(directory, "settings.json"), "w") as f:
             json.dump(self._settings, f)
 
-    def __repr__(self):
-        head = "PASS" if self.passed else "FAIL"
-        parts = [f"{head} {self.record['label'] if 'label' in self.record else self.repro}"]
-        for role in self.roles.values():
-            parts.append(f"{role.role}: max abs {role.max_abs:.3g} (tolerance {role.tolerance:.3g}, budget {role.budget_used:.2f})")
-        if not self.passed:
-            parts.append(f"worst at {self.worst}")
-            parts += self.reasons[:3]
-            if self.diagnosis:
-                parts.append(f"diagnosis: {self.diagnosis}")
-            parts.append(f"rerun: {self.rerun}")
-        return "\n".join(parts)
+
+class BackwardJudgement(_Verdict):
+    """judge_backward()'s verdict on one set of gradients: pass or fail per gradient (roles dq,
+    dk and dv, and keep with dropout), each one's error, tolerance and budget, the worst element
+    (``dk b=0 h=1 j=5 c=3``), the reasons naming the gradient, and the diagnosis against the known
+    backward mistakes (dk_scale_missing, d_omitted, ...). ``gradients``: each one's metrics."""
+
+    @property
+    def gradients(self) -> dict:
+        return self.record.get("gradients", {})
+
+    @property
+    def rerun(self) -> str:
+        # `attnbench check --inputs` judges given outputs as a forward pass only.
+        return "attnbench.judge_backward(q, k, v, d_o, dq, dk, dv, ...) on the same tensors"
 
 
 def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
@@ -338,6 +365,30 @@ def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align
     return Judgement(json.loads(text), kept, file_settings)
 
 
+def judge_backward(q, k, v, d_o, dq, dk, dv, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
+                   valid_lens=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, name="judge_backward",
+                   source="the arrays given to attnbench.judge_backward", **score_settings) -> BackwardJudgement:
+    """Your gradients against the backward reference under the pass rule, each diagnosed.
+
+    ``d_o`` [b, h_q, n_q, d_v] the upstream gradient; ``dq`` [b, h_q, n_q, d_k], ``dk`` [b, h_kv,
+    n_k, d_k], ``dv`` [b, h_kv, n_k, d_v] the gradients of sum(O * dO) that your backward gave
+    (under GQA dK and dV summed over each kv head's query heads), each in its own dtype; every
+    other setting as judge()'s (the score modifications' by name: ``softcap=30.0``). Each of dq,
+    dk and dv is held to the pass rule against its 113-bit reference (verification/README.md, "The
+    backward pass"): the verdict has one role per gradient, and a failure's reasons name it.
+
+    Dropout: ``dropout_p`` with ``keep``, the keep mask [b, h_q, n_q, n_k] the forward drew (as
+    judge()'s): the gradients are judged given that Z, and Z by its keep rate."""
+    given, host = _given(q, k, v, mask, bias, valid_lens, d_o=d_o, dq=dq, dk=dk, dv=dv)
+    keep_host = None
+    if keep is not None:
+        keep_host = np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
+    settings = _settings(scale, causal, window, align, None, score_settings)
+    text = _native._judge_backward(given, settings, host["d_o"], host["dq"], host["dk"], host["dv"], keep_host, k_factor, floor_ulps,
+                                   threads, name, source)
+    return BackwardJudgement(json.loads(text))
+
+
 # ---- a callable on case sets ----
 
 def _problems(cases) -> list:
@@ -349,8 +400,8 @@ def _problems(cases) -> list:
     return out
 
 
-def _invoker(fn, convention: Convention, arrays, device, isolate, timeout, memory_limit):
-    invoke = convention.invoker(fn, arrays, device)
+def _invoker(fn, convention: Convention, arrays, device, isolate, timeout, memory_limit, backward=None):
+    invoke = convention.invoker(fn, arrays, device, backward)
     if isolate:
         from ._isolate import isolated
         if isolate not in (True, "no-sandbox"):
@@ -363,8 +414,8 @@ def _name_of(fn, name):
     return name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, device="cpu", isolate=False, timeout=60.0,
-           memory_limit=None, name=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, project=True,
+def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, backward=False, device="cpu", isolate=False,
+           timeout=60.0, memory_limit=None, name=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, project=True,
            progress=None) -> VerifyResult:
     """Calls ``fn`` on every case of a case set and judges each output as `attnbench verify` does.
 
@@ -377,15 +428,31 @@ def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, devi
     call runs in a worker process bounded by ``timeout`` seconds and ``memory_limit`` bytes, so a
     crash or a hang fails that case and the run goes on. ``progress``: a callable given each
     record (a dict) as it is made.
+
+    ``backward``: each case verified as its backward pass (op=backward) instead, end to end as
+    `attnbench verify --backward` does: ``fn``'s forward, then its gradients of dO (drawn from the
+    case's seed) judged one by one (records with roles dq, dk, dv). True takes them from autograd
+    through ``fn`` (torch: ``torch.autograd.grad(o, (q, k, v), d_o)``; jax: ``jax.vjp``), recomputing its forward; a
+    callable ``backward(q, k, v, out, lse, d_o, **the forward's keywords) -> (dq, dk, dv)``, in
+    the convention's layout, is given the forward's O and LSE (lse None unless the convention
+    declares one); with side-by-side callables, a dict {name: True or callable}.
     """
     conv = convention_of(convention)
     problems = _problems(cases)
     named = fn if isinstance(fn, dict) else {_name_of(fn, name): fn}
-    kernels = [(_invoker(f, conv, arrays, device, isolate, timeout, memory_limit), label, declaration_json(conv),
-                json.dumps(conv.limits())) for label, f in named.items()]
+    backwards = {label: (backward.get(label) if isinstance(backward, dict) else backward) or None for label in named}
+    # A callable given no backward declares none: it skips the backward cases, saying so.
+    declared = {label: conv if b is None else conv.with_(operations=tuple(dict.fromkeys(conv.operations + ("backward",))))
+                for label, b in backwards.items()}
+    if any(b is not None for b in backwards.values()):
+        problems = [p.with_operation("backward") for p in problems]
+    kernels = [(_invoker(f, declared[label], arrays, device, isolate, timeout, memory_limit, backwards[label]), label,
+                declaration_json(declared[label]), json.dumps({**conv.limits(), "autograd_backward": backwards[label] is True}))
+               for label, f in named.items()]
     callback = None if progress is None else (lambda text: progress(json.loads(text)))
     text = _native._verify(kernels, problems, k_factor, floor_ulps, threads, project, callback)
-    return VerifyResult(json.loads(text), lambda r: f"attnbench.verify(fn, cases=[{r['repro']!r}], convention=...)")
+    said = ", backward=..." if any(b is not None for b in backwards.values()) else ""
+    return VerifyResult(json.loads(text), lambda r: f"attnbench.verify(fn, cases=[{r['repro']!r}], convention=...{said})")
 
 
 @dataclass

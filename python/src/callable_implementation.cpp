@@ -40,6 +40,7 @@ CallableImplementation::Limits CallableImplementation::Limits::from_json(const s
     else if (a == "bottom_right") l.alignment = Align::bottom_right;
     else throw InputError(fmt::format("the convention's alignment must be \"top_left\" or \"bottom_right\" (got \"{}\")", a));
   }
+  l.autograd_backward = j.value("autograd_backward", false);
   return l;
 }
 
@@ -135,9 +136,18 @@ void copy_into(nb::handle returned, Tensor& target, const std::string& what, con
   std::memcpy(target.data(), a.data(), target.bytes());
 }
 
+// The exception's type and message: a case's reason is one line (the traceback stays in Python).
+[[noreturn]] void throw_as_failure(const nb::python_error& e) {
+  const std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
+  std::string message = nb::cast<std::string>(nb::str(e.value()));
+  if (const auto cut = message.find('\n'); cut != std::string::npos) message = message.substr(0, cut);
+  throw std::runtime_error(fmt::format("the callable raised {}: {}", type, message));
+}
+
 }  // namespace
 
 void CallableImplementation::run(const RunArgs& args) const {
+  if (args.tensors.output(Role::dq) != nullptr) return run_backward(args);
   const Problem& p = args.problem;
   Tensor& o = args.tensors.required_output(Role::o);
   Tensor* lse = args.tensors.output(Role::lse);
@@ -164,12 +174,46 @@ void CallableImplementation::run(const RunArgs& args) const {
       copy_into(returned_keep, *keep, "keep", {p.batch, p.h_q, p.n_q, p.n_k}, "[b, h_q, n_q, n_k]");
     }
   } catch (nb::python_error& e) {
-    // The exception's type and message: a case's reason is one line (the traceback stays in Python).
-    const std::string type = nb::cast<std::string>(nb::handle(e.type()).attr("__name__"));
-    std::string message = nb::cast<std::string>(nb::str(e.value()));
-    if (const auto cut = message.find('\n'); cut != std::string::npos) message = message.substr(0, cut);
-    throw std::runtime_error(fmt::format("the callable raised {}: {}", type, message));
+    throw_as_failure(e);
   }
+}
+
+void CallableImplementation::run_backward(const RunArgs& args) const {
+  const Problem& p = args.problem;
+  Tensor& dq = args.tensors.required_output(Role::dq);
+  Tensor& dk = args.tensors.required_output(Role::dk);
+  Tensor& dv = args.tensors.required_output(Role::dv);
+  const Tensor* d_o = args.tensors.input(Role::d_o);
+  const Tensor* o = args.tensors.input(Role::o);
+  const Tensor* lse = args.tensors.input(Role::lse);
+  if (d_o == nullptr || o == nullptr) throw std::logic_error("a backward pass without dO or the forward's O to feed it");
+  nb::gil_scoped_acquire gil;
+  try {
+    nb::dict fed;
+    fed["d_o"] = to_numpy(*d_o);
+    fed["o"] = to_numpy(*o);
+    fed["lse"] = lse != nullptr ? nb::cast(to_numpy(*lse, {p.batch, p.h_q, p.n_q})) : nb::none();
+    nb::object result = (*invoke_)(p, inputs_dict(p, args.inputs), lse != nullptr, fed);
+    if (!nb::isinstance<nb::tuple>(result) || nb::len(result) != 3)
+      throw std::runtime_error(fmt::format("the backward returned {}; expected (dq, dk, dv)", nb::str(nb::handle(result.type())).c_str()));
+    nb::tuple t = nb::borrow<nb::tuple>(result);
+    copy_into(t[0], dq, "dq", {p.batch, p.h_q, p.n_q, p.d_k}, "[b, h_q, n_q, d_k]");
+    copy_into(t[1], dk, "dk", {p.batch, p.h_kv, p.n_k, p.d_k}, "[b, h_kv, n_k, d_k]");
+    copy_into(t[2], dv, "dv", {p.batch, p.h_kv, p.n_k, p.d_v}, "[b, h_kv, n_k, d_v]");
+  } catch (nb::python_error& e) {
+    throw_as_failure(e);
+  }
+}
+
+void restate_isolation(Record& record) {
+  if (record.isolation.empty()) return;
+  const std::string restated =
+      "its gradients come from autograd through its own forward, recomputed in each backward call: fed the reference's O and LSE it "
+      "computes the same gradients, so no rerun tells a fault of its forward from one of its gradients (verify its forward, "
+      "backward=False, for that)";
+  for (std::string& reason : record.verdict.reasons)
+    if (reason == record.isolation) reason = restated;
+  record.isolation = restated;
 }
 
 }  // namespace attn::python

@@ -2,11 +2,13 @@
 // function hands its arguments to the library the CLI calls (core, reference, verification,
 // properties, reports) and returns what it returns, as arrays or as the JSON documents the
 // result files hold. attnbench/__init__.py wraps it in the package's documented API.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <tuple>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,7 @@
 #include "reference/reference.hpp"
 #include "reports/properties_report.hpp"
 #include "reports/verify_report.hpp"
+#include "verification/backward_mistakes.hpp"
 #include "verification/given_outputs.hpp"
 #include "verification/run.hpp"
 
@@ -229,17 +232,110 @@ std::string judge_of(const GivenIn& in, const Settings& s, const InArray& out, c
   return document.dump();
 }
 
+// A gradient the caller computed: a rank-4 array of its role's shape, borrowed where it lies.
+Tensor borrow_gradient(const InArray& a, bool bf16_bits, const char* name, const char* layout, const Tensor::Shape& want) {
+  Tensor t = borrow_tensor(a, bf16_bits, name, layout);
+  if (t.shape() != want) throw InputError(fmt::format("{}: shape ({}) where {} is ({})", name, fmt::join(t.shape(), ", "), layout, fmt::join(want, ", ")));
+  return t;
+}
+
+// judge_of for a backward pass: the given dQ, dK and dV of the given dO against the backward
+// reference (judge/judge.hpp, judge_gradients) and diagnosed as verify diagnoses a backward case.
+// Given outputs reach verify as a forward pass only (verification/given_outputs.hpp), so the one
+// record is made here and written by verify's own writer.
+std::string judge_backward_of(const GivenIn& in, const Settings& s, const InArray& d_o_in, const InArray& dq_in, const InArray& dk_in,
+                              const InArray& dv_in, const std::optional<InArray>& keep, double k, double floor_ulps, int threads,
+                              const std::string& name, const std::string& source) {
+  auto [p, inputs] = given_case_of(given_arrays(in, s));
+  p.operation = Operation::backward;
+  // Each gradient and dO in its own dtype, as o in judge(): the problem's where they agree.
+  const std::pair<Role, const InArray*> given_roles[] = {{Role::d_o, &d_o_in}, {Role::dq, &dq_in}, {Role::dk, &dk_in}, {Role::dv, &dv_in}};
+  for (const auto& [role, array] : given_roles) {
+    const DType dtype = dtype_of(*array, in.bf16_bits, std::string(to_string(role)));
+    if (dtype != p.dtype) p.role_dtypes[role] = dtype;
+  }
+  p.validate();
+  const Tensor d_o = borrow_gradient(d_o_in, in.bf16_bits, "d_o", "[b, h_q, n_q, d_v]", {p.batch, p.h_q, p.n_q, p.d_v});
+  const Gradients given{borrow_gradient(dq_in, in.bf16_bits, "dq", "[b, h_q, n_q, d_k]", {p.batch, p.h_q, p.n_q, p.d_k}),
+                        borrow_gradient(dk_in, in.bf16_bits, "dk", "[b, h_kv, n_k, d_k]", {p.batch, p.h_kv, p.n_k, p.d_k}),
+                        borrow_gradient(dv_in, in.bf16_bits, "dv", "[b, h_kv, n_k, d_v]", {p.batch, p.h_kv, p.n_k, p.d_v})};
+  std::optional<Tensor> z;
+  if (p.dropout.enabled() && !keep)
+    throw InputError(fmt::format("keep: dropout_p={:g} needs the keep mask [b, h_q, n_q, n_k] the forward drew (keep=)", p.dropout.p));
+  if (keep && !p.dropout.enabled()) throw InputError("keep: a keep mask without dropout_p (give dropout_p= to judge gradients with dropout)");
+  if (keep) {
+    const std::vector<std::int64_t> want{p.batch, p.h_q, p.n_q, p.n_k};
+    if (shape_of(*keep) != want)
+      throw InputError(fmt::format("keep: shape ({}) where [b, h_q, n_q, n_k] is ({})", fmt::join(shape_of(*keep), ", "), fmt::join(want, ", ")));
+    if (keep->dtype() != nb::dtype<float>()) throw InputError("keep: a float32 array is expected (1 kept, 0 dropped)");
+    z = make_keep(p);
+    std::memcpy(z->data(), keep->data(), z->bytes());
+  }
+  check_case_memory(p, {});
+
+  auto context = std::make_unique<CaseContext>();
+  context->problem = p;
+  context->rows_total = p.rows();
+  context->rows_checked = p.rows();
+  context->reference_computed = true;
+  context->inputs_from = source;
+  Record record;
+  record.implementation = name;
+  record.context = context.get();
+  {
+    nb::gil_scoped_release release;
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<KeepJudgement> kept;
+    std::optional<CaseInputs> with_keep;
+    if (z) {
+      kept = judge_keep(p, inputs.mask, *z);
+      if (kept->usable) with_keep.emplace(with_reported_keep(inputs, *z));
+    }
+    if (kept && !kept->usable) {
+      record.verdict.pass = false;
+      add_keep_verdict(record.verdict, kept->verdict);
+    } else {
+      const CaseInputs& judged_in = with_keep ? *with_keep : inputs;
+      const BackwardYardstick yardstick = make_backward_yardstick(p, judged_in, d_o, threads);
+      context->reference_seconds = yardstick.reference_seconds;
+      context->gradient_baseline = yardstick.baseline;
+      for (Role role : gradient_roles) context->gradient_term_rounding.push_back(yardstick.term_rounding(role, p));
+      JudgeOptions judging;
+      judging.rule = {k, floor_ulps};
+      GradientJudgement judged = judge_gradients(p, yardstick, given, judging);
+      record.gradients = std::move(judged.errors);
+      record.verdict = std::move(judged.verdict);
+      if (kept) add_keep_verdict(record.verdict, kept->verdict);
+      if (!record.verdict.pass) record.diagnosis = diagnose_backward(p, judged_in, d_o, given, record.verdict, nullptr);
+    }
+    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  record.status = record.verdict.pass ? Status::pass : Status::fail;
+  VerifyRun run;
+  run.named_cases = 1;
+  run.cases.push_back(std::move(context));
+  run.records.push_back(std::move(record));
+  VerifyOptions options;
+  options.rule = {k, floor_ulps};
+  options.reference.threads = threads;
+  return verify_to_json(run, options, run_context(threads > 0 ? threads : default_thread_count()), "judge").dump();
+}
+
 // Calls `on_record(record JSON text)` with the GIL as each record is made.
 class RecordCallback final : public VerifyObserver {
  public:
-  explicit RecordCallback(nb::object callback) : callback_(std::move(callback)) {}
+  RecordCallback(nb::object callback, std::set<std::string> autograd) : callback_(std::move(callback)), autograd_(std::move(autograd)) {}
   void record_made(const VerifyRun&, const Record& record) override {
     nb::gil_scoped_acquire gil;
-    if (!callback_.is_none()) callback_(to_json(verify_record(record)).dump());
+    if (callback_.is_none()) return;
+    Record said = record;
+    if (autograd_.count(said.implementation)) restate_isolation(said);
+    callback_(to_json(verify_record(said)).dump());
   }
 
  private:
   nb::object callback_;
+  std::set<std::string> autograd_;  // the implementations whose gradients are autograd's
 };
 
 // One Python callable as verify and the property suite see it: (invoke, name, declaration, limits).
@@ -249,20 +345,24 @@ std::string verify_callables(const std::vector<Kernel>& kernels, const std::vect
                              bool project, nb::object on_record) {
   // One run for every callable: each case's reference and yardstick are computed once for all.
   std::vector<std::unique_ptr<CallableImplementation>> impls;
+  std::set<std::string> autograd;
   VerifyRequest request{{}, cases, {}};
   for (const auto& [invoke, name, declaration, limits] : kernels) {
     impls.push_back(std::make_unique<CallableImplementation>(name, declaration, CallableImplementation::Limits::from_json(limits), invoke));
     request.implementations.push_back(impls.back().get());
+    if (impls.back()->limits().autograd_backward) autograd.insert(name);
   }
   request.options.rule = {k, floor_ulps};
   request.options.reference.threads = threads;
   request.options.diagnosis.threads = threads;
   request.options.project = project;
-  RecordCallback callback(std::move(on_record));
+  RecordCallback callback(std::move(on_record), autograd);
   nlohmann::json document;
   {
     nb::gil_scoped_release release;
-    const VerifyRun run = run_verify(request, {&callback});
+    VerifyRun run = run_verify(request, {&callback});
+    for (Record& record : run.records)
+      if (autograd.count(record.implementation)) restate_isolation(record);
     document = verify_to_json(run, request.options, run_context(threads > 0 ? threads : default_thread_count()), "verify");
   }
   return document.dump();
@@ -326,6 +426,11 @@ NB_MODULE(_native, m) {
         return p;
       }, "text"_a, "The problem a JSON document (to_json's) describes")
       .def("to_json", [](const Problem& p) { return nlohmann::json(p).dump(); }, "Every field as JSON text (the result files' `problem`)")
+      .def("with_operation", [](Problem p, const std::string& operation) {
+        p.operation = parse_operation(operation);
+        p.validate();
+        return p;
+      }, "operation"_a, "The same problem for another operation (\"forward\" or \"backward\": op=backward in its repro string)")
       .def("repro", &Problem::repro, "The one-line repro string that `--case` and Problem.parse read back")
       .def("label", &Problem::label, "A short label for tables")
       .def("__str__", &Problem::repro)
@@ -432,6 +537,8 @@ NB_MODULE(_native, m) {
   m.def("_reference", &reference_of, "given"_a, "settings"_a, "threads"_a);
   m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "keep"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a,
         "source"_a);
+  m.def("_judge_backward", &judge_backward_of, "given"_a, "settings"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a, "keep"_a.none(), "k"_a,
+        "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
   m.def("_verify", &verify_callables, "kernels"_a, "cases"_a, "k"_a,
         "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,
