@@ -36,12 +36,15 @@ class Declared final : public Implementation {
 }  // namespace
 
 CasesCommand::CasesCommand(CLI::App& app)
-    : command_(app.add_subcommand("cases", "Write a case set's inputs as .npy files (q, k, v, mask, bias) with DIR/manifest.json, for a "
-                                           "program that cannot be linked; `attnbench check` verifies what it writes")) {
+    : command_(app.add_subcommand("cases", "Write a case set's inputs as .npy files (q, k, v, mask, bias; d_o for a backward case) with "
+                                           "DIR/manifest.json, for a program that cannot be linked; `attnbench check` verifies what it writes")) {
   command_->add_option("--out", out_dir_, "Directory to write (created; an earlier cases directory there is replaced)")->required();
   auto* set = command_->add_option("--cases", cases_, "Case set: default, quick, or a file of repro strings")->capture_default_str();
   command_->add_option("--case", single_case_, "Write exactly one case, given as its repro string")->excludes(set);
   command_->add_option("--seed", seed_, "Override every case's seed (draws new data)");
+  command_->add_flag("--backward", backward_,
+                     "Write each case as a backward case (op=backward), as verify --backward runs it: with its dO (d_o_NNNN.npy); the "
+                     "program writes its own forward's out (and lse) and its backward's dq, dk and dv, which check judges");
   auto* declare = command_->add_option("--declare", declaration_,
                                        "The kernel's capabilities declaration (JSON; impls/capability_declaration.hpp): a case outside it "
                                        "is written as its projection onto it, or skipped with the reason; kept in the manifest for check");
@@ -53,6 +56,8 @@ int CasesCommand::run() const {
   std::vector<Problem> cases = single_case_ ? std::vector<Problem>{parse_problem(*single_case_)} : load_cases(cases_);
   if (seed_)
     for (auto& p : cases) p.seed = *seed_;
+  if (backward_)
+    for (auto& p : cases) p.operation = Operation::backward;
   // Generating a case holds its inputs and their .npy copy; a size typed by mistake is refused first.
   for (const auto& p : cases) check_memory_fits(2.0 * case_memory(p, {}).inputs, fmt::format("writing case '{}'", p.repro()));
   auto print_case = [](const CaseFileEntry& entry) {
@@ -78,7 +83,11 @@ int CasesCommand::run() const {
     const Problem& p = cases[index];
     p.validate();
     Resolution r;
-    if (no_projection_) {
+    const bool declares_forward = std::find(caps.operations.begin(), caps.operations.end(), Operation::forward) != caps.operations.end();
+    if (p.operation == Operation::backward && !declares_forward) {
+      // As verify skips it (verify.cpp, plan_for): the backward is fed the program's own forward's O and LSE.
+      r.skip_reason = "its backward pass is fed its own forward's O and LSE, and it declares no forward pass";
+    } else if (no_projection_) {
       const Support s = covers(caps, p);
       if (s.ok)
         r.problem = p;

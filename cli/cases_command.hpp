@@ -4,7 +4,8 @@
 // program reads them, writes its outputs, and `attnbench check` verifies those. With --declare
 // FILE (impls/capability_declaration.hpp) each case the kernel does not declare is written as its
 // projection onto the declaration, as verify projects it, or skipped with the reason
-// (--no-projection skips them all). Registered by main.cpp.
+// (--no-projection skips them all). --backward makes every case a backward case (op=backward):
+// each also gets its dO file, and the program writes its gradients. Registered by main.cpp.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@ class CasesCommand {
   std::optional<std::uint64_t> seed_;
   std::string declaration_;
   bool no_projection_ = false;
+  bool backward_ = false;
 };
 
 }  // namespace attn::cli

@@ -33,7 +33,8 @@ CheckCommand::CheckCommand(CLI::App& app)
   cases->excludes(inputs);
   inputs->excludes(cases);
   command_->add_option("--outputs", outputs_dirs_,
-                       "With --cases: the directory of out_NNNN.npy (and optional lse_NNNN.npy; keep_NNNN.npy for a dropout case) files. "
+                       "With --cases: the directory of out_NNNN.npy (and optional lse_NNNN.npy; keep_NNNN.npy for a dropout case; dq_NNNN.npy, "
+                       "dk_NNNN.npy and dv_NNNN.npy for a backward case) files. "
                        "With --inputs: where out.npy (and lse.npy, keep.npy) are, once per --inputs in the same order (default: the "
                        "inputs directory)");
   command_->add_option("--json", json_path_, "Where to write the JSON results ('' to skip)")->capture_default_str();
@@ -56,7 +57,8 @@ int CheckCommand::run() const {
   const CaseDirectory directory = read_case_directory(cases_dir_);
   // A manifest's case too large for this machine is refused before its inputs are generated.
   for (const auto& entry : directory.cases) check_case_memory(entry.problem, {});
-  // The inputs on disk must be the ones the reference will regenerate, or the check means nothing.
+  // The inputs on disk (a backward case's dO too) must be the ones the reference will regenerate,
+  // or the check means nothing.
   for (const auto& entry : directory.cases) check_case_inputs(directory, entry, generate_inputs(entry.problem));
 
   const FileRouteCheck plan = plan_file_route_check(directory, declaration_);

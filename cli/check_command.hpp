@@ -5,7 +5,9 @@
 // malformed output file fails its case and the run goes on; a missing or malformed manifest, or
 // input files that are not what the repro strings generate, are bad input. A declaration
 // (--declare, or the manifest's) skips what the kernel does not support instead of failing it
-// (impls/file_outputs/file_outputs.hpp). Registered by main.cpp.
+// (impls/file_outputs/file_outputs.hpp). A backward case (`cases --backward`) is judged as verify
+// --backward judges a kernel's: its dq, dk and dv files, each gradient against the reference's.
+// Registered by main.cpp.
 //
 // `attnbench check --inputs DIR [--inputs DIR2 ...] [--outputs OUT ...]`: the user's own tensors
 // (core/given_case.hpp) instead of a cases directory; the reference is computed from exactly those

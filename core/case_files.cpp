@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -29,15 +30,15 @@ bool has_visibility_mask(const Problem& p) {
 
 std::string file_name(std::string_view what, std::size_t index) { return fmt::format("{}_{:04}.npy", what, index); }
 
-// A name file_name or the manifest could have written: (q|k|v|mask|bias)_<digits>.npy or manifest.json.
+// A name file_name or the manifest could have written: (q|k|v|d_o|mask|bias)_<digits>.npy or manifest.json.
 // (Matched by hand: <regex> alone cost this file a third of its compile time.)
 bool is_case_file_name(std::string_view name) {
   if (name == manifest_name) return true;
-  const std::size_t underscore = name.find('_');
+  const std::size_t underscore = name.rfind('_');  // the last: d_o has one of its own
   if (underscore == std::string_view::npos || !name.ends_with(".npy")) return false;
   const std::string_view what = name.substr(0, underscore);
   const std::string_view digits = name.substr(underscore + 1, name.size() - underscore - 1 - 4);
-  const bool ours = what == "q" || what == "k" || what == "v" || what == "mask" || what == "bias";
+  const bool ours = what == "q" || what == "k" || what == "v" || what == "d_o" || what == "mask" || what == "bias";
   return ours && !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
@@ -129,6 +130,15 @@ std::vector<std::int64_t> output_shape(const Problem& p) { return {p.batch, p.h_
 std::vector<std::int64_t> lse_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q}; }
 std::vector<std::int64_t> keep_shape(const Problem& p) { return {p.batch, p.h_q, p.n_q, p.n_k}; }
 
+std::vector<std::int64_t> gradient_shape(const Problem& p, Role role) {
+  switch (role) {
+    case Role::dq: return {p.batch, p.h_q, p.n_q, p.d_k};
+    case Role::dk: return {p.batch, p.h_kv, p.n_k, p.d_k};
+    case Role::dv: return {p.batch, p.h_kv, p.n_k, p.d_v};
+    default: throw std::logic_error(fmt::format("gradient_shape: {} is not a gradient", to_string(role)));
+  }
+}
+
 std::vector<std::pair<std::size_t, Problem>> named_cases(const CaseDirectory& directory) {
   std::vector<std::pair<std::size_t, Problem>> named;
   for (const auto& c : directory.cases) named.emplace_back(c.index, c.projected_from.empty() ? c.problem : parse_problem(c.projected_from));
@@ -183,15 +193,27 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     entry.out = file_name("out", entry.index);
     entry.lse = file_name("lse", entry.index);
     if (p.dropout.enabled()) entry.keep = file_name("keep", entry.index);
+    const bool backward = p.operation == Operation::backward;
+    if (backward) {
+      entry.d_o = file_name("d_o", entry.index);
+      entry.dq = file_name("dq", entry.index);
+      entry.dk = file_name("dk", entry.index);
+      entry.dv = file_name("dv", entry.index);
+    }
     const CaseInputs in = generate_inputs(p);
     npy::write_file(dir / entry.q, tensor_to_npy(in.q));
     npy::write_file(dir / entry.k, tensor_to_npy(in.k));
     npy::write_file(dir / entry.v, tensor_to_npy(in.v));
+    if (backward) npy::write_file(dir / entry.d_o, tensor_to_npy(generate_d_o(p)));
     auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
+    auto gradient = [&](Role role) {
+      return backward ? file_json(entry.gradient_file(role), gradient_shape(p, role), type(role)) : nlohmann::json(nullptr);
+    };
     nlohmann::json j = {
         {"index", entry.index},
         {"repro", p.repro()},
         {"label", p.label()},
+        {"operation", std::string(to_string(p.operation))},
         {"dtype", std::string(to_string(p.dtype))},
         {"scale", p.effective_scale()},
         // Each query head's sink logit (f32 values), one more term of its rows' softmax denominator, or none.
@@ -204,6 +226,10 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"out", file_json(entry.out, output_shape(p), type(Role::o))},
         {"lse", file_json(entry.lse, lse_shape(p), type(Role::lse))},
         {"keep", p.dropout.enabled() ? file_json(entry.keep, keep_shape(p), npy::ElementType::boolean) : nlohmann::json(nullptr)},
+        {"d_o", backward ? file_json(entry.d_o, output_shape(p), type(Role::d_o)) : nlohmann::json(nullptr)},
+        {"dq", gradient(Role::dq)},
+        {"dk", gradient(Role::dk)},
+        {"dv", gradient(Role::dv)},
         {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
@@ -233,7 +259,7 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
       {"schema", std::string(manifest_schema)},
       {"version", manifest_version},
       {"layout", "BHSD, C order: q [b, h_q, n_q, d_k], k [b, h_kv, n_k, d_k], v [b, h_kv, n_k, d_v], out [b, h_q, n_q, d_v]; "
-                 "query head h reads kv head h / (h_q / h_kv)"},
+                 "d_o as out, dq as q, dk as k, dv as v; query head h reads kv head h / (h_q / h_kv)"},
       {"encodings", {{"f64", "<f8"}, {"f32", "<f4"}, {"f16", "<f2 (exact bits)"},
                      {"bf16", "<f4 holding exactly the bf16 values; a bf16 output is <f4 whose every value is a bf16 value "
                               "(e.g. out.float() in PyTorch), or <u2 bf16 bit patterns"}}},
@@ -247,6 +273,18 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
       {"keep", "per dropout case, required: the keep mask Z [b, h_q, n_q, n_k] the program drew, 1 kept, 0 dropped, as |b1 "
                "(or |u1, <f4), written beside out; null: no dropout"},
       {"fully_masked_rows", "per case: zeros (a query row that sees no key has a zero output row) or nan (a NaN row), as declared"},
+      {"operation", "per case: forward (out is judged, and lse where given) or backward (op=backward in the repro string: the "
+                    "program runs its forward, writing out and optionally lse (and keep), then its backward on that O and LSE and "
+                    "d_o, writing dq, dk and dv, which alone are judged)"},
+      {"d_o", "per backward case: the upstream gradient dO [b, h_q, n_q, d_v] in d_o's encoding; null: a forward case"},
+      {"gradients", "per backward case, dq [b, h_q, n_q, d_k], dk [b, h_kv, n_k, d_k], dv [b, h_kv, n_k, d_v], each in its role's "
+                    "encoding as out is (bf16: <f4 holding bf16 values, or <u2 bits), null for a forward case. With P the "
+                    "softmax's weights (after the sink, before dropout), Z the keep mask the program drew (1 without dropout), "
+                    "r = 1/(1 - p): dV_j = sum_i P_ij Z_ij r dO_i; dP_ij = <dO_i, v_j> Z_ij r; D_i = sum_j P_ij dP_ij (= <dO_i, O_i>); "
+                    "dS_ij = P_ij (dP_ij - D_i); through a soft-cap c, dX_ij = dS_ij sech^2(x_ij / c) with x the scaled product "
+                    "(else dX = dS); dQ_i = scale sum_j dX_ij k_j; dK_j = scale sum_i dX_ij q_i; under GQA dK and dV summed over "
+                    "the query heads of a group; a fully masked row contributes nothing (its dQ is zeros) and a masked key gets "
+                    "nothing from a row"},
       {"cases", list},
   };
   // Each score modification's settings, one key each in every case (core/README.md, "The score
@@ -330,6 +368,26 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
       expect_shape(j, "v", {p.batch, p.h_kv, p.n_k, p.d_v}, type(Role::v), entry.index);
       expect_shape(j, "out", output_shape(p), type(Role::o), entry.index);
       if (j.contains("lse") && !j.at("lse").is_null()) entry.lse = plain_file_name(j, "lse", entry.index);
+      // The backward's files (null or absent: a forward case, as in manifests written before them).
+      const bool backward = p.operation == Operation::backward;
+      if (j.contains("operation") && j.at("operation").get<std::string>() != to_string(p.operation))
+        throw InputError(fmt::format("case {}: operation '{}' does not match the repro string's {}", entry.index,
+                                     j.at("operation").get<std::string>(), to_string(p.operation)));
+      for (const char* key : {"d_o", "dq", "dk", "dv"}) {
+        const bool named = j.contains(key) && !j.at(key).is_null();
+        if (named != backward)
+          throw InputError(fmt::format("case {}: the manifest names {} '{}' file but the repro string {}", entry.index, backward ? "no" : "a",
+                                       key, backward ? "is a backward case (op=backward)" : "is a forward case"));
+      }
+      if (backward) {
+        entry.d_o = plain_file_name(j, "d_o", entry.index);
+        entry.dq = plain_file_name(j, "dq", entry.index);
+        entry.dk = plain_file_name(j, "dk", entry.index);
+        entry.dv = plain_file_name(j, "dv", entry.index);
+        expect_shape(j, "d_o", output_shape(p), type(Role::d_o), entry.index);
+        for (Role role : {Role::dq, Role::dk, Role::dv})
+          expect_shape(j, std::string(to_string(role)).c_str(), gradient_shape(p, role), type(role), entry.index);
+      }
       if (p.dropout.enabled()) {
         if (!j.contains("keep") || j.at("keep").is_null())
           throw InputError(fmt::format("case {}: the repro string has dropout but the manifest names no 'keep' file", entry.index));
@@ -399,6 +457,7 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
   compare(entry.v, tensor_to_npy(inputs.v), "v");
   if (!entry.mask.empty()) compare(entry.mask, visibility_mask_npy(entry.problem, inputs.mask), "mask");
   if (!entry.bias.empty()) compare(entry.bias, tensor_to_npy(inputs.mask.bias_tensor()), "bias");
+  if (!entry.d_o.empty()) compare(entry.d_o, tensor_to_npy(generate_d_o(entry.problem)), "d_o");
 }
 
 void array_into_tensor(const npy::Array& a, const std::string& name, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target,
@@ -432,8 +491,9 @@ void array_into_tensor(const npy::Array& a, const std::string& name, const std::
 
 namespace {
 
-void read_into(const std::filesystem::path& path, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target) {
-  array_into_tensor(npy::read_file(path), path.string(), shape, dtype, target, "output");
+void read_into(const std::filesystem::path& path, const std::vector<std::int64_t>& shape, DType dtype, Tensor& target,
+               std::string_view what = "output") {
+  array_into_tensor(npy::read_file(path), path.string(), shape, dtype, target, what);
 }
 
 }  // namespace
@@ -444,6 +504,10 @@ void read_output_file(const std::filesystem::path& path, const Problem& problem,
 
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse) {
   read_into(path, lse_shape(problem), lse.dtype(), lse);
+}
+
+void read_gradient_file(const std::filesystem::path& path, const Problem& problem, Role role, Tensor& gradient) {
+  read_into(path, gradient_shape(problem, role), problem.dtype_of(role), gradient, to_string(role));
 }
 
 void keep_array_into_tensor(const npy::Array& a, const std::string& name, const Problem& problem, Tensor& keep) {

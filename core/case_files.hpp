@@ -20,12 +20,24 @@
 //   LSE is the softmax's, before dropout). The output is judged given this Z, and Z by its keep
 //   rate (judge/judge.hpp's judge_keep); a masked key's entry does not matter.
 //   A fully masked row's output is zeros, or NaN where the kernel declares that policy.
+// The backward pass (a case whose repro string says op=backward: `attnbench cases --backward`):
+//   the cases directory also holds d_o [b, h_q, n_q, d_v] (dO, in d_o's encoding, generated as
+//   generate_d_o(problem) gives it), and the program writes, beside its own forward's out (and lse,
+//   optional; keep for dropout), the gradients dq [b, h_q, n_q, d_k], dk [b, h_kv, n_k, d_k] and
+//   dv [b, h_kv, n_k, d_v], each in its role's encoding as an output is (bf16: '<f4' holding bf16
+//   values or '<u2' bits). Their semantics (reference/README.md, "The backward pass"), with P after
+//   the sink and before dropout, Z the program's keep mask, r = 1/(1 - p): dV_j = sum_i P_ij Z_ij r
+//   dO_i, dP_ij = <dO_i, v_j> Z_ij r, D_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - D_i), through a
+//   soft-cap dX = dS sech^2(x/c), dQ_i = scale sum_j dX_ij k_j, dK_j = scale sum_i dX_ij q_i; under
+//   GQA dK and dV summed over a group's query heads; a fully masked row contributes nothing. Only
+//   the gradients are judged: out and lse are what the program's backward was fed, read but not
+//   judged (a forward case judges them), and keep is what the gradients are judged given.
 // A kernel's declaration of what it supports (impls/capability_declaration.hpp, given to
 // `attnbench cases --declare`) is stored in the manifest with what it made of the case set: a
 // case outside it written as its projection (the manifest's repro is the projection's, and
 // projected_from names the case), or listed under "skipped" with the reason.
-// Every input file is byte-identical to what generate_inputs(problem) gives for the case's
-// repro string, which check regenerates and compares before anything is verified.
+// Every input file is byte-identical to what generate_inputs(problem) (and generate_d_o(problem))
+// gives for the case's repro string, which check regenerates and compares before anything is verified.
 #include <cstddef>
 #include <filesystem>
 #include <functional>
@@ -40,6 +52,7 @@
 #include "core/npy.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_role.hpp"
 
 namespace attn {
 
@@ -50,6 +63,10 @@ struct CaseFileEntry {
   std::string q, k, v, mask, bias;  // file names in the cases directory; mask/bias empty when absent
   std::string out, lse;             // file names the outputs directory is expected to hold (lse optional)
   std::string keep;                 // the keep mask's file, for a dropout case (empty: none expected)
+  // A backward case's (all empty for a forward one): dO in the cases directory, and the gradient
+  // files the outputs directory is expected to hold.
+  std::string d_o, dq, dk, dv;
+  const std::string& gradient_file(Role role) const { return role == Role::dq ? dq : role == Role::dk ? dk : dv; }
 };
 
 // A case of the set that a declaration left no problem for (no file is written for it).
@@ -85,6 +102,8 @@ npy::Array visibility_mask_npy(const Problem& problem, const Mask& mask);
 std::vector<std::int64_t> output_shape(const Problem& problem);
 std::vector<std::int64_t> lse_shape(const Problem& problem);
 std::vector<std::int64_t> keep_shape(const Problem& problem);  // [b, h_q, n_q, n_k]
+// A gradient's (dq, dk or dv): the shape of the input it is the gradient of.
+std::vector<std::int64_t> gradient_shape(const Problem& problem, Role role);
 
 // Writes every case's .npy files into dir (created if missing; refused when it holds anything
 // but an earlier cases directory, whose files are replaced) and then manifest.json, so a
@@ -105,8 +124,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
 CaseDirectory read_case_directory(const std::filesystem::path& dir);
 
 // Throws InputError naming the file and the first difference unless the case's input files
-// hold exactly generate_inputs(entry.problem) (e.g. an edited q.npy, or another attnbench
-// version's inputs).
+// hold exactly generate_inputs(entry.problem), and a backward case's d_o file generate_d_o's
+// (e.g. an edited q.npy, or another attnbench version's inputs).
 void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entry, const CaseInputs& inputs);
 
 // Reads an output file into `out` (shape [b, h_q, n_q, d_v] in the problem's dtype) or an LSE
@@ -114,6 +133,8 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
 // (missing, malformed, truncated, wrong shape or dtype, a bf16 output that bf16 cannot hold).
 void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out);
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse);
+// A gradient file (role dq, dk or dv) into `gradient` (make_gradients' tensor), as an output is read.
+void read_gradient_file(const std::filesystem::path& path, const Problem& problem, Role role, Tensor& gradient);
 // Dropout's keep mask [b, h_q, n_q, n_k] ('|b1', '|u1' or '<f4') into `keep` (make_keep's f32
 // tensor), each value as it is (judge_keep refuses one that is not 0 or 1 where a key is visible).
 // A missing file is an InputError naming it and what it should hold.

@@ -175,6 +175,12 @@ class Implementation {
   // plugin whose call left a thread writing into the output (its worker is then restarted). ""
   // when nothing did; in-process implementations have nothing to say.
   virtual std::string late_problems() const { return {}; }
+  // True where run() hands back outputs computed elsewhere, once (files another program wrote,
+  // impls/file_outputs; outputs captured with their inputs, verification/given_outputs.hpp): a
+  // second call reads the same bits and a call on other inputs cannot be answered, so verify makes
+  // none of the calls that mean another computation (a failure's second run, a backward's
+  // determinism run and its rerun on the reference's O and LSE, a GQA failure's MHA form).
+  virtual bool outputs_given() const { return false; }
 };
 
 // Weights and LSE tensors in the working precision of a problem, poisoned.

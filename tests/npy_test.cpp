@@ -368,6 +368,82 @@ TEST_F(CaseDirectories, WrittenReadBackAndCheckedAgainstTheirInputs) {
   EXPECT_THROW(read_case_directory(dir_ / "nowhere"), InputError);
 }
 
+// A backward case (cases --backward): its dO file is generate_d_o's and is checked like the inputs,
+// the manifest names the gradient files with their shapes, a gradient file is read as an output
+// is, and a directory holding d_o files is an earlier cases directory that may be written over.
+TEST_F(CaseDirectories, BackwardCasesCarryTheirUpstreamGradientAndNameTheGradients) {
+  Problem p = small(DType::bf16, "causal=top_left");
+  p.operation = Operation::backward;
+  const std::vector<Problem> cases = {small(DType::f32), p};
+  write_case_directory(dir_ / "cases", cases);
+  write_case_directory(dir_ / "cases", cases);  // again over the d_o files
+  const CaseDirectory d = read_case_directory(dir_ / "cases");
+  ASSERT_EQ(d.cases.size(), 2u);
+  EXPECT_TRUE(d.cases[0].d_o.empty() && d.cases[0].dq.empty() && d.cases[0].dk.empty() && d.cases[0].dv.empty());
+  EXPECT_EQ(d.cases[1].problem, p);
+  EXPECT_EQ(d.cases[1].d_o, "d_o_0001.npy");
+  EXPECT_EQ(d.cases[1].gradient_file(Role::dq), "dq_0001.npy");
+  EXPECT_EQ(d.cases[1].gradient_file(Role::dk), "dk_0001.npy");
+  EXPECT_EQ(d.cases[1].gradient_file(Role::dv), "dv_0001.npy");
+  const Array d_o = npy::read_file(dir_ / "cases" / "d_o_0001.npy");
+  EXPECT_EQ(d_o.data, tensor_to_npy(generate_d_o(p)).data);
+  EXPECT_EQ(d_o.shape, output_shape(p));
+  for (const auto& entry : d.cases) EXPECT_NO_THROW(check_case_inputs(d, entry, generate_inputs(entry.problem)));
+  auto manifest = nlohmann::json::parse(std::ifstream(dir_ / "cases" / "manifest.json"));
+  EXPECT_EQ(manifest["cases"][1]["operation"], "backward");
+  EXPECT_EQ(manifest["cases"][1]["dk"]["shape"], nlohmann::json({2, 1, 7, 4}));
+  EXPECT_EQ(manifest["cases"][1]["dv"]["npy_dtype"], "<f4");
+  EXPECT_TRUE(manifest["cases"][0]["d_o"].is_null() && manifest["cases"][0]["dq"].is_null());
+
+  // An edited dO is not this case's.
+  Array edited = d_o;
+  edited.data[4] ^= std::byte{1};
+  npy::write_file(dir_ / "cases" / "d_o_0001.npy", edited);
+  try {
+    check_case_inputs(d, d.cases[1], generate_inputs(p));
+    ADD_FAILURE() << "an edited d_o accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("d_o_0001.npy: does not hold case 1's d_o (element 1 [0, 0, 0, 1] differs)"), std::string::npos)
+        << e.what();
+  }
+
+  // A gradient file is read into its tensor, or its fault named.
+  Gradients want = make_gradients(p);
+  for (std::int64_t e = 0; e < want.dk.numel(); ++e) want.dk.set(e, 0.25 * double(e) - 1.0);
+  npy::write_file(dir_ / "dk.npy", tensor_to_npy(want.dk));
+  Gradients got = make_gradients(p);
+  read_gradient_file(dir_ / "dk.npy", p, Role::dk, got.dk);
+  EXPECT_EQ(got.dk, want.dk);
+  try {
+    read_gradient_file(dir_ / "dk.npy", p, Role::dq, got.dq);
+    ADD_FAILURE() << "a dk file accepted as dq";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dk.npy: shape (2, 1, 7, 4) but the case expects (2, 2, 5, 4)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_gradient_file(dir_ / "dv.npy", p, Role::dv, got.dv), InputError);
+
+  // A manifest without the gradients of its backward case, or with them on a forward case, is bad input.
+  manifest = nlohmann::json::parse(std::ifstream(dir_ / "cases" / "manifest.json"));
+  auto expect_fault = [&](const nlohmann::json& changed, const std::string& message) {
+    std::ofstream(dir_ / "cases" / "manifest.json") << changed.dump();
+    try {
+      read_case_directory(dir_ / "cases");
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  auto changed = manifest;
+  changed["cases"][1]["dv"] = nullptr;
+  expect_fault(changed, "case 1: the manifest names no 'dv' file but the repro string is a backward case (op=backward)");
+  changed = manifest;
+  changed["cases"][0]["d_o"] = manifest["cases"][1]["d_o"];
+  expect_fault(changed, "case 0: the manifest names a 'd_o' file but the repro string is a forward case");
+  changed = manifest;
+  changed["cases"][1]["dq"]["shape"] = nlohmann::json({2, 2, 5, 3});
+  expect_fault(changed, "case 1: 'dq' shape (2, 2, 5, 3) does not match the repro string's (2, 2, 5, 4)");
+}
+
 // What a declaration made of a set (cases --declare): the declaration, each projection's origin and
 // the skipped cases read back, and named_cases gives the set as it was named, in index order.
 TEST_F(CaseDirectories, KeepTheDeclarationTheProjectionsAndTheSkips) {

@@ -136,29 +136,39 @@ TEST(ProblemParts, AnAccumulationNothingHonoursIsRefused) {
   EXPECT_THROW(p.validate(), InputError);
 }
 
-TEST(ProblemOperation, EveryBuiltInSkipsBackwardNamingIt) {
+// A built-in without a backward skips a backward case naming it (never projected to a forward);
+// one with a backward runs it, end to end, and passes.
+TEST(ProblemOperation, EveryBuiltInWithoutABackwardSkipsItNamingIt) {
   Registry registry;
   register_builtin_implementations(registry);
   ASSERT_FALSE(registry.all().empty());
   const Problem p = backward_problem();
+  int with_backward = 0;
   for (const Implementation* impl : registry.all()) {
-    const Support s = covers(impl->describe(), p);
-    EXPECT_FALSE(s.ok) << impl->name();
+    const Capabilities caps = impl->describe();
+    const bool declares = std::find(caps.operations.begin(), caps.operations.end(), Operation::backward) != caps.operations.end();
+    with_backward += declares;
+    const Support s = covers(caps, p);
+    EXPECT_EQ(s.ok, declares) << impl->name();
+    if (declares) continue;
     EXPECT_EQ(s.reason, "operation backward not declared (declared: forward)") << impl->name();
     const Resolution r = resolve(*impl, p);
     EXPECT_FALSE(r.problem) << impl->name() << ": a backward case was projected to " << r.problem->repro();
     EXPECT_EQ(r.skip_reason, s.reason) << impl->name();
   }
+  EXPECT_GE(with_backward, 1) << "cpu_naive declares its backward";
   const VerifyRun run = verify(registry.all(), {p}, VerifyOptions{});
-  EXPECT_EQ(run.passed() + run.failed(), 0);
-  EXPECT_EQ(run.skipped(), int(registry.all().size()));
-  ASSERT_EQ(run.cases.size(), 1u);
-  EXPECT_FALSE(run.cases[0]->reference_computed);
-  for (const Record& r : run.records) EXPECT_EQ(r.skip_reason, "operation backward not declared (declared: forward)") << r.implementation;
+  EXPECT_EQ(run.passed(), with_backward);
+  EXPECT_EQ(run.failed(), 0);
+  for (const Record& r : run.records)
+    if (r.status == Status::skip)
+      EXPECT_EQ(r.skip_reason, "operation backward not declared (declared: forward)") << r.implementation;
+    else
+      EXPECT_EQ(r.verdict.roles.size(), 3u) << r.implementation << ": dq, dk and dv judged";
 }
 
-// Declares backward (and computes a forward pass whatever it is asked): verify must still not
-// judge it, as its reference computes the forward pass only.
+// Declares a backward and writes nothing it is asked for: every backward case fails (a run that
+// throws), never passes or skips; and the forward's yardstick refuses a backward problem.
 class ClaimsBackward final : public Implementation {
  public:
   std::string name() const override { return "claims_backward"; }
@@ -171,17 +181,18 @@ class ClaimsBackward final : public Implementation {
   }
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem&) const override { return 0; }
-  void run(const RunArgs&) const override { throw std::logic_error("never called"); }
+  void run(const RunArgs&) const override { throw std::logic_error("never implemented"); }
 };
 
-TEST(ProblemOperation, ADeclaredBackwardIsStillNotJudged) {
+TEST(ProblemOperation, ADeclaredBackwardThatComputesNothingFails) {
   const ClaimsBackward impl;
   const Problem p = backward_problem();
   EXPECT_TRUE(covers(impl.describe(), p).ok);
   const VerifyRun run = verify({&impl}, {p}, VerifyOptions{});
   ASSERT_EQ(run.records.size(), 1u);
-  EXPECT_EQ(run.records[0].status, Status::skip);
-  EXPECT_EQ(run.records[0].skip_reason, "backward: the reference computes the forward pass only, so verify cannot judge it yet");
+  EXPECT_EQ(run.records[0].status, Status::fail);
+  ASSERT_FALSE(run.records[0].verdict.reasons.empty());
+  EXPECT_NE(run.records[0].verdict.reasons.front().find("never implemented"), std::string::npos) << run.records[0].verdict.reasons.front();
   EXPECT_THROW(make_yardstick(p, generate_inputs(p), ReferenceOptions{}), InputError);
 }
 

@@ -21,6 +21,7 @@ class GivenOutputs final : public Implementation {
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem&) const override { return 0; }
   void run(const RunArgs&) const override;  // throws: verify judges the given outputs instead
+  bool outputs_given() const override { return true; }
   const std::vector<GivenCase>& cases() const { return cases_; }
 
  private:

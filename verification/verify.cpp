@@ -301,9 +301,11 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     }
     // A second backward on the same O and LSE: a declared deterministic backward must repeat its
     // bits (dK and dV races and atomically summed dQ are the backward's commonest faults), and a
-    // failure's diagnosis needs it in any case.
+    // failure's diagnosis needs it in any case. Given outputs were computed once: a second read of
+    // them would say nothing of either.
+    const bool computes = !impl.outputs_given();
     std::optional<Gradients> second;
-    if (caps.deterministic || (!record.verdict.pass && options.diagnosis.enabled)) {
+    if (computes && (caps.deterministic || (!record.verdict.pass && options.diagnosis.enabled))) {
       second = run_backward(impl, p, in, *prepared.d_o, fwd.out, lse);
       if (std::string where = first_gradient_difference(p, g, *second); !where.empty() && caps.deterministic) {
         record.verdict.pass = false;
@@ -312,7 +314,8 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     }
     if (!record.verdict.pass && options.diagnosis.enabled && !record.gradients.empty())
       record.diagnosis = diagnose_backward(p, *judged_in, *prepared.d_o, g, record.verdict, second ? &*second : nullptr);
-    if (!record.verdict.pass && !record.gradients.empty()) {
+    // Given outputs are not isolated: their backward ran, fed its own forward, before verify did.
+    if (computes && !record.verdict.pass && !record.gradients.empty()) {
       // Isolated: the same backward fed the reference's O and LSE (and the keep mask it drew).
       const Output exact = reference_forward(forward, *judged_in);
       const Gradients again = run_backward(impl, p, in, *prepared.d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
@@ -399,7 +402,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
       // A second run on the same inputs: if its bits differ, the failure is nondeterminism.
       std::optional<Output> rerun;  // given outputs have no second run
       try {
-        if (!given) rerun = run_once(impl, p, in, caps.returns_lse);
+        if (!given && !impl.outputs_given()) rerun = run_once(impl, p, in, caps.returns_lse);
       } catch (const std::exception&) {  // the first run's failure is what is diagnosed
       }
       // The second run's late writes are this case's too, not the next case's.
@@ -417,7 +420,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     record.verdict.pass = false;
     record.verdict.reasons.push_back(fmt::format("run failed: {}", e.what()));
     // A crash or an error, not a hang: another call to a kernel that hangs would cost another timeout.
-    if (!prepared.given_out && impl.timed_out_calls() == timeouts_before) {
+    if (!prepared.given_out && !impl.outputs_given() && impl.timed_out_calls() == timeouts_before) {
       if (std::string where = gqa_blame(impl, caps, p, options); !where.empty()) record.verdict.reasons.push_back(std::move(where));
     }
     // judge_output gives every verdict this reason; the run (or the diagnosis) may have thrown before or after it.

@@ -84,7 +84,8 @@ struct Record {
   std::vector<TensorErrors> gradients;   // a backward case's: dq, dk, dv
   Verdict verdict;
   // A failed backward case: what its rerun on the reference's O and LSE (rounded to their dtypes)
-  // says: whether the forward or the backward is at fault; "" when not rerun.
+  // says: whether the forward or the backward is at fault; "" when not rerun (a pass, or outputs
+  // given rather than computed: Implementation::outputs_given).
   std::string isolation;
   double seconds = 0;  // wall time of the implementation's run (not a benchmark)
   // For a failure with an output: the known mistakes the output matches (diagnosis.ran false otherwise).

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The file route's external program for PyTorch: reads a cases directory written by
 `attnbench cases --out CASES`, runs torch.nn.functional.scaled_dot_product_attention on every case
-and writes OUTPUTS/out_NNNN.npy, which `attnbench check --cases CASES --outputs OUTPUTS` verifies.
+and writes OUTPUTS/out_NNNN.npy, which `attnbench check --cases CASES --outputs OUTPUTS` verifies;
+for a backward case (`attnbench cases --backward`) also its LSE and the gradients dq, dk and dv.
 
     python3 sdpa_roundtrip.py CASES OUTPUTS [--device cpu|cuda] [--backend auto|torch|numpy]
     python3 sdpa_roundtrip.py --write-declaration FILE [--fully-masked zeros|nan]
@@ -29,6 +30,15 @@ What it follows from manifest.json (see core/case_files.hpp):
     manifest's seed: each weight kept with probability 1 - p), runs the steps as PyTorch operations
     in the working precision (the weights after the softmax times the mask and 1 / (1 - p), times
     v), and writes the mask as keep_NNNN.npy ('|b1' [b, h_q, n_q, n_k]) beside the output.
+  - a backward case (the manifest's "operation": "backward", with a d_o file): its own forward's
+    out and lse_NNNN.npy, and the gradients of sum(out * dO) with respect to q, k and v as
+    dq_NNNN.npy, dk_NNNN.npy and dv_NNNN.npy, each rounded once to its role's dtype. PyTorch runs
+    the forward's steps as operations in the working precision (f64 for f64, else f32) and
+    autograd differentiates them; a row that sees no key is computed on a finite stand-in row and
+    multiplied by 0 (softmax over -inf only is NaN, and its gradient too), so it contributes
+    nothing, as the manifest's "gradients" says. NumPy computes the textbook backward in float64
+    (dV = P^T dO, dP = dO V^T, D = rowsum(P dP), dS = P (dP - D), dQ = scale dS K, dK = scale dS^T
+    Q, through the soft-cap's slope, dropout's mask and GQA's group sums).
 
 --backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
 the loading, masking, GQA and writing code of this script. The default, auto, uses PyTorch where
@@ -37,7 +47,7 @@ it can be imported and otherwise falls back to NumPy, saying so and why.
 --write-declaration FILE writes what this script implements as a capabilities declaration
 (impls/capability_declaration.hpp) for `attnbench cases --declare` and `attnbench check
 --declare`: every dtype (also per role), mask, GQA and d_k != d_v, the soft-cap, sinks and dropout
-(score_modifications), fully masked rows as
+(score_modifications), the forward and the backward (operations), fully masked rows as
 --fully-masked says (default zeros). --fully-masked also makes the script write that policy
 whatever the manifest asks, so a declaration that does not match what the kernel does fails its
 cases.
@@ -52,12 +62,13 @@ import numpy as np
 
 DTYPES = ("f64", "f32", "f16", "bf16")
 INPUT_ROLES = ("q", "k", "v", "bias")
+GRADIENT_ROLES = ("dq", "dk", "dv")
 
 
 def role_dtypes(case):
-    """Each role's dtype (q, k, v, bias, o, ...): the case's dtype, unless the repro string's
-    dtypes= token gives the role its own (dtypes=o:f32, dtypes=k:bf16,v:bf16)."""
-    dtypes = {role: case["dtype"] for role in INPUT_ROLES + ("o",)}
+    """Each role's dtype (q, k, v, bias, o, d_o, dq, ...): the case's dtype, unless the repro
+    string's dtypes= token gives the role its own (dtypes=o:f32, dtypes=k:bf16,v:bf16)."""
+    dtypes = {role: case["dtype"] for role in INPUT_ROLES + ("o", "d_o") + GRADIENT_ROLES}
     for token in case["repro"].split("#", 1)[0].split():
         if token.startswith("dtypes="):
             for entry in token[len("dtypes="):].split(","):
@@ -89,7 +100,7 @@ def load_case(cases_dir, case):
             sys.exit(f"{entry['file']}: shape {array.shape} dtype {array.dtype.str}, the manifest says "
                      f"{tuple(entry['shape'])} {entry['npy_dtype']}")
         return array
-    return {key: load(key) for key in ("q", "k", "v", "mask", "bias")}
+    return {key: load(key) for key in ("q", "k", "v", "mask", "bias", "d_o")}
 
 
 def rows_with_a_visible_key(arrays):
@@ -133,18 +144,17 @@ def draw_keep(arrays, p, seed):
     return np.random.Generator(np.random.PCG64(seed)).random((b, h_q, n_q, n_k)) >= p
 
 
-def attention_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_p=0.0):
-    """softmax(cap(q k^T * scale) + bias, masked keys excluded) v in float64, cap(s) = c tanh(s / c)
-    when the case has a soft-cap c, and head h's sink logit one more term of each row's denominator
-    when it has sinks; fully masked rows zero (apply_policy turns them into NaN where that is the
-    policy)."""
+def softmax_numpy(arrays, scale, softcap=None, sinks=None):
+    """The softmax's weights P [b, h_q, n_q, n_k] in float64 (after the sink; zero in a row that
+    sees no key), the scaled products x before the soft-cap, the rows that see a key [b, h_q, n_q,
+    1] and the LSE [b, h_q, n_q] (-inf where a row sees no key)."""
     q = arrays["q"].astype(np.float64)
     h_q = q.shape[1]
     k = repeat_kv(arrays["k"].astype(np.float64), h_q)
-    v = repeat_kv(arrays["v"].astype(np.float64), h_q)
-    scores = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    x = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    scores = x
     if softcap is not None:
-        scores = softcap * np.tanh(scores / softcap)
+        scores = softcap * np.tanh(x / softcap)
     if arrays["bias"] is not None:
         scores = scores + arrays["bias"].astype(np.float64)
     if arrays["mask"] is not None:
@@ -159,9 +169,50 @@ def attention_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_
     if sink is not None:
         total = total + np.exp(sink - np.where(visible, row_max, 0.0))
     weights = weights / np.where(visible, total, 1.0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(visible, row_max + np.log(np.where(visible, total, 1.0)), -np.inf)[..., 0]
+    return weights, x, visible, lse
+
+
+def attention_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_p=0.0):
+    """softmax(cap(q k^T * scale) + bias, masked keys excluded) v in float64, cap(s) = c tanh(s / c)
+    when the case has a soft-cap c, and head h's sink logit one more term of each row's denominator
+    when it has sinks; fully masked rows zero (apply_policy turns them into NaN where that is the
+    policy)."""
+    weights, _, visible, _ = softmax_numpy(arrays, scale, softcap, sinks)
+    v = repeat_kv(arrays["v"].astype(np.float64), weights.shape[1])
     if keep is not None:  # dropout after the softmax: kept weights scaled by 1 / (1 - p)
         weights = np.where(keep, weights / (1.0 - dropout_p), 0.0)
     return np.einsum("bhij,bhjd->bhid", weights, v) * visible
+
+
+def sum_over_groups(x, h_kv):
+    """[b, h_q, ...] -> [b, h_kv, ...]: a kv head's gradient sums those of the query heads reading it."""
+    b, h_q = x.shape[:2]
+    return x.reshape(b, h_kv, h_q // h_kv, *x.shape[2:]).sum(axis=2)
+
+
+def attention_backward_numpy(arrays, scale, softcap=None, sinks=None, keep=None, dropout_p=0.0):
+    """The forward's out and LSE and the textbook backward (dq, dk, dv) in float64, as the
+    manifest's "gradients" states them."""
+    P, x, visible, lse = softmax_numpy(arrays, scale, softcap, sinks)
+    q = arrays["q"].astype(np.float64)
+    h_q, h_kv = q.shape[1], arrays["k"].shape[1]
+    k = repeat_kv(arrays["k"].astype(np.float64), h_q)
+    v = repeat_kv(arrays["v"].astype(np.float64), h_q)
+    d_o = arrays["d_o"].astype(np.float64)
+    # Z r: dropout's kept weights scaled by 1 / (1 - p); 1 without dropout.
+    zr = np.ones_like(P) if keep is None else np.where(keep, 1.0 / (1.0 - dropout_p), 0.0)
+    out = np.einsum("bhij,bhjd->bhid", P * zr, v) * visible
+    dv = np.einsum("bhij,bhid->bhjd", P * zr, d_o)
+    dp = np.einsum("bhid,bhjd->bhij", d_o, v) * zr
+    d = (P * dp).sum(axis=-1, keepdims=True)
+    ds = P * (dp - d)
+    if softcap is not None:  # the soft-cap's slope, sech^2(x / c) = 1 - tanh^2(x / c)
+        ds = ds * (1.0 - np.tanh(x / softcap) ** 2)
+    dq = scale * np.einsum("bhij,bhjd->bhid", ds, k)
+    dk = scale * np.einsum("bhij,bhid->bhjd", ds, q)
+    return out, lse, {"dq": dq, "dk": sum_over_groups(dk, h_kv), "dv": sum_over_groups(dv, h_kv)}
 
 
 def apply_policy(out, arrays, policy):
@@ -229,6 +280,53 @@ def attention_torch(arrays, scale, dtypes, device, softcap=None, sinks=None, kee
     return out.cpu().numpy()
 
 
+def attention_backward_torch(arrays, scale, dtypes, device, softcap=None, sinks=None, keep=None, dropout_p=0.0):
+    """The forward's steps as PyTorch operations in the working precision (f64 where an input is
+    f64, else f32; every input converts exactly) and autograd's gradients of sum(out * dO): out,
+    LSE and the gradients as float64 arrays holding those values (encode_output rounds them once)."""
+    import torch
+
+    dtype = torch.float64 if compute_dtype(dtypes, arrays) == "f64" or dtypes["d_o"] == "f64" else torch.float32
+
+    def tensor(array, grad=False):
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device=device, dtype=dtype).requires_grad_(grad)
+
+    q, k, v = tensor(arrays["q"], True), tensor(arrays["k"], True), tensor(arrays["v"], True)
+    h_q = q.shape[1]
+    group = h_q // k.shape[1]
+    # repeat_interleave under autograd sums a kv head's gradient over the query heads reading it.
+    k_rep, v_rep = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k_rep.transpose(-2, -1) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if arrays["bias"] is not None:
+        scores = scores + tensor(arrays["bias"])
+    sees = torch.ones(scores.shape[:3] + (1,), dtype=torch.bool, device=device)
+    if arrays["mask"] is not None:
+        mask = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(arrays["mask"], scores.shape))).to(device)
+        sees = mask.any(dim=-1, keepdim=True)
+        # A row that sees no key is computed on its unmasked scores (a finite stand-in: softmax over
+        # -inf alone is NaN, and so is its gradient) and multiplied by 0 below, so it adds nothing.
+        scores = scores.masked_fill(~mask & sees, float("-inf"))
+    if sinks is not None:
+        column = tensor(np.asarray(sinks, dtype=np.float64)).reshape(1, h_q, 1, 1).expand(*scores.shape[:3], 1)
+        scores = torch.cat([scores, column], dim=-1)
+    lse = torch.logsumexp(scores, dim=-1).masked_fill(~sees[..., 0], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        weights = weights[..., :-1]
+    weights = weights * sees
+    if keep is not None:  # dropout with this script's own keep mask, the kept weights scaled by 1 / (1 - p)
+        weights = weights * torch.from_numpy(keep).to(device=device, dtype=dtype) / (1.0 - dropout_p)
+    out = weights @ v_rep
+    (out * tensor(arrays["d_o"])).sum().backward()
+
+    def array(t):
+        return t.detach().double().cpu().numpy()
+
+    return array(out), array(lse), {"dq": array(q.grad), "dk": array(k.grad), "dv": array(v.grad)}
+
+
 def declaration(fully_masked):
     """What this script implements, as attnbench's capabilities declaration."""
     return {
@@ -244,6 +342,8 @@ def declaration(fully_masked):
         "gqa": True,
         "different_dk_dv": True,
         "score_modifications": ["softcap", "sink", "dropout"],
+        # The backward (attnbench cases --backward): its own forward's out and lse, then dq, dk, dv.
+        "operations": ["forward", "backward"],
         "fully_masked": fully_masked,
         "returns_lse": False,
     }
@@ -309,19 +409,30 @@ def main():
         dropout = case.get("dropout_p")
         keep = None if dropout is None else draw_keep(arrays, dropout, case["dropout_seed"])
         p = 0.0 if dropout is None else dropout
-        if backend == "torch":
-            out = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks, keep, p), arrays, policy)
+        written = {}  # manifest key -> array, each checked against the manifest's shape and npy_dtype
+        if case.get("operation", "forward") == "backward":
+            backward = attention_backward_torch if backend == "torch" else attention_backward_numpy
+            extra = (dtypes, device) if backend == "torch" else ()
+            out, lse, gradients = backward(arrays, scale, *extra, softcap, sinks, keep, p)
+            written["out"] = apply_policy(encode_output(out, dtypes["o"]), arrays, policy)
+            written["lse"] = lse.astype(np.dtype(case["lse"]["npy_dtype"]))
+            for role in GRADIENT_ROLES:
+                written[role] = encode_output(gradients[role], dtypes[role])
+        elif backend == "torch":
+            written["out"] = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks, keep, p), arrays, policy)
         else:
-            out = apply_policy(encode_output(attention_numpy(arrays, scale, softcap, sinks, keep, p), dtypes["o"]), arrays, policy)
-        expected = case["out"]
-        if list(out.shape) != expected["shape"] or out.dtype.str != expected["npy_dtype"]:
-            sys.exit(f"case {case['index']} ({case['repro']}): the output is {list(out.shape)} {out.dtype.str}, "
-                     f"the manifest asks for {expected['shape']} {expected['npy_dtype']}")
-        np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(out))
+            written["out"] = apply_policy(encode_output(attention_numpy(arrays, scale, softcap, sinks, keep, p), dtypes["o"]), arrays, policy)
+        for key, array in written.items():
+            expected = case[key]
+            if list(array.shape) != expected["shape"] or array.dtype.str != expected["npy_dtype"]:
+                sys.exit(f"case {case['index']} ({case['repro']}): its {key} is {list(array.shape)} {array.dtype.str}, "
+                         f"the manifest asks for {expected['shape']} {expected['npy_dtype']}")
+            np.save(os.path.join(args.outputs, expected["file"]), np.ascontiguousarray(array))
         if keep is not None:  # the keep mask the output was computed with, which attnbench judges it given
             np.save(os.path.join(args.outputs, case["keep"]["file"]), np.ascontiguousarray(keep))
         projected = f" (projected from {case['projected_from']})" if case.get("projected_from") else ""
-        print(f"case {case['index']:>4}: {case['label']} -> {expected['file']}{projected}")
+        files = ", ".join(case[key]["file"] for key in written)
+        print(f"case {case['index']:>4}: {case['label']} -> {files}{projected}")
     for skipped in manifest.get("skipped", []):
         print(f"case {skipped['index']:>4}: skipped by attnbench: {skipped['reason']}")
     print(f"{len(manifest['cases'])} output(s) written to {args.outputs} ({backend}{'' if device is None else ' on ' + device})")

@@ -48,8 +48,9 @@ FileOutputs::FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFile
     has_lse_ = declared_->returns_lse;
     return;
   }
+  // A backward case's lse is not judged (only its gradients are), so it asks nothing of the others'.
   for (const auto& c : cases_)
-    if (!c.lse.empty() && std::filesystem::exists(dir_ / c.lse, ec)) has_lse_ = true;
+    if (c.problem.operation == Operation::forward && !c.lse.empty() && std::filesystem::exists(dir_ / c.lse, ec)) has_lse_ = true;
 }
 
 std::string FileOutputs::name() const { return "files:" + dir_.string(); }
@@ -67,22 +68,48 @@ Capabilities FileOutputs::describe() const {
   declare_every_mask_and_shape(caps);
   caps.returns_lse = has_lse_;
   caps.fully_masked = FullyMaskedPolicy::zeros;
-  // Undeclared, the outputs answer the named cases exactly, soft-capped ones as named.
+  // Undeclared, the outputs answer the named cases exactly, soft-capped ones as named, backward
+  // ones with their own forward's files beside the gradients.
   caps.score_modifications.assign(all_score_modifications.begin(), all_score_modifications.end());
+  caps.operations = {Operation::forward, Operation::backward};
   return caps;
 }
 
+namespace {
+
+// The problem a forward call for the case runs: the case's, or a backward case's own forward.
+bool forward_call_of(const CaseFileEntry& entry, const Problem& problem) {
+  if (entry.problem.operation != Operation::backward) return entry.problem == problem;
+  Problem forward = entry.problem;
+  forward.operation = Operation::forward;
+  return forward == problem;
+}
+
+}  // namespace
+
 const CaseFileEntry* FileOutputs::entry_for(const Problem& problem) const {
-  const CaseFileEntry* seen = nullptr;
+  // A backward call reads the files of the case whose forward was called last (verify runs a
+  // backward case's forward first): each backward call of a case, however many, reads that case's.
+  if (problem.operation == Operation::backward) {
+    if (last_forward_ && cases_[*last_forward_].problem == problem) return &cases_[*last_forward_];
+    for (const auto& c : cases_)
+      if (c.problem == problem) return &c;
+    return nullptr;
+  }
+  // A forward call starts the next case of its problem, forward or backward (cases with equal
+  // problems are run in the manifest's order); once each was served, the last is read again.
+  std::optional<std::size_t> seen;
   for (std::size_t i = 0; i < cases_.size(); ++i) {
-    if (!(cases_[i].problem == problem)) continue;
+    if (!forward_call_of(cases_[i], problem)) continue;
     if (!served_[i]) {
       served_[i] = true;
-      return &cases_[i];
+      seen = i;
+      break;
     }
-    seen = &cases_[i];
+    seen = i;
   }
-  return seen;
+  last_forward_ = seen;
+  return seen ? &cases_[*seen] : nullptr;
 }
 
 Support FileOutputs::supports(const Problem& problem) const {
@@ -94,10 +121,24 @@ Support FileOutputs::supports(const Problem& problem) const {
 void FileOutputs::run(const RunArgs& args) const {
   const CaseFileEntry* entry = entry_for(args.problem);
   if (entry == nullptr) throw InputError(fmt::format("no case of the manifest is {}", args.problem.repro()));
+  if (args.problem.operation == Operation::backward) {
+    // The gradients the program's backward computed, fed its own forward's O and LSE: the ones
+    // verify hands this call are what the forward call read from out and lse, so nothing differs.
+    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+      const std::string& file = entry->gradient_file(role);
+      if (file.empty()) throw InputError(fmt::format("case {}: the manifest names no {} file", entry->index, to_string(role)));
+      read_gradient_file(dir_ / file, args.problem, role, args.tensors.required_output(role));
+    }
+    return;
+  }
   read_output_file(dir_ / entry->out, args.problem, args.tensors.required_output(Role::o));
   if (Tensor* lse = args.tensors.output(Role::lse)) {
     if (entry->lse.empty()) throw InputError(fmt::format("case {}: the manifest names no lse file", entry->index));
-    read_lse_file(dir_ / entry->lse, args.problem, *lse);
+    // A backward case's own forward: its O and LSE are what its backward was fed, never judged,
+    // so its lse is read where the program wrote one and otherwise not asked for.
+    std::error_code ec;
+    const bool optional = entry->problem.operation == Operation::backward;
+    if (!optional || std::filesystem::exists(dir_ / entry->lse, ec)) read_lse_file(dir_ / entry->lse, args.problem, *lse);
   }
   // Dropout: the keep mask the program drew (keep_NNNN.npy), which the output is judged given.
   if (Tensor* keep = args.tensors.output(Role::keep)) {

@@ -1,9 +1,13 @@
 #pragma once
 // Outputs written by another program, served as an Implementation so that `attnbench check`
 // verifies them through attn::verify exactly as `attnbench verify` verifies a kernel: run()
-// reads the case's out_NNNN.npy (and lse_NNNN.npy) from the outputs directory into the
-// poisoned output tensors. A missing, malformed, truncated or mis-shaped file makes run()
-// throw, naming the file and the fault, which verify records as that case's failure.
+// reads the case's out_NNNN.npy (and lse_NNNN.npy, keep_NNNN.npy) from the outputs directory
+// into the poisoned output tensors; for a backward case (op=backward) its forward call reads
+// those and its backward call dq_NNNN.npy, dk_NNNN.npy and dv_NNNN.npy into the gradients. A
+// missing, malformed, truncated or mis-shaped file makes run() throw, naming the file and the
+// fault, which verify records as that case's failure. Its outputs are given (outputs_given()):
+// verify reads each once and never reruns it (no determinism run, no isolation on the reference's
+// O and LSE: the program ran once, before check).
 // Not in the built-in registry: the check command makes one per outputs directory.
 #include <filesystem>
 #include <optional>
@@ -34,8 +38,9 @@ FileRouteCheck plan_file_route_check(const CaseDirectory& directory, const std::
 
 class FileOutputs : public Implementation {
  public:
-  // Without a declaration the LSE is checked when the outputs directory holds any lse file named
-  // in the manifest, and fully masked rows must be zeros. With one, it says both, and what is
+  // Without a declaration the LSE is checked when the outputs directory holds any forward case's
+  // lse file named in the manifest (a backward case's is not judged), and fully masked rows must
+  // be zeros. With one, it says both, and what is
   // outside it is not supported (verify skips it with the reason, or runs its projection).
   FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases, std::optional<Capabilities> declared = std::nullopt);
 
@@ -44,6 +49,7 @@ class FileOutputs : public Implementation {
   Support supports(const Problem& problem) const override;
   std::size_t workspace_bytes(const Problem&) const override { return 0; }
   void run(const RunArgs& args) const override;
+  bool outputs_given() const override { return true; }
 
  private:
   const CaseFileEntry* entry_for(const Problem& problem) const;
@@ -52,8 +58,11 @@ class FileOutputs : public Implementation {
   std::vector<CaseFileEntry> cases_;
   std::optional<Capabilities> declared_;
   bool has_lse_ = false;
-  // Cases with equal problems read their own files in turn (verify runs cases in order).
+  // Cases with equal problems read their own files in turn (verify runs cases in order): each
+  // forward call serves the next case of its problem, and a backward call reads the files of the
+  // case the last forward call served (last_forward_), a backward case's forward running first.
   mutable std::vector<bool> served_;
+  mutable std::optional<std::size_t> last_forward_;
 };
 
 }  // namespace attn
