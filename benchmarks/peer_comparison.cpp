@@ -220,6 +220,7 @@ PeersPlan plan_peers(const BenchOptions& o, int threads, std::span<const FamilyS
   plan.heads = o.heads;
   // The peers time a pass alone: forward, and backward where a family times it (forward_backward
   // rows show no peer).
+  plan.passes.clear();
   for (const auto& pass : o.passes)
     if (const Pass parsed = parse_pass(pass); parsed != Pass::forward_backward) add(plan.passes, parsed);
   if (plan.passes.empty()) plan.passes.push_back(Pass::forward);

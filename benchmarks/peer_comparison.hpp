@@ -29,7 +29,7 @@ struct PeersPlan {
   std::vector<std::int64_t> head_dims;    // d_k = d_v of our families
   std::vector<std::string> dtypes;        // of our families: f32, f16, bf16, f64
   std::vector<std::string> script_masks;  // the peers' masks: none, causal (top-left)
-  std::vector<Pass> passes;               // forward, and backward (timed alone) where a family times it
+  std::vector<Pass> passes{Pass::forward};  // and backward (timed alone) where a family times it
   std::string l2;                         // "cold" or "hot" when a GPU family runs (--l2), else empty
   std::string out_path;                   // next to the bench JSON; empty: a temporary file
   std::string cases_dir;                  // --peers-cases: where the peer-cases folder is kept; empty: a temporary one

@@ -20,7 +20,7 @@ install(TARGETS attn_core attn_reference attn_judge attn_cpu_naive attn_warnings
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench)
 install(DIRECTORY core/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/core FILES_MATCHING PATTERN "*.hpp")
-install(FILES reference/reference.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/reference)
+install(FILES reference/reference.hpp reference/reference_backward.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/reference)
 install(FILES judge/judge.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnbench/judge)
 install(EXPORT attnbenchTargets NAMESPACE attnbench:: DESTINATION ${attn_package_dir})
 # The command and its plugin worker side by side (validate looks for the worker beside itself),

@@ -270,10 +270,24 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
   const Problem forward = forward_of(p);
   const JudgeOptions judging{options.rule, caps.fully_masked, caps.judged_precision()};
   const auto start = std::chrono::steady_clock::now();
+  // A kernel that promises nothing for a row that sees no key (FullyMaskedPolicy::any: the mean of
+  // V, say) has a derivative there of its own; that row's output is not judged, so neither is its
+  // gradient: its dO is zero, and every consistent backward then gets nothing from it, as the
+  // reference does.
+  std::optional<Tensor> unjudged_rows_zeroed;
+  if (caps.fully_masked == FullyMaskedPolicy::any) {
+    unjudged_rows_zeroed.emplace(*prepared.d_o);
+    for (std::int64_t row = 0; row < p.rows(); ++row) {
+      const std::int64_t i = row % p.n_q, h = (row / p.n_q) % p.h_q, b = row / (p.n_q * p.h_q);
+      if (in.mask.row_fully_masked(b, h, i))
+        for (std::int64_t c = 0; c < p.d_v; ++c) unjudged_rows_zeroed->set(row * p.d_v + c, 0.0);
+    }
+  }
+  const Tensor& d_o = unjudged_rows_zeroed ? *unjudged_rows_zeroed : *prepared.d_o;
   try {
     const Output fwd = run_once(impl, forward, in, caps.returns_lse);
     const Tensor* lse = caps.returns_lse ? &fwd.lse : nullptr;
-    const Gradients g = run_backward(impl, p, in, *prepared.d_o, fwd.out, lse);
+    const Gradients g = run_backward(impl, p, in, d_o, fwd.out, lse);
     record.seconds = seconds_since(start);
     const BackwardYardstick* yardstick = &prepared.backward_yardstick;
     const CaseInputs* judged_in = &in;
@@ -306,19 +320,19 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     const bool computes = !impl.outputs_given();
     std::optional<Gradients> second;
     if (computes && (caps.deterministic || (!record.verdict.pass && options.diagnosis.enabled))) {
-      second = run_backward(impl, p, in, *prepared.d_o, fwd.out, lse);
+      second = run_backward(impl, p, in, d_o, fwd.out, lse);
       if (std::string where = first_gradient_difference(p, g, *second); !where.empty() && caps.deterministic) {
         record.verdict.pass = false;
         record.verdict.reasons.push_back("declared deterministic, but two runs of its backward on the same inputs differ at " + where);
       }
     }
     if (!record.verdict.pass && options.diagnosis.enabled && !record.gradients.empty())
-      record.diagnosis = diagnose_backward(p, *judged_in, *prepared.d_o, g, record.verdict, second ? &*second : nullptr);
+      record.diagnosis = diagnose_backward(p, *judged_in, d_o, g, record.verdict, second ? &*second : nullptr);
     // Given outputs are not isolated: their backward ran, fed its own forward, before verify did.
     if (computes && !record.verdict.pass && !record.gradients.empty()) {
       // Isolated: the same backward fed the reference's O and LSE (and the keep mask it drew).
       const Output exact = reference_forward(forward, *judged_in);
-      const Gradients again = run_backward(impl, p, in, *prepared.d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
+      const Gradients again = run_backward(impl, p, in, d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
       const bool passes = judge_gradients(p, *yardstick, again, judging).verdict.pass;
       record.isolation = passes ? "fed the reference's O and LSE (rounded to their dtypes) instead of its own forward's, its backward passes: "
                                   "the fault is in its forward's O or LSE"
