@@ -245,13 +245,14 @@ def fully_masked_rows(problem):
 @pytest.mark.skipif(not have("jax"), reason="needs jax")
 def test_jax_dot_product_attention_gradients_by_vjp_pass_the_quick_set():
     from test_real_kernels import jax_as_sdpa
-    # Without the cases that have a row seeing no key. There JAX's forward (declared "any", as in
-    # test_real_kernels.py) weighs every key alike where its mask has them all masked, and its
-    # gradient follows: each such row adds dO_i / n_k to every key's dV (measured with JAX 0.10);
-    # where the torch_sdpa convention hands it an additive bias, the row's -inf scores make its
-    # softmax NaN, and the NaN reaches every dK and dV. No declaration excuses a gradient: a fully
-    # masked row contributes nothing (reference/README.md).
-    cases = [p for p in quick() if fully_masked_rows(p) == 0]
+    # Rows that see no key: JAX's forward (declared "any", as in test_real_kernels.py) weighs every
+    # key alike there, and its gradient follows (each such row would add dO_i / n_k to every key's
+    # dV, measured with JAX 0.10); under "any" verify hands those rows dO = 0 (their output is not
+    # judged, so neither is what they send back), and the rest passes. Left out: the cases whose
+    # fully masked rows come with an additive bias, which the torch_sdpa convention hands JAX as a
+    # -inf score: the row's softmax is NaN, and 0 * NaN keeps the NaN in every dK and dV (a real
+    # fault of JAX's gradient there, which verify reports as NaN where the reference is finite).
+    cases = [p for p in quick() if fully_masked_rows(p) == 0 or "bias=" not in p.repro()]
     assert len(cases) >= 20
     convention = attnbench.torch_sdpa(dtypes=("f32",), different_dk_dv=False, fully_masked="any", name="jax_sdpa")
     result = attnbench.verify(jax_as_sdpa, cases=cases, convention=convention, arrays="jax", backward=True,
