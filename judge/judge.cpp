@@ -162,8 +162,10 @@ std::span<const double> BackwardYardstick::expected(Role gradient) const {
 
 double BackwardYardstick::term_rounding(Role gradient, const Problem& p) const {
   const BackwardReference::TermMagnitudes& m = reference.term_magnitude;
-  const double relative =
-      accumulation_unit_roundoff(working_dtype(p.numerics())) + accumulation_unit_roundoff(p.dtype_of(Role::lse)) * reference.lse_max_abs;
+  // Stored in a dtype: half its spacing relative to the value.
+  const auto stored = [](DType dtype) { return std::ldexp(1.0, -significand_bits(dtype)); };
+  const double relative = accumulation_unit_roundoff(working_dtype(p.numerics())) + stored(p.dtype_of(Role::lse)) * reference.lse_max_abs +
+                          stored(p.dtype_of(Role::o));
   return relative * (gradient == Role::dq ? m.dq : gradient == Role::dk ? m.dk : m.dv);
 }
 

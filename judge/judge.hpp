@@ -87,8 +87,10 @@ struct BackwardYardstick {
   double reference_seconds = 0;
   std::span<const double> expected(Role gradient) const;
   // The rule's term rounding of a gradient (core/pass_rule.hpp, judge_gradient): its term
-  // magnitude times the working precision's unit roundoff plus the relative error of P recomputed
-  // from an LSE rounded to its dtype (the LSE's unit roundoff times max |LSE|).
+  // magnitude times the working precision's unit roundoff, plus the relative error of P recomputed
+  // from an LSE rounded to its dtype (the LSE's unit roundoff times max |LSE|), plus that of
+  // D_i = <dO_i, O_i> from an O rounded to its dtype (o's unit roundoff: FlashAttention's D reads
+  // the f16 or bf16 O it wrote).
   double term_rounding(Role gradient, const Problem& problem) const;
   const TensorErrors& baseline_of(Role gradient) const;
 };

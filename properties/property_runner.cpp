@@ -18,6 +18,8 @@
 
 namespace attn {
 
+using property_detail::DerivedProblemRefused;
+using property_detail::run_failed_prefix;
 using property_detail::work_of;
 
 namespace {

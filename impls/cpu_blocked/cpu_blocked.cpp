@@ -14,6 +14,7 @@
 #include "core/parallel.hpp"
 #include "core/precision.hpp"
 #include "core/score_pipeline.hpp"
+#include "impls/cpu_blocked/cpu_blocked_backward.hpp"
 #include "impls/cpu_blocked/micro_kernels.hpp"
 #include "impls/cpu_blocked/simd.hpp"
 
@@ -108,17 +109,6 @@ void pack_keys(const Tensor& k, std::int64_t row0_offset, std::int64_t count, st
   }
 }
 
-// Whether `rows` rows of `width` elements (a multiple of the vector width) are all finite:
-// 0 * x is 0 for finite x and NaN for an infinity or a NaN.
-template <class Acc>
-bool all_finite(const Acc* values, std::int64_t stride, std::int64_t rows, std::int64_t width) {
-  constexpr std::int64_t L = simd::lanes<Acc>;
-  simd::Vec<Acc> zeros{};
-  for (std::int64_t j = 0; j < rows; ++j)
-    for (std::int64_t c = 0; c < width; c += L) zeros += simd::load(values + j * stride + c) * Acc(0);
-  return simd::reduce_sum<Acc>(zeros) == Acc(0);
-}
-
 template <class Acc>
 void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::int64_t h, std::int64_t i0) {
   using V = simd::Vec<Acc>;
@@ -179,7 +169,7 @@ void query_tile_forward(const RunArgs& a, Scratch<Acc>& w, std::int64_t b, std::
         std::fill(w.v + j * dv_padded + dv, w.v + (j + 1) * dv_padded, Acc(0));
       }
     }
-    const bool values_finite = all_finite(values, values_stride, tile_keys, dv_padded);
+    const bool values_finite = simd::all_finite(values, values_stride, tile_keys, dv_padded);
 
     for (std::int64_t block0 = 0; block0 < rows_padded; block0 += row_block) {
       const std::int64_t block_rows = std::min(row_block, rows_padded - block0);
@@ -386,6 +376,9 @@ class CpuBlocked final : public Implementation {
     Capabilities c;
     c.summary = "flash-style tiles (384 queries x 512 keys) with an online softmax, register-blocked SIMD micro-kernels, threads over (b, h, query tile); "
                 "f64, or f32 for f32/f16/bf16";
+    // Its backward (cpu_blocked_backward.hpp): FlashAttention-2's, P recomputed from the LSE tile by
+    // tile, O(n) workspace, deterministic at any thread count.
+    c.operations = {Operation::forward, Operation::backward};
     declare_every_dtype(c);  // each tensor is read and written in its own dtype
     declare_every_mask_and_shape(c);
     c.returns_lse = true;
@@ -398,10 +391,12 @@ class CpuBlocked final : public Implementation {
   }
   Support supports(const Problem&) const override { return Support::yes(); }
   std::size_t workspace_bytes(const Problem& p) const override {
+    if (p.operation == Operation::backward) return blocked_backward_workspace_bytes(p);
     const std::size_t per_thread = with_working_type(p.numerics(), [&]<class Acc>(Acc) { return Scratch<Acc>::bytes(p); });
     return per_thread * std::size_t(default_thread_count()) + alignment;
   }
   void run(const RunArgs& args) const override {
+    if (args.problem.operation == Operation::backward) return blocked_backward(args);
     with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) { forward<Acc>(args); });
   }
 };

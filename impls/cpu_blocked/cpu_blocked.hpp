@@ -6,6 +6,8 @@
 // panels of 32 keys near the diagonal, that the causal or padding mask hides are skipped;
 // threads take (batch, head, query tile) items dynamically.
 // Computes in f64 for f64 problems and in f32 otherwise (f16/bf16 inputs widen exactly).
+// A backward problem (Problem::operation) runs FlashAttention-2's backward pass instead
+// (cpu_blocked_backward.hpp); not declared yet (Capabilities::operations).
 #include "impls/registry.hpp"
 
 namespace attn {

@@ -5,6 +5,7 @@
 // FMA peak where a general GEMM call on a 48 x 128 tile pays for packing and dispatch.
 
 #include <cstdint>
+#include <utility>
 
 #include "impls/cpu_blocked/simd.hpp"
 
@@ -66,6 +67,52 @@ inline void weighted_values(const T* p, std::int64_t p_stride, const T* v, std::
   for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 4
     for (int c = 0; c < Vectors; ++c) simd::store(o + r * o_stride + c * L, acc[r][c]);
+}
+
+// The same accumulation with the weights stored the other way round, one column per output row:
+//   o[r][c] += sum_j p[j][r] * v[j][c]   for j < keys,
+// what the backward pass's dQ = dS K takes from the key-major dS^T tile without transposing it
+// (the Rows weights of a key are then adjacent).
+template <class T, int Rows, int Vectors>
+inline void weighted_values_transposed(const T* p, std::int64_t p_stride, const T* v, std::int64_t v_stride, std::int64_t keys, T* o,
+                                       std::int64_t o_stride) {
+  using V = simd::Vec<T>;
+  constexpr int L = simd::lanes<T>;
+  V acc[Rows][Vectors];
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) acc[r][c] = simd::load(o + r * o_stride + c * L);
+  for (std::int64_t j = 0; j < keys; ++j) {
+    V values[Vectors];
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) values[c] = simd::load(v + j * v_stride + c * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < Rows; ++r) {
+      const V a = simd::broadcast(p[j * p_stride + r]);
+#pragma GCC unroll 4
+      for (int c = 0; c < Vectors; ++c) acc[r][c] += a * values[c];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < Vectors; ++c) simd::store(o + r * o_stride + c * L, acc[r][c]);
+}
+
+// Runs kernel.template operator()<R>(first_row) over [0, rows) in blocks of Rows rows and one
+// last block of the remaining rows % Rows: the micro-kernels take their row count at compile time.
+template <int Rows, class Kernel>
+inline void over_row_blocks(std::int64_t rows, Kernel&& kernel) {
+  std::int64_t r = 0;
+  for (; r + Rows <= rows; r += Rows) kernel.template operator()<Rows>(r);
+  if constexpr (Rows > 1) {
+    if (r < rows) [&]<int... Remainder>(std::integer_sequence<int, Remainder...>) {
+        ([&] {
+          if (rows - r == Remainder + 1) kernel.template operator()<Remainder + 1>(r);
+        }(), ...);
+      }(std::make_integer_sequence<int, Rows - 1>{});
+  }
 }
 
 }  // namespace attn::micro

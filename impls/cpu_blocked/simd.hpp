@@ -16,6 +16,7 @@ template <>
 struct Traits<float> {
   typedef float Vec __attribute__((vector_size(64)));
   typedef std::int32_t Int __attribute__((vector_size(64)));
+  using IntLane = std::int32_t;
   static constexpr int exponent_shift = 23, exponent_bias = 127;
   static constexpr float round_shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   // Below this, exp underflows to a subnormal; those weights are below 2^-126 of the row's
@@ -29,6 +30,7 @@ template <>
 struct Traits<double> {
   typedef double Vec __attribute__((vector_size(64)));
   typedef std::int64_t Int __attribute__((vector_size(64)));
+  using IntLane = std::int64_t;
   static constexpr int exponent_shift = 52, exponent_bias = 1023;
   static constexpr double round_shifter = 6755399441055744.0;  // 1.5 * 2^52
   static constexpr double underflow = -708.39;
@@ -54,6 +56,18 @@ template <class T>
 inline void store(T* to, Vec<T> v) {
   std::memcpy(to, &v, sizeof v);
 }
+// Integer vectors of T's lane count (lane masks, indices compared lane by lane with T's values).
+template <class T>
+using Int = typename Traits<T>::Int;
+template <class T>
+using IntLane = typename Traits<T>::IntLane;
+template <class T>
+inline Int<T> load_int(const IntLane<T>* from) {
+  Int<T> v;
+  std::memcpy(&v, from, sizeof v);
+  return v;
+}
+
 template <class T>
 inline Vec<T> broadcast(T x) {
   // x - 0 is x for every x (x + 0 is not: -0 + 0 is +0), so this folds to a plain broadcast.
@@ -85,6 +99,16 @@ inline T reduce_max(Vec<T> v) {
 template <class T>
 inline T reduce_sum(Vec<T> v) {
   return reduce<T>(v, [](Vec<T> a, Vec<T> b) { return a + b; });
+}
+
+// Whether `rows` rows of `width` elements (a multiple of the vector width), `stride` apart, are
+// all finite: 0 * x is 0 for finite x and NaN for an infinity or a NaN.
+template <class T>
+bool all_finite(const T* values, std::int64_t stride, std::int64_t rows, std::int64_t width) {
+  Vec<T> zeros{};
+  for (std::int64_t j = 0; j < rows; ++j)
+    for (std::int64_t c = 0; c < width; c += lanes<T>) zeros += load(values + j * stride + c) * T(0);
+  return reduce_sum<T>(zeros) == T(0);
 }
 
 // Transposes a lanes x lanes block held as one vector per row: afterwards rows[c][r] is what

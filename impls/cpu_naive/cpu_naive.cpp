@@ -103,8 +103,10 @@ void run_in(const RunArgs& a) {
   }
 }
 
-// The backward pass (cpu_naive.hpp). Workspace per kv group: Q, dO of one head, K, V, and dK, dV
-// accumulated over the group's rows, one row of P, of the scaled products and of dQ.
+// The backward pass (cpu_naive.hpp), materialised: per query head the whole P, and dP turned into
+// dS in place, n_q x n_k each (and the scaled products, where the soft-cap's slope is taken, with
+// one). Workspace per kv group: Q and dO of one head, K and V, dK and dV accumulated over the
+// group's heads, the matrices, one row of dQ.
 template <class Acc>
 void backward_in(const RunArgs& a) {
   const Problem& p = a.problem;
@@ -117,20 +119,21 @@ void backward_in(const RunArgs& a) {
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
+  const ScorePipeline pipeline(p, in.mask);
   Acc* q = reinterpret_cast<Acc*>(a.workspace.data());
   Acc* d_o = q + nq * dk;
   Acc* k = d_o + nq * dv;
   Acc* v = k + nk * dk;
   Acc* dk_acc = v + nk * dv;
   Acc* dv_acc = dk_acc + nk * dk;
-  Acc* w = dv_acc + nk * dv;  // P of one row
-  Acc* x = w + nk;            // the row's scaled products (the soft-cap's slope is taken there)
-  Acc* dp = x + nk;           // the row's dP
-  Acc* dq_row = dp + nk;
-  const ScorePipeline pipeline(p, in.mask);
+  Acc* weights = dv_acc + nk * dv;  // P
+  Acc* ds = weights + nq * nk;      // dP, then dS
+  Acc* dq_row = ds + nq * nk;
+  Acc* products = dq_row + dk;  // the scaled products, with soft-capping only
   const Acc scale = static_cast<Acc>(p.effective_scale());
   const Acc rescale = pipeline.dropout_rescale<Acc>();
   const std::int64_t group = p.h_q / p.h_kv;
+  constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();
 
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t g = 0; g < p.h_kv; ++g) {
@@ -141,53 +144,74 @@ void backward_in(const RunArgs& a) {
       for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
         copy_as(in.q, in.q.offset(b, h, 0, 0), std::int64_t(nq * dk), q);
         copy_as(*d_o_tensor, d_o_tensor->offset(b, h, 0, 0), std::int64_t(nq * dv), d_o);
+        // P, row by row as the forward computes it: scores of the visible keys, -inf for the
+        // others (their weight is then exactly 0, and every later step skips a weight of 0, as
+        // the forward does), the max (and the sink's), the normalised exponentials. A fully
+        // masked row is all zeros and contributes nothing.
         for (std::size_t i = 0; i < nq; ++i) {
           const Acc* qi = q + i * dk;
-          const Acc* doi = d_o + i * dv;
-          std::fill(dq_row, dq_row + dk, Acc(0));
-          // The forward's row: scores of the visible keys, -inf for the others (their weight is then
-          // exactly 0, and every later step skips a weight of 0, as the forward does), the max
-          // (and the sink's), P.
-          constexpr Acc excluded = -std::numeric_limits<Acc>::infinity();
+          Acc* w = weights + i * nk;
           Acc m = excluded;
           for (std::size_t j = 0; j < nk; ++j) {
             w[j] = excluded;
             if (!pipeline.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
             Acc dot = 0;
             for (std::size_t t = 0; t < dk; ++t) dot += qi[t] * k[j * dk + t];
-            x[j] = dot * scale;
-            w[j] = pipeline.capped<Acc>(x[j]) + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
+            const Acc x = dot * scale;
+            if (pipeline.modifies_product()) products[i * nk + j] = x;
+            w[j] = pipeline.capped<Acc>(x) + static_cast<Acc>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j)));
             m = std::max(m, w[j]);
           }
-          const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
-          if (m != excluded) {  // a fully masked row contributes nothing
-            const std::optional<double> sink = pipeline.sink(h);
-            if (sink) m = std::max(m, static_cast<Acc>(*sink));
-            Acc sum = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
-            for (std::size_t j = 0; j < nk; ++j) sum += w[j] = std::exp(w[j] - m);
-            // dP_j = Z r <dO_i, v_j>, D = sum_j P_j dP_j; dV_j += P_j Z r dO_i.
-            Acc d = 0;
-            for (std::size_t j = 0; j < nk; ++j) {
-              dp[j] = Acc(0);
-              if (w[j] == Acc(0)) continue;
-              w[j] /= sum;
-              if (!pipeline.kept(b, h, std::int64_t(i), std::int64_t(j))) continue;
-              for (std::size_t c = 0; c < dv; ++c) dp[j] += doi[c] * v[j * dv + c];
-              dp[j] *= rescale;
-              d += w[j] * dp[j];
-              const Acc kept_weight = w[j] * rescale;
-              for (std::size_t c = 0; c < dv; ++c) dv_acc[j * dv + c] += kept_weight * doi[c];
+          if (m == excluded) {
+            std::fill(w, w + nk, Acc(0));
+            continue;
+          }
+          const std::optional<double> sink = pipeline.sink(h);
+          if (sink) m = std::max(m, static_cast<Acc>(*sink));
+          Acc sum = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
+          for (std::size_t j = 0; j < nk; ++j) sum += w[j] = std::exp(w[j] - m);
+          for (std::size_t j = 0; j < nk; ++j) w[j] /= sum;
+        }
+        // dV += (P Z r)^T dO, summed over the rows in order.
+        for (std::size_t i = 0; i < nq; ++i)
+          for (std::size_t j = 0; j < nk; ++j) {
+            const Acc w = weights[i * nk + j];
+            if (w == Acc(0) || !pipeline.kept(b, h, std::int64_t(i), std::int64_t(j))) continue;
+            const Acc kept_weight = w * rescale;
+            for (std::size_t c = 0; c < dv; ++c) dv_acc[j * dv + c] += kept_weight * d_o[i * dv + c];
+          }
+        // dP = Z r dO V^T; D_i = sum_j P_ij dP_ij; dS = P (dP - D) through the soft-cap's slope
+        // and the scale, in place; 0 wherever P is.
+        for (std::size_t i = 0; i < nq; ++i) {
+          const Acc* w = weights + i * nk;
+          Acc* row = ds + i * nk;
+          Acc d = 0;
+          for (std::size_t j = 0; j < nk; ++j) {
+            row[j] = Acc(0);
+            if (w[j] == Acc(0) || !pipeline.kept(b, h, std::int64_t(i), std::int64_t(j))) continue;
+            for (std::size_t c = 0; c < dv; ++c) row[j] += d_o[i * dv + c] * v[j * dv + c];
+            row[j] *= rescale;
+            d += w[j] * row[j];
+          }
+          for (std::size_t j = 0; j < nk; ++j)
+            if (w[j] != Acc(0)) {
+              const Acc slope = pipeline.modifies_product() ? pipeline.product_slope(products[i * nk + j]) : Acc(1);
+              row[j] = w[j] * (row[j] - d) * slope * scale;
             }
-            // dS_j = P_j (dP_j - D), through the soft-cap's slope and the scale: dQ_i, dK_j.
-            for (std::size_t j = 0; j < nk; ++j) {
-              if (w[j] == Acc(0)) continue;
-              const Acc dx = w[j] * (dp[j] - d) * pipeline.product_slope(x[j]) * scale;
-              for (std::size_t t = 0; t < dk; ++t) {
-                dq_row[t] += dx * k[j * dk + t];
-                dk_acc[j * dk + t] += dx * qi[t];
-              }
+        }
+        // dQ = dS K, row by row; dK += dS^T Q, summed over the rows in order. Pairs of weight 0
+        // are skipped: 0 * K is NaN where a masked key's K is.
+        for (std::size_t i = 0; i < nq; ++i) {
+          std::fill(dq_row, dq_row + dk, Acc(0));
+          for (std::size_t j = 0; j < nk; ++j) {
+            if (weights[i * nk + j] == Acc(0)) continue;
+            const Acc dx = ds[i * nk + j];
+            for (std::size_t t = 0; t < dk; ++t) {
+              dq_row[t] += dx * k[j * dk + t];
+              dk_acc[j * dk + t] += dx * q[i * dk + t];
             }
           }
+          const std::int64_t row = (b * p.h_q + h) * p.n_q + std::int64_t(i);
           for (std::size_t t = 0; t < dk; ++t) dq_out.set(row * p.d_k + std::int64_t(t), static_cast<double>(dq_row[t]));
         }
       }
@@ -203,7 +227,10 @@ std::size_t naive_workspace_bytes(const Problem& p) {
   const std::size_t element = std::size_t(bytes_per_element(working_dtype(p.numerics())));
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
-  if (p.operation == Operation::backward) return element * (nq * (dk + dv) + 2 * nk * (dk + dv) + 3 * nk + dk);
+  if (p.operation == Operation::backward) {
+    const std::size_t matrices = p.softcap ? 3 : 2;  // P, dP/dS, and the scaled products with a soft-cap
+    return element * (nq * (dk + dv) + 2 * nk * (dk + dv) + matrices * nq * nk + dk);
+  }
   return element * (nq * nk + nq * dk + nk * (dk + dv) + dv);
 }
 

@@ -3,11 +3,13 @@
 // exponentiate, normalise, multiply by V. Computes in f64 for f64 problems and in f32
 // otherwise (f16/bf16 inputs widen exactly to f32; the output rounds back once). Its error is
 // the pass rule's yardstick: "the naive algorithm run in the same precision".
-// Backward, the same way (reference/README.md, "The backward pass", gives the formulas): per
-// query row, P recomputed from the scores as the forward does (not from a given LSE), dP = Z r
-// dO V^T, D = sum_j P dP (not <dO, O>: from the row itself), dS = P (dP - D), through the
-// soft-cap's slope, then dQ = scale dS K, and dK += scale dS^T Q, dV += (P Z r)^T dO summed over
-// the rows of every query head of a kv group in order; each gradient rounded once to its dtype.
+// Backward, the same way (reference/README.md, "The backward pass", gives the formulas), the
+// textbook's materialised matrices: per query head the whole P (n_q x n_k) recomputed from the
+// scores as the forward does (not from a given LSE), dV += (P Z r)^T dO, dP = Z r dO V^T, D = sum_j
+// P dP (not <dO, O>: from the row itself), dS = P (dP - D) through the soft-cap's slope in dP's
+// place, then dQ = scale dS K and dK += scale dS^T Q; dK and dV summed over the rows of every query
+// head of a kv group in order, each gradient rounded once to its dtype. Its workspace (two or
+// three n_q x n_k matrices) is what a tiled backward pass is measured against.
 // Not declared yet (Capabilities::operations): verify does not judge backward passes yet.
 #include "impls/implementation.hpp"
 

@@ -1,0 +1,704 @@
+#include "impls/cpu_blocked/cpu_blocked_backward.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "core/parallel.hpp"
+#include "core/precision.hpp"
+#include "core/score_pipeline.hpp"
+#include "impls/cpu_blocked/micro_kernels.hpp"
+#include "impls/cpu_blocked/simd.hpp"
+
+namespace attn {
+namespace {
+// Apart from cpu_blocked.cpp's names (its tile sizes, its helpers), which a unity build puts
+// in the same anonymous namespace.
+namespace tiled_backward {
+
+// Tile shapes. A key tile's K, V and its dK, dV accumulators stay in cache while the query tiles
+// of a step stream past it. Timed at n = 2048, d = 64 on one core: 128 keys x 64 queries and
+// 128 x 128 within 2 %, 64 x 64 and 96 x 64 5 to 8 % slower; 128 divides the usual power-of-two
+// lengths, so a head's slots carry equal work. Query tiles are whole panels (2 vectors wide).
+constexpr std::int64_t key_tile = 128;
+constexpr std::int64_t query_tile = 64;
+// Queries per step: every slot holds a dQ partial of this many rows, so it bounds that memory.
+constexpr std::int64_t chunk_rows = 512;
+// Slots per head: the parallelism within a head, and the number of dQ partials it sums.
+constexpr std::int64_t max_slots = 32;
+// Sets of step rows per head: a step's rows are prepared, computed on and summed from while
+// the steps after it use the other sets, so threads run up to two steps ahead of a late one.
+constexpr std::int64_t row_sets = 3;
+constexpr int score_rows = 12;  // micro::scores rows (keys of S^T and dP^T)
+constexpr int value_rows = 6;   // micro::weighted_values rows (keys of dK, dV; queries of dQ)
+constexpr int value_vectors = 4;
+constexpr std::size_t alignment = 64;
+static_assert(query_tile % (2 * simd::lanes<float>) == 0 && query_tile % (2 * simd::lanes<double>) == 0);
+static_assert(chunk_rows % query_tile == 0);
+
+std::size_t aligned(std::size_t bytes) { return (bytes + alignment - 1) / alignment * alignment; }
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+std::int64_t ceil_div(std::int64_t x, std::int64_t by) { return (x + by - 1) / by; }
+
+// Sizes of one problem's pass for a thread count.
+template <class Acc>
+struct Plan {
+  static constexpr std::int64_t lanes_per_vector = simd::lanes<Acc>;
+  std::int64_t dk, dv, dk_padded, dv_padded;
+  std::int64_t key_tiles, slots;
+  std::int64_t chunk, chunks, query_tiles;  // rows per step, steps per query head, query tiles per step
+  std::int64_t kv_heads, group;
+  std::int64_t heads_per_step = 1;  // plan_for
+
+  std::int64_t threads;
+
+  Plan(const Problem& p, std::int64_t thread_count)
+      : dk(p.d_k), dv(p.d_v), dk_padded(round_up(p.d_k, lanes_per_vector)), dv_padded(round_up(p.d_v, lanes_per_vector)),
+        key_tiles(ceil_div(p.n_k, key_tile)), slots(std::min(key_tiles, max_slots)), chunk(std::min(chunk_rows, round_up(p.n_q, query_tile))),
+        chunks(ceil_div(p.n_q, chunk)), query_tiles(chunk / query_tile), kv_heads(p.batch * p.h_kv), group(p.h_q / p.h_kv),
+        threads(thread_count) {}
+};
+
+// Hands out consecutive aligned blocks of the workspace; without a workspace, only counts their
+// bytes (so workspace_bytes reports the layout run() carves, by construction).
+class Carver {
+ public:
+  explicit Carver(std::byte* base = nullptr) : base_(base) {}
+  template <class T>
+  T* take(std::size_t count) {
+    T* here = base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + used_);
+    used_ += aligned(sizeof(T) * count);
+    return here;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  std::byte* base_;
+  std::size_t used_ = 0;
+};
+
+// A step's rows of one query head: the slots' dQ partials, and which query tiles of them each
+// slot wrote (a slot zeroes a tile's rows when it first adds to them, and dQ sums the tiles that
+// were written: under a causal mask most slots see few of a step's query tiles, and zeroing and
+// summing every partial row was 7 % of the pass); Q and dO widened (zeros past n_q and past the
+// head dims) and transposed into panels; LSE, D and the key ranges per row; per query tile the
+// keys its rows see at most and whether its Q and dO are finite.
+template <class Acc>
+struct StepRows {
+  using Index = simd::IntLane<Acc>;
+  Acc *partials, *q_rows, *do_rows, *q_panels, *do_panels, *lse, *d;
+  std::uint8_t* written;  // [slot][query tile]
+  Index *lo, *hi;
+  std::int64_t *tile_lo, *tile_hi;  // the keys a query tile's rows see lie in [tile_lo, tile_hi)
+  std::uint8_t* tile_finite;
+  StepRows(Carver& c, const Plan<Acc>& plan) {
+    const auto rows = std::size_t(plan.chunk), tiles = std::size_t(plan.query_tiles);
+    partials = c.take<Acc>(std::size_t(plan.slots) * rows * std::size_t(plan.dk_padded));
+    written = c.take<std::uint8_t>(std::size_t(plan.slots) * tiles);
+    q_rows = c.take<Acc>(rows * std::size_t(plan.dk_padded));
+    do_rows = c.take<Acc>(rows * std::size_t(plan.dv_padded));
+    q_panels = c.take<Acc>(rows * std::size_t(plan.dk));
+    do_panels = c.take<Acc>(rows * std::size_t(plan.dv));
+    lse = c.take<Acc>(rows);
+    d = c.take<Acc>(rows);
+    lo = c.take<Index>(rows);
+    hi = c.take<Index>(rows);
+    tile_lo = c.take<std::int64_t>(tiles);
+    tile_hi = c.take<std::int64_t>(tiles);
+    tile_finite = c.take<std::uint8_t>(tiles);
+  }
+};
+
+// Per kv head of a step: dK and dV accumulated over the whole head (all its query heads and
+// rows), and the sets of step rows (step s uses set s % row_sets).
+template <class Acc>
+struct HeadBuffers {
+  Acc *dk_acc, *dv_acc;
+  std::vector<StepRows<Acc>> rows;
+  HeadBuffers(Carver& c, const Plan<Acc>& plan) {
+    const auto keys = std::size_t(plan.key_tiles * key_tile);
+    dk_acc = c.take<Acc>(keys * std::size_t(plan.dk_padded));
+    dv_acc = c.take<Acc>(keys * std::size_t(plan.dv_padded));
+    for (std::int64_t set = 0; set < row_sets; ++set) rows.emplace_back(c, plan);
+  }
+};
+
+// Per thread: a key tile's K and V widened, the S^T (then P^T) and dP^T (then dS^T) tiles, the
+// soft-cap's slopes, one O row widened, one dQ row summed.
+template <class Acc>
+struct ThreadScratch {
+  Acc *k_rows, *v_rows, *pt, *dpt, *slope, *o_row, *dq_row;
+  ThreadScratch(Carver& c, const Plan<Acc>& plan) {
+    const auto tile = std::size_t(key_tile * query_tile);
+    k_rows = c.take<Acc>(std::size_t(key_tile * plan.dk_padded));
+    v_rows = c.take<Acc>(std::size_t(key_tile * plan.dv_padded));
+    pt = c.take<Acc>(tile);
+    dpt = c.take<Acc>(tile);
+    slope = c.take<Acc>(tile);
+    o_row = c.take<Acc>(std::size_t(plan.dv_padded));
+    dq_row = c.take<Acc>(std::size_t(plan.dk_padded));
+  }
+};
+
+// kv heads worked on side by side: short sequences have few slots per head, and every thread
+// should have a slot to work on, as long as the heads' buffers stay within a few MiB.
+constexpr std::size_t side_by_side_bytes = std::size_t(8) << 20;
+template <class Acc>
+Plan<Acc> plan_for(const Problem& p, std::int64_t threads) {
+  Plan<Acc> plan(p, threads);
+  Carver one_head;
+  const HeadBuffers<Acc> counted(one_head, plan);
+  const auto fitting = std::max<std::int64_t>(1, std::int64_t(side_by_side_bytes / one_head.used()));
+  plan.heads_per_step = std::clamp<std::int64_t>(ceil_div(2 * threads, plan.slots), 1, std::min(plan.kv_heads, fitting));
+  return plan;
+}
+
+// The workspace: the buffers of heads_per_step kv heads, then every thread's scratch, from a
+// 64-byte boundary on (one alignment's worth of slack).
+template <class Acc>
+std::size_t workspace_bytes_of(const Plan<Acc>& plan) {
+  Carver carver;
+  for (std::int64_t h = 0; h < plan.heads_per_step; ++h) const HeadBuffers<Acc> counted(carver, plan);
+  for (std::int64_t t = 0; t < plan.threads; ++t) const ThreadScratch<Acc> counted(carver, plan);
+  return alignment + carver.used();
+}
+
+// Rows [0, count) of `rows` (`stride` elements apart; count a multiple of 2 vectors) transposed
+// into panels of 2 vectors of rows ([depth][2 lanes] each): what micro::scores streams.
+template <class Acc>
+void pack_panels(const Acc* rows, std::int64_t stride, std::int64_t count, std::int64_t depth, Acc* panels) {
+  constexpr std::int64_t L = simd::lanes<Acc>, width = 2 * L;
+  const std::int64_t block_depth = depth / L * L;
+  for (std::int64_t j = 0; j < count; j += L) {
+    Acc* panel = panels + (j / width) * depth * width + j % width;
+    const Acc* from = rows + j * stride;
+    for (std::int64_t e0 = 0; e0 < block_depth; e0 += L) {
+      simd::Vec<Acc> block[L];
+      for (std::int64_t r = 0; r < L; ++r) block[r] = simd::load(from + r * stride + e0);
+      simd::transpose<Acc>(block);
+      for (std::int64_t e = 0; e < L; ++e) simd::store(panel + (e0 + e) * width, block[e]);
+    }
+    for (std::int64_t r = 0; r < L; ++r)
+      for (std::int64_t e = block_depth; e < depth; ++e) panel[e * width + r] = from[r * stride + e];
+  }
+}
+
+// Runs kernel.template operator()<V>(c) for the column vectors [0, vectors) in groups of up to
+// value_vectors, c the group's first element.
+template <class Acc, class Kernel>
+void over_vector_groups(std::int64_t vectors, Kernel&& kernel) {
+  constexpr std::int64_t L = simd::lanes<Acc>;
+  for (std::int64_t v = 0; v < vectors; v += value_vectors) {
+    switch (std::min<std::int64_t>(value_vectors, vectors - v)) {
+      case 4: kernel.template operator()<4>(v * L); break;
+      case 3: kernel.template operator()<3>(v * L); break;
+      case 2: kernel.template operator()<2>(v * L); break;
+      default: kernel.template operator()<1>(v * L); break;
+    }
+  }
+}
+
+// o[r][:width] += sum_j w(r, j) v[j][:width] over the keys whose weight is not 0, in key order:
+// the products' fallback where an operand holds a NaN or an infinity, which a masked pair's
+// weight of 0 must not turn into a NaN (0 * NaN). w(r, j) = w[r * row_step + j * key_step].
+template <class Acc>
+void weighted_nonzero(const Acc* w, std::int64_t row_step, std::int64_t key_step, const Acc* v, std::int64_t v_stride, std::int64_t rows,
+                      std::int64_t keys, Acc* o, std::int64_t o_stride, std::int64_t width) {
+  constexpr std::int64_t L = simd::lanes<Acc>;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    Acc* out = o + r * o_stride;
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const Acc weight = w[r * row_step + j * key_step];
+      if (weight == Acc(0)) continue;
+      for (std::int64_t c = 0; c < width; c += L) simd::store(out + c, simd::load(out + c) + weight * simd::load(v + j * v_stride + c));
+    }
+  }
+}
+
+// count elements of `from` into t from `offset` on: copied where t holds Acc, else rounded once.
+template <class Acc>
+void write_elements(Tensor& t, std::int64_t offset, std::int64_t count, const Acc* from) {
+  if (holds<Acc>(t)) {
+    std::copy_n(from, count, t.as<Acc>() + offset);
+  } else {
+    for (std::int64_t e = 0; e < count; ++e) t.set(offset + e, static_cast<double>(from[e]));
+  }
+}
+
+// One step: query rows [chunk * plan.chunk, ...) of the head_in_group-th query head of each kv
+// head in [first_head, first_head + heads). The first step of a kv head zeroes its dK and dV
+// accumulators, its last writes them out.
+struct Step {
+  std::int64_t first_head, heads, head_in_group, chunk;
+  bool first, last;
+  std::size_t set;  // its set of step rows
+};
+
+// The work of a pass and what orders it. Step s's items: prepare its rows (one per query tile
+// and head), compute (one per slot and head) and sum dQ (one per query tile and head). Every
+// item writes what no other running item touches and reads what is complete:
+//   prepare(s)      after every compute(s - row_sets) (the rows it overwrites were theirs);
+//   compute(s, k)   after every prepare(s), every sum(s - row_sets) (the partials it writes
+//                   were theirs) and compute(s - 1, k) of the same head and slot (the same key
+//                   tiles' dK and dV accumulators, zeroed in a kv head's first step and written
+//                   out in its last);
+//   sum(s)          after every compute(s).
+// What an item computes never depends on when or on which thread it runs, so neither do the
+// results; the order only decides how long threads wait: none at the end of a step, as a
+// barrier would make them.
+class Schedule {
+ public:
+  enum class Kind { prepare, compute, sum };
+  struct Item {
+    Kind kind;
+    std::size_t step;
+    std::int64_t index;  // prepare, sum: head * query_tiles + tile; compute: head * slots + slot
+  };
+
+  Schedule(std::vector<Step> steps, std::int64_t query_tiles, std::int64_t slots)
+      : steps_(std::move(steps)), query_tiles_(query_tiles), slots_(slots), state_(steps_.size()) {
+    std::int64_t heads = 0;
+    for (const Step& s : steps_) heads = std::max(heads, s.heads);
+    next_step_of_chain_.assign(std::size_t(heads * slots), 0);
+  }
+  const std::vector<Step>& steps() const { return steps_; }
+
+  // The next item whose inputs are complete, lowest step first (which unblocks the most), or
+  // none for now. Called under the caller's lock, as are done() and finished().
+  std::optional<Item> next() {
+    const std::size_t last = std::min(steps_.size(), first_open_ + std::size_t(row_sets) + 1);
+    for (std::size_t s = first_open_; s < last; ++s) {
+      State& st = state_[s];
+      const std::int64_t rows = steps_[s].heads * query_tiles_;
+      if (st.prepares_taken < rows && (s < std::size_t(row_sets) || computed(s - row_sets)))
+        return Item{Kind::prepare, s, st.prepares_taken++};
+      if (st.prepares_done == rows && (s < std::size_t(row_sets) || summed(s - row_sets)))
+        for (std::size_t k = st.first_untaken; k < st.compute_order.size(); ++k) {
+          const std::int64_t item = st.compute_order[k];
+          if (st.taken[k] || next_step_of_chain_[std::size_t(item)] != s) continue;
+          st.taken[k] = true;
+          while (st.first_untaken < st.taken.size() && st.taken[st.first_untaken]) ++st.first_untaken;
+          return Item{Kind::compute, s, item};
+        }
+      if (computed(s) && st.sums_taken < rows) return Item{Kind::sum, s, st.sums_taken++};
+    }
+    return std::nullopt;
+  }
+
+  // Marks an item done; `order` gives step s's compute items, costliest first, once its last
+  // row is prepared.
+  template <class Order>
+  void done(const Item& item, Order&& order) {
+    State& st = state_[item.step];
+    switch (item.kind) {
+      case Kind::prepare:
+        if (++st.prepares_done == steps_[item.step].heads * query_tiles_) {
+          st.compute_order = order(steps_[item.step]);
+          st.taken.assign(st.compute_order.size(), false);
+        }
+        break;
+      case Kind::compute:
+        ++st.computes_done;
+        next_step_of_chain_[std::size_t(item.index)] = item.step + 1;
+        break;
+      case Kind::sum:
+        ++st.sums_done;
+        while (first_open_ < steps_.size() && summed(first_open_)) ++first_open_;
+        break;
+    }
+  }
+  bool finished() const { return first_open_ == steps_.size(); }
+
+ private:
+  struct State {
+    std::int64_t prepares_taken = 0, prepares_done = 0, computes_done = 0, sums_taken = 0, sums_done = 0;
+    std::vector<std::int64_t> compute_order;
+    std::vector<bool> taken;
+    std::size_t first_untaken = 0;
+  };
+  bool computed(std::size_t s) const { return state_[s].computes_done == steps_[s].heads * slots_; }
+  bool summed(std::size_t s) const { return state_[s].sums_done == steps_[s].heads * query_tiles_; }
+
+  std::vector<Step> steps_;
+  std::int64_t query_tiles_, slots_;
+  std::vector<State> state_;
+  std::vector<std::size_t> next_step_of_chain_;  // per head * slots + slot: its next compute step
+  std::size_t first_open_ = 0;                   // every step before it is summed
+};
+
+template <class Acc>
+class Backward {
+  using V = simd::Vec<Acc>;
+  using IntV = simd::Int<Acc>;
+  using Index = simd::IntLane<Acc>;
+  static constexpr std::int64_t L = simd::lanes<Acc>;
+
+ public:
+  Backward(const RunArgs& a, const Plan<Acc>& plan, std::byte* base)
+      : p_(a.problem), in_(a.inputs), plan_(plan), pipeline_(a.problem, a.inputs.mask), scale_(static_cast<Acc>(pipeline_.scale())),
+        rescale_(pipeline_.dropout_rescale<Acc>()), has_bool_(!a.inputs.mask.bool_flags().empty()) {
+    d_o_ = a.tensors.input(Role::d_o);
+    o_ = a.tensors.input(Role::o);
+    lse_ = a.tensors.input(Role::lse);
+    if (d_o_ == nullptr || o_ == nullptr || lse_ == nullptr) throw std::logic_error("cpu_blocked: a backward pass needs dO and the forward's O and LSE");
+    dq_ = &a.tensors.required_output(Role::dq);
+    dk_ = &a.tensors.required_output(Role::dk);
+    dv_ = &a.tensors.required_output(Role::dv);
+    Carver carver(base);
+    for (std::int64_t h = 0; h < plan.heads_per_step; ++h) heads_.emplace_back(carver, plan);
+    for (std::int64_t t = 0; t < plan.threads; ++t) scratch_.emplace_back(carver, plan);
+  }
+
+  void run() {
+    std::vector<Step> steps;
+    for (std::int64_t first = 0; first < plan_.kv_heads; first += plan_.heads_per_step)
+      for (std::int64_t k = 0; k < plan_.group; ++k)
+        for (std::int64_t c = 0; c < plan_.chunks; ++c)
+          steps.push_back({first, std::min(plan_.heads_per_step, plan_.kv_heads - first), k, c, k == 0 && c == 0,
+                           k == plan_.group - 1 && c == plan_.chunks - 1, steps.size() % std::size_t(row_sets)});
+    Schedule schedule(std::move(steps), plan_.query_tiles, plan_.slots);
+    std::mutex mutex;
+    std::condition_variable progress;
+    const auto threads = static_cast<int>(plan_.threads);
+    parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t t = first; t < last; ++t) {
+        std::unique_lock lock(mutex);
+        while (!schedule.finished()) {
+          const std::optional<Schedule::Item> item = schedule.next();
+          if (!item) {
+            progress.wait(lock);
+            continue;
+          }
+          lock.unlock();
+          run(*item, schedule.steps()[item->step], scratch_[std::size_t(t)]);
+          lock.lock();
+          schedule.done(*item, [&](const Step& s) { return slots_by_cost(s); });
+          progress.notify_all();
+        }
+      }
+    }, threads);
+  }
+
+ private:
+  void run(const Schedule::Item& item, const Step& s, ThreadScratch<Acc>& w) {
+    switch (item.kind) {
+      case Schedule::Kind::prepare: prepare(s, item.index / plan_.query_tiles, item.index % plan_.query_tiles, w); break;
+      case Schedule::Kind::compute: compute_slot(s, item.index / plan_.slots, item.index % plan_.slots, w); break;
+      case Schedule::Kind::sum: sum_dq(s, item.index / plan_.query_tiles, item.index % plan_.query_tiles, w); break;
+    }
+  }
+
+  std::int64_t batch_of(std::int64_t kv_head) const { return kv_head / p_.h_kv; }
+  std::int64_t query_head(const Step& s, std::int64_t kv_head) const { return kv_head % p_.h_kv * plan_.group + s.head_in_group; }
+
+  // Query tile `tile` of the step's rows for its `head`-th kv head: Q and dO widened (zeros past
+  // n_q) and packed into panels, the LSE (+inf where the forward's is -inf, a fully masked row,
+  // so that every weight of it is exp(-inf) = 0), D = <dO_i, O_i>, the key ranges.
+  void prepare(const Step& s, std::int64_t head, std::int64_t tile, ThreadScratch<Acc>& w) {
+    StepRows<Acc>& buffers = heads_[std::size_t(head)].rows[s.set];
+    const std::int64_t kv = s.first_head + head, b = batch_of(kv), h = query_head(s, kv);
+    const std::int64_t dk = plan_.dk, dv = plan_.dv, dkp = plan_.dk_padded, dvp = plan_.dv_padded;
+    std::int64_t tile_lo = p_.n_k, tile_hi = 0;
+    for (std::int64_t r = tile * query_tile; r < (tile + 1) * query_tile; ++r) {
+      const std::int64_t i = s.chunk * plan_.chunk + r;
+      Acc* q = buffers.q_rows + r * dkp;
+      Acc* d_o = buffers.do_rows + r * dvp;
+      if (i >= p_.n_q) {
+        std::fill(q, q + dkp, Acc(0));
+        std::fill(d_o, d_o + dvp, Acc(0));
+        buffers.lse[r] = std::numeric_limits<Acc>::infinity();
+        buffers.d[r] = 0;
+        buffers.lo[r] = buffers.hi[r] = 0;
+        continue;
+      }
+      copy_as<Acc>(in_.q, in_.q.offset(b, h, i, 0), dk, q);
+      std::fill(q + dk, q + dkp, Acc(0));
+      copy_as<Acc>(*d_o_, d_o_->offset(b, h, i, 0), dv, d_o);
+      std::fill(d_o + dv, d_o + dvp, Acc(0));
+      Acc lse;
+      copy_as<Acc>(*lse_, lse_->offset(b, h, i, 0), 1, &lse);
+      buffers.lse[r] = lse == -std::numeric_limits<Acc>::infinity() ? std::numeric_limits<Acc>::infinity() : lse;
+      const Acc* o = w.o_row;
+      if (holds<Acc>(*o_))
+        o = o_->as<Acc>() + o_->offset(b, h, i, 0);
+      else
+        copy_as<Acc>(*o_, o_->offset(b, h, i, 0), dv, w.o_row);
+      Acc d = 0;
+      for (std::int64_t c = 0; c < dv; ++c) d += d_o[c] * o[c];
+      buffers.d[r] = d;
+      const auto [lo, hi] = pipeline_.key_range(b, i);
+      buffers.lo[r] = static_cast<Index>(lo);
+      buffers.hi[r] = static_cast<Index>(hi);
+      if (lo < hi) tile_lo = std::min(tile_lo, lo), tile_hi = std::max(tile_hi, hi);
+    }
+    buffers.tile_lo[tile] = tile_lo;
+    buffers.tile_hi[tile] = tile_hi;
+    const std::int64_t row0 = tile * query_tile;
+    buffers.tile_finite[tile] = simd::all_finite(buffers.q_rows + row0 * dkp, dkp, query_tile, dkp) &&
+                                simd::all_finite(buffers.do_rows + row0 * dvp, dvp, query_tile, dvp);
+    pack_panels(buffers.q_rows + row0 * dkp, dkp, query_tile, dk, buffers.q_panels + row0 * dk);
+    pack_panels(buffers.do_rows + row0 * dvp, dvp, query_tile, dv, buffers.do_panels + row0 * dv);
+  }
+
+  // Every (kv head, slot) of the step as head * slots + slot, costliest first (the visible pairs
+  // it can touch, from the query tiles' key bounds), so that the cheap ones fill in at the end.
+  std::vector<std::int64_t> slots_by_cost(const Step& s) const {
+    std::vector<std::pair<std::int64_t, std::int64_t>> order;  // (-cost, item)
+    for (std::int64_t head = 0; head < s.heads; ++head) {
+      const StepRows<Acc>& rows = heads_[std::size_t(head)].rows[s.set];
+      for (std::int64_t slot = 0; slot < plan_.slots; ++slot) {
+        std::int64_t cost = 0;
+        for (std::int64_t kt = slot; kt < plan_.key_tiles; kt += plan_.slots)
+          for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt)
+            cost += std::max<std::int64_t>(0, std::min(rows.tile_hi[qt], (kt + 1) * key_tile) - std::max(rows.tile_lo[qt], kt * key_tile));
+        order.emplace_back(-cost, head * plan_.slots + slot);
+      }
+    }
+    std::stable_sort(order.begin(), order.end());
+    std::vector<std::int64_t> items;
+    for (const auto& [cost, item] : order) items.push_back(item);
+    return items;
+  }
+
+  // The slot's key tiles (slot, slot + slots, ...) against every query tile of the step, into
+  // the slot's dQ partial.
+  void compute_slot(const Step& s, std::int64_t head, std::int64_t slot, ThreadScratch<Acc>& w) {
+    HeadBuffers<Acc>& accumulators = heads_[std::size_t(head)];
+    const StepRows<Acc>& buffers = accumulators.rows[s.set];
+    const std::int64_t kv = s.first_head + head, b = batch_of(kv), g = kv % p_.h_kv, h = query_head(s, kv);
+    const std::int64_t dk = plan_.dk, dv = plan_.dv, dkp = plan_.dk_padded, dvp = plan_.dv_padded;
+    Acc* partial = buffers.partials + slot * plan_.chunk * dkp;
+    std::uint8_t* written = buffers.written + slot * plan_.query_tiles;
+    std::fill(written, written + plan_.query_tiles, std::uint8_t(0));
+    for (std::int64_t kt = slot; kt < plan_.key_tiles; kt += plan_.slots) {
+      const std::int64_t j0 = kt * key_tile, tile_keys = std::min(key_tile, p_.n_k - j0);
+      Acc* dk_acc = accumulators.dk_acc + j0 * dkp;
+      Acc* dv_acc = accumulators.dv_acc + j0 * dvp;
+      if (s.first) {
+        std::fill(dk_acc, dk_acc + key_tile * dkp, Acc(0));
+        std::fill(dv_acc, dv_acc + key_tile * dvp, Acc(0));
+      }
+      bool seen = false;
+      for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt) seen = seen || (buffers.tile_lo[qt] < j0 + tile_keys && buffers.tile_hi[qt] > j0);
+      if (seen) {
+        for (std::int64_t j = 0; j < tile_keys; ++j) {
+          copy_as<Acc>(in_.k, in_.k.offset(b, g, j0 + j, 0), dk, w.k_rows + j * dkp);
+          std::fill(w.k_rows + j * dkp + dk, w.k_rows + (j + 1) * dkp, Acc(0));
+          copy_as<Acc>(in_.v, in_.v.offset(b, g, j0 + j, 0), dv, w.v_rows + j * dvp);
+          std::fill(w.v_rows + j * dvp + dv, w.v_rows + (j + 1) * dvp, Acc(0));
+        }
+        const bool keys_finite = simd::all_finite(w.k_rows, dkp, tile_keys, dkp);
+        for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt)
+          if (buffers.tile_lo[qt] < j0 + tile_keys && buffers.tile_hi[qt] > j0)
+            tile_pair(buffers, b, h, s.chunk * plan_.chunk + qt * query_tile, qt, j0, tile_keys, keys_finite, w, partial, written[qt], dk_acc, dv_acc);
+      }
+      if (s.last)
+        for (std::int64_t j = 0; j < tile_keys; ++j) {
+          write_elements(*dk_, dk_->offset(b, g, j0 + j, 0), dk, dk_acc + j * dkp);
+          write_elements(*dv_, dv_->offset(b, g, j0 + j, 0), dv, dv_acc + j * dvp);
+        }
+    }
+  }
+
+  // Query tile qt (rows from i0 on) against the key tile at j0: S^T, P^T = exp(S^T - LSE), dP^T,
+  // dS^T, then dV += P^T dO, dK += dS^T Q (the key tile's rows) and dQ += dS K (the partial's).
+  // Tiles are key-major (row j of a tile is key j0 + j, Br queries wide), so that the two
+  // key-side products read their weights row by row and dQ's read them column by column
+  // (micro::weighted_values_transposed): no transpose of any tile.
+  void tile_pair(const StepRows<Acc>& buffers, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t qt, std::int64_t j0,
+                 std::int64_t tile_keys, bool keys_finite, ThreadScratch<Acc>& w, Acc* partial, std::uint8_t& written, Acc* dk_acc,
+                 Acc* dv_acc) const {
+    const std::int64_t row0 = qt * query_tile;
+    const Index* lo = buffers.lo + row0;
+    const Index* hi = buffers.hi + row0;
+    // The queries that see a key of this tile, and the keys they see: only that rectangle is
+    // computed (near a causal diagonal, or a window's edges, much of a tile pair is masked).
+    std::int64_t first_query = query_tile, last_query = -1, first_key = tile_keys, last_key = 0;
+    for (std::int64_t r = 0; r < query_tile; ++r) {
+      const std::int64_t from = std::max<std::int64_t>(lo[r] - j0, 0), to = std::min<std::int64_t>(hi[r] - j0, tile_keys);
+      if (from >= to) continue;
+      first_query = std::min(first_query, r), last_query = r;
+      first_key = std::min(first_key, from), last_key = std::max(last_key, to);
+    }
+    if (last_query < 0) return;
+    const std::int64_t c0 = first_query / (2 * L) * (2 * L), c1 = round_up(last_query + 1, 2 * L);
+    const std::int64_t k0 = first_key, keys = last_key - first_key;
+    const std::int64_t dk = plan_.dk, dv = plan_.dv, dkp = plan_.dk_padded, dvp = plan_.dv_padded;
+    const Acc* q_panels = buffers.q_panels + row0 * dk;
+    const Acc* do_panels = buffers.do_panels + row0 * dv;
+    Acc* const pt = w.pt;
+    Acc* const dpt = w.dpt;
+
+    micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
+      for (std::int64_t c = c0; c < c1; c += 2 * L)
+        micro::scores<Acc, R>(w.k_rows + (k0 + r) * dkp, dkp, q_panels + c * dk, dk, pt + (k0 + r) * query_tile + c, query_tile);
+    });
+    weights(b, h, i0, j0, k0, keys, c0, c1, lo, hi, buffers.lse + row0, w);
+    micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
+      for (std::int64_t c = c0; c < c1; c += 2 * L)
+        micro::scores<Acc, R>(w.v_rows + (k0 + r) * dvp, dvp, do_panels + c * dv, dv, dpt + (k0 + r) * query_tile + c, query_tile);
+    });
+    score_gradients(b, h, i0, j0, k0, keys, c0, c1, buffers.d + row0, w);
+
+    // dV += P^T dO and dK += dS^T Q, summed over the tile's queries in order.
+    const std::int64_t queries = c1 - c0;
+    const Acc* d_o = buffers.do_rows + (row0 + c0) * dvp;
+    const Acc* q = buffers.q_rows + (row0 + c0) * dkp;
+    const Acc* p_rows = pt + k0 * query_tile + c0;
+    const Acc* ds_rows = dpt + k0 * query_tile + c0;
+    if (buffers.tile_finite[qt]) {
+      micro::over_row_blocks<value_rows>(keys, [&]<int R>(std::int64_t r) {
+        over_vector_groups<Acc>(dvp / L, [&]<int Vectors>(std::int64_t c) {
+          micro::weighted_values<Acc, R, Vectors>(p_rows + r * query_tile, query_tile, d_o + c, dvp, queries, dv_acc + (k0 + r) * dvp + c, dvp);
+        });
+        over_vector_groups<Acc>(dkp / L, [&]<int Vectors>(std::int64_t c) {
+          micro::weighted_values<Acc, R, Vectors>(ds_rows + r * query_tile, query_tile, q + c, dkp, queries, dk_acc + (k0 + r) * dkp + c, dkp);
+        });
+      });
+    } else {
+      weighted_nonzero(p_rows, query_tile, 1, d_o, dvp, keys, queries, dv_acc + k0 * dvp, dvp, dvp);
+      weighted_nonzero(ds_rows, query_tile, 1, q, dkp, keys, queries, dk_acc + k0 * dkp, dkp, dkp);
+    }
+    // dQ += dS K, summed over the tile's keys in order.
+    if (!written) {
+      std::fill(partial + row0 * dkp, partial + (row0 + query_tile) * dkp, Acc(0));
+      written = 1;
+    }
+    Acc* dq = partial + (row0 + c0) * dkp;
+    const Acc* k = w.k_rows + k0 * dkp;
+    if (keys_finite) {
+      micro::over_row_blocks<value_rows>(queries, [&]<int R>(std::int64_t r) {
+        over_vector_groups<Acc>(dkp / L, [&]<int Vectors>(std::int64_t c) {
+          micro::weighted_values_transposed<Acc, R, Vectors>(ds_rows + r, query_tile, k + c, dkp, keys, dq + r * dkp + c, dkp);
+        });
+      });
+    } else {
+      weighted_nonzero(ds_rows, 1, query_tile, k, dkp, queries, keys, dq, dkp, dkp);
+    }
+  }
+
+  // S^T (products <q_i, k_j>) into P^T: the pipeline's score, exp(score - LSE_i), 0 for every
+  // pair the mask hides (selected, not multiplied: the products of a masked key may be NaN).
+  // With soft-capping, the slope at each scaled product is kept for dS.
+  void weights(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t j0, std::int64_t k0, std::int64_t keys, std::int64_t c0,
+               std::int64_t c1, const Index* lo, const Index* hi, const Acc* lse, ThreadScratch<Acc>& w) const {
+    const bool beyond_scale = pipeline_.beyond_scale(), softcap = pipeline_.modifies_product();
+    for (std::int64_t j = k0; j < k0 + keys; ++j) {
+      const std::int64_t key = j0 + j;
+      const IntV key_lanes = IntV{} + static_cast<Index>(key);
+      Acc* row = w.pt + j * query_tile;
+      for (std::int64_t c = c0; c < c1; c += L) {
+        const IntV visible = (key_lanes >= simd::load_int<Acc>(lo + c)) & (key_lanes < simd::load_int<Acc>(hi + c));
+        V s = simd::load(row + c);
+        if (!beyond_scale) {
+          s = s * scale_;
+        } else {
+          V slope{};
+          for (std::int64_t l = 0; l < L; ++l) {
+            if (!visible[l]) continue;
+            if (softcap) slope[l] = pipeline_.product_slope(s[l] * scale_);
+            s[l] = pipeline_.score<Acc>(s[l], b, h, i0 + c + l, key);
+          }
+          if (softcap) simd::store(w.slope + j * query_tile + c, slope);
+        }
+        V weight = visible ? simd::exp<Acc>(s - simd::load(lse + c)) : V{};
+        if (has_bool_)
+          for (std::int64_t l = 0; l < L; ++l)
+            if (weight[l] != Acc(0) && !pipeline_.visible(b, h, i0 + c + l, key)) weight[l] = 0;
+        simd::store(row + c, weight);
+      }
+    }
+  }
+
+  // dP^T (products <dO_i, v_j>) into dS^T, through dropout (Z r on dP, and P^T becomes the kept
+  // weights P Z r that dV takes), D, the soft-cap's slope and the scale; 0 wherever P is 0 (the
+  // masked pairs and the weights that underflowed), whatever dP holds there.
+  void score_gradients(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t j0, std::int64_t k0, std::int64_t keys, std::int64_t c0,
+                       std::int64_t c1, const Acc* d, ThreadScratch<Acc>& w) const {
+    const bool dropout = pipeline_.has_dropout(), softcap = pipeline_.modifies_product();
+    for (std::int64_t j = k0; j < k0 + keys; ++j)
+      for (std::int64_t c = c0; c < c1; c += L) {
+        Acc* const p_at = w.pt + j * query_tile + c;
+        Acc* const dp_at = w.dpt + j * query_tile + c;
+        const V p = simd::load(p_at);
+        V dp = simd::load(dp_at);
+        if (dropout) {
+          V kept{};
+          for (std::int64_t l = 0; l < L; ++l)
+            if (p[l] != Acc(0) && pipeline_.kept(b, h, i0 + c + l, j0 + j)) kept[l] = rescale_;
+          dp = dp * kept;
+          simd::store(p_at, p * kept);
+        }
+        V ds = p * (dp - simd::load(d + c));
+        if (softcap) ds = ds * simd::load(w.slope + j * query_tile + c);
+        ds = ds * scale_;
+        simd::store(dp_at, p != V{} ? ds : V{});
+      }
+  }
+
+  // dQ of query tile `tile` of the step's rows for its `head`-th kv head: the partials of the
+  // slots that wrote it, summed in slot order, rounded once.
+  void sum_dq(const Step& s, std::int64_t head, std::int64_t tile, ThreadScratch<Acc>& w) {
+    const StepRows<Acc>& buffers = heads_[std::size_t(head)].rows[s.set];
+    const std::int64_t kv = s.first_head + head, b = batch_of(kv), h = query_head(s, kv);
+    const std::int64_t dkp = plan_.dk_padded;
+    const Acc* partials[max_slots];
+    std::int64_t count = 0;
+    for (std::int64_t slot = 0; slot < plan_.slots; ++slot)
+      if (buffers.written[slot * plan_.query_tiles + tile]) partials[count++] = buffers.partials + slot * plan_.chunk * dkp;
+    for (std::int64_t r = tile * query_tile; r < (tile + 1) * query_tile && s.chunk * plan_.chunk + r < p_.n_q; ++r) {
+      for (std::int64_t c = 0; c < dkp; c += L) {
+        V total{};
+        for (std::int64_t k = 0; k < count; ++k) total += simd::load(partials[k] + r * dkp + c);
+        simd::store(w.dq_row + c, total);
+      }
+      write_elements(*dq_, dq_->offset(b, h, s.chunk * plan_.chunk + r, 0), plan_.dk, w.dq_row);
+    }
+  }
+
+  const Problem& p_;
+  const CaseInputs& in_;
+  const Plan<Acc>& plan_;
+  const ScorePipeline pipeline_;
+  const Acc scale_, rescale_;
+  const bool has_bool_;
+  const Tensor *d_o_, *o_, *lse_;
+  Tensor *dq_, *dk_, *dv_;
+  std::vector<HeadBuffers<Acc>> heads_;
+  std::vector<ThreadScratch<Acc>> scratch_;
+};
+
+template <class Acc>
+void backward(const RunArgs& a) {
+  const Problem& p = a.problem;
+  if (p.n_k > std::numeric_limits<simd::IntLane<Acc>>::max()) throw std::runtime_error("cpu_blocked: n_k too large for the backward pass's key indices");
+  // Every buffer starts on a 64-byte boundary, so results do not depend on the workspace's address.
+  const std::size_t shift = (alignment - reinterpret_cast<std::uintptr_t>(a.workspace.data()) % alignment) % alignment;
+  // The threads asked for, or as many as the workspace holds the buffers of.
+  std::int64_t threads = a.threads > 0 ? a.threads : default_thread_count();
+  while (threads > 1 && workspace_bytes_of(plan_for<Acc>(p, threads)) > a.workspace.size()) --threads;
+  const Plan<Acc> plan = plan_for<Acc>(p, threads);
+  if (workspace_bytes_of(plan) > a.workspace.size()) throw std::runtime_error("cpu_blocked: workspace too small for the backward pass");
+  Backward<Acc>(a, plan, a.workspace.data() + shift).run();
+}
+
+}  // namespace tiled_backward
+}  // namespace
+
+std::size_t blocked_backward_workspace_bytes(const Problem& p, int threads) {
+  const std::int64_t count = threads > 0 ? threads : default_thread_count();
+  return with_working_type(p.numerics(), [&]<class Acc>(Acc) { return tiled_backward::workspace_bytes_of(tiled_backward::plan_for<Acc>(p, count)); });
+}
+
+void blocked_backward(const RunArgs& args) {
+  with_working_type(args.problem.numerics(), [&]<class Acc>(Acc) { tiled_backward::backward<Acc>(args); });
+}
+
+}  // namespace attn
