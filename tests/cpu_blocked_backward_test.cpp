@@ -21,9 +21,13 @@
 #include "core/score_pipeline.hpp"
 #include "impls/registry.hpp"
 #include "reference/reference_backward.hpp"
+#include "tests/gradient_accuracy.hpp"
 
 namespace attn {
 namespace {
+
+using testing::allowed_relative_error;
+using testing::relative_error;
 
 const Implementation& blocked() {
   static Registry registry = [] {
@@ -50,13 +54,8 @@ Forward forward(const Problem& backward_problem, const CaseInputs& in) {
   return f;
 }
 
-struct Gradients {
-  Tensor dq, dk, dv;
-};
-
 Gradients backward(const Problem& p, const CaseInputs& in, const Tensor& d_o, const Forward& f, int threads = 0) {
-  Gradients g{Tensor(p.dtype_of(Role::dq), in.q.shape()), Tensor(p.dtype_of(Role::dk), in.k.shape()), Tensor(p.dtype_of(Role::dv), in.v.shape())};
-  g.dq.poison(), g.dk.poison(), g.dv.poison();
+  Gradients g = make_gradients(p);
   std::vector<std::byte> workspace(blocked().workspace_bytes(p));
   blocked().run(RunArgs{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv, &f.o, &f.lse), workspace, threads});
   return g;
@@ -66,25 +65,6 @@ std::int64_t poisoned(const Tensor& t) {
   std::int64_t count = 0;
   for (std::int64_t e = 0; e < t.numel(); ++e) count += t.is_poisoned(e);
   return count;
-}
-
-// max |got - want| / max(max |want|, tiny)
-double relative_error(const Tensor& got, const std::vector<double>& want) {
-  double worst = 0, scale = 0;
-  for (std::size_t e = 0; e < want.size(); ++e) {
-    scale = std::max(scale, std::fabs(want[e]));
-    worst = std::max(worst, std::fabs(got.get(std::int64_t(e)) - want[e]));
-  }
-  return worst / std::max(scale, 1e-300);
-}
-
-double allowed(const Problem& p) {
-  // As cpu_naive's: f64 products and sums of n terms; otherwise f32 arithmetic and one rounding
-  // to the dtype. P comes from the forward's LSE (rounded to f32) and D from its O (rounded to
-  // the dtype), which the f16 and bf16 allowances of a few unit roundoffs already hold.
-  if (p.dtype == DType::f64) return 1e-11;
-  if (p.dtype == DType::f32) return 2e-5;
-  return p.dtype == DType::f16 ? 4 * 0x1p-11 : 4 * 0x1p-8;
 }
 
 // The inputs the reference judges with: dropout's keep mask as cpu_blocked drew it (the
@@ -118,9 +98,9 @@ TEST(CpuBlockedBackward, AgreesWithTheBackwardReferenceThroughThePipeline) {
     const Gradients g = backward(p, judged, d_o, forward(p, in));
     EXPECT_EQ(poisoned(g.dq) + poisoned(g.dk) + poisoned(g.dv), 0) << "elements left unwritten";
     const BackwardReference want = compute_reference_backward(p, judged, d_o);
-    EXPECT_LE(relative_error(g.dq, want.dq), allowed(p)) << "dQ";
-    EXPECT_LE(relative_error(g.dk, want.dk), allowed(p)) << "dK";
-    EXPECT_LE(relative_error(g.dv, want.dv), allowed(p)) << "dV";
+    EXPECT_LE(relative_error(g.dq, want.dq), allowed_relative_error(p)) << "dQ";
+    EXPECT_LE(relative_error(g.dk, want.dk), allowed_relative_error(p)) << "dK";
+    EXPECT_LE(relative_error(g.dv, want.dv), allowed_relative_error(p)) << "dV";
     if (want.dk.size() == want.dv.size()) {
       EXPECT_GT(relative_error(g.dv, want.dk), 0.05) << "dV against dK's reference";
     }

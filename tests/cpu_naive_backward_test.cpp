@@ -20,38 +20,19 @@
 #include "core/score_pipeline.hpp"
 #include "impls/cpu_naive/cpu_naive.hpp"
 #include "reference/reference_backward.hpp"
+#include "tests/gradient_accuracy.hpp"
 
 namespace attn {
 namespace {
 
-struct Gradients {
-  Tensor dq, dk, dv;
-};
+using testing::allowed_relative_error;
+using testing::relative_error;
 
 Gradients naive_backward(const Problem& p, const CaseInputs& in, const Tensor& d_o) {
-  Gradients g{Tensor(p.dtype_of(Role::dq), in.q.shape()), Tensor(p.dtype_of(Role::dk), in.k.shape()), Tensor(p.dtype_of(Role::dv), in.v.shape())};
-  g.dq.poison(), g.dk.poison(), g.dv.poison();
+  Gradients g = make_gradients(p);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
   naive_attention(RunArgs{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv), workspace});
   return g;
-}
-
-// max |got - want| / max(max |want|, tiny)
-double relative_error(const Tensor& got, const std::vector<double>& want) {
-  double worst = 0, scale = 0;
-  for (std::size_t e = 0; e < want.size(); ++e) {
-    scale = std::max(scale, std::fabs(want[e]));
-    worst = std::max(worst, std::fabs(got.get(std::int64_t(e)) - want[e]));
-  }
-  return worst / std::max(scale, 1e-300);
-}
-
-double allowed(const Problem& p) {
-  // f64: products and sums of n terms in f64; otherwise f32 arithmetic and one rounding to the
-  // dtype (2^-11 for f16, 2^-8 for bf16).
-  if (p.dtype == DType::f64) return 1e-11;
-  if (p.dtype == DType::f32) return 2e-5;
-  return p.dtype == DType::f16 ? 4 * 0x1p-11 : 4 * 0x1p-8;
 }
 
 TEST(CpuNaiveBackward, AgreesWithTheBackwardReferenceThroughThePipeline) {
@@ -73,9 +54,9 @@ TEST(CpuNaiveBackward, AgreesWithTheBackwardReferenceThroughThePipeline) {
     // The reference of the same keep mask (the built-in stream's, which cpu_naive draws).
     const CaseInputs judged = p.dropout.enabled() ? CaseInputs{in.q, in.k, in.v, in.mask.with_keep(builtin_keep_mask(p, in.mask))} : in;
     const BackwardReference want = compute_reference_backward(p, judged, d_o);
-    EXPECT_LE(relative_error(g.dq, want.dq), allowed(p)) << "dQ";
-    EXPECT_LE(relative_error(g.dk, want.dk), allowed(p)) << "dK";
-    EXPECT_LE(relative_error(g.dv, want.dv), allowed(p)) << "dV";
+    EXPECT_LE(relative_error(g.dq, want.dq), allowed_relative_error(p)) << "dQ";
+    EXPECT_LE(relative_error(g.dk, want.dk), allowed_relative_error(p)) << "dK";
+    EXPECT_LE(relative_error(g.dv, want.dv), allowed_relative_error(p)) << "dV";
     // Not vacuous: another tensor's reference is far off.
     if (want.dk.size() == want.dv.size()) {
       EXPECT_GT(relative_error(g.dv, want.dk), 0.05) << "dV against dK's reference";

@@ -226,6 +226,24 @@ const DropoutYardstick& dropout_yardstick(Prepared& prepared, const Tensor& keep
   return *prepared.dropout_yardsticks.back();
 }
 
+// A dropout case's keep mask as an implementation reported it, judged by itself, and the
+// yardstick built on it when a reference can be computed with it (null without dropout, or when
+// the mask is not one: then the case fails on the mask alone).
+struct ReportedKeep {
+  std::optional<KeepJudgement> keep;
+  const DropoutYardstick* yardstick = nullptr;
+  bool unusable() const { return keep && !keep->usable; }
+};
+
+ReportedKeep judge_reported_keep(Prepared& prepared, const Tensor& keep, const VerifyOptions& options) {
+  ReportedKeep reported;
+  const Problem& p = prepared.context->problem;
+  if (!p.dropout.enabled()) return reported;
+  reported.keep = judge_keep(p, prepared.inputs().mask, keep);
+  if (reported.keep->usable) reported.yardstick = &dropout_yardstick(prepared, keep, options);
+  return reported;
+}
+
 // A run that fails on a GQA or MQA case: the same case with one kv head per query head (MHA, fresh
 // inputs), run and judged. When that passes, the failure is in the kernel's head mapping, and the
 // record says so with the mapping it was asked for; "" otherwise (or where MHA is not accepted).
@@ -289,18 +307,11 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     const Tensor* lse = caps.returns_lse ? &fwd.lse : nullptr;
     const Gradients g = run_backward(impl, p, in, d_o, fwd.out, lse);
     record.seconds = seconds_since(start);
-    const BackwardYardstick* yardstick = &prepared.backward_yardstick;
-    const CaseInputs* judged_in = &in;
-    std::optional<KeepJudgement> keep;
-    if (p.dropout.enabled()) {
-      keep = judge_keep(p, in.mask, fwd.keep);
-      if (keep->usable) {
-        const DropoutYardstick& y = dropout_yardstick(prepared, fwd.keep, options);
-        yardstick = &y.backward;
-        judged_in = &*y.inputs;
-      }
-    }
-    if (keep && !keep->usable) {
+    const ReportedKeep reported = judge_reported_keep(prepared, fwd.keep, options);
+    const std::optional<KeepJudgement>& keep = reported.keep;
+    const BackwardYardstick* yardstick = reported.yardstick ? &reported.yardstick->backward : &prepared.backward_yardstick;
+    const CaseInputs* judged_in = reported.yardstick ? &*reported.yardstick->inputs : &in;
+    if (reported.unusable()) {
       record.verdict.pass = false;
       add_keep_verdict(record.verdict, keep->verdict);
     } else {
@@ -369,18 +380,11 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
                      : run_once(impl, p, in, caps.returns_lse);
     record.seconds = seconds_since(start);
     // Dropout: the keep mask first, by itself; the output is judged against a reference given it.
-    const Yardstick* yardstick = &prepared.yardstick;
-    const CaseInputs* judged_in = &in;
-    std::optional<KeepJudgement> keep;
-    if (p.dropout.enabled()) {
-      keep = judge_keep(p, in.mask, o.keep);
-      if (keep->usable) {
-        const DropoutYardstick& y = dropout_yardstick(prepared, o.keep, options);
-        yardstick = &y.yardstick;
-        judged_in = &*y.inputs;
-      }
-    }
-    if (keep && !keep->usable) {
+    const ReportedKeep reported = judge_reported_keep(prepared, o.keep, options);
+    const std::optional<KeepJudgement>& keep = reported.keep;
+    const Yardstick* yardstick = reported.yardstick ? &reported.yardstick->yardstick : &prepared.yardstick;
+    const CaseInputs* judged_in = reported.yardstick ? &*reported.yardstick->inputs : &in;
+    if (reported.unusable()) {
       record.verdict.pass = false;
       add_keep_verdict(record.verdict, keep->verdict);
     } else {
@@ -403,7 +407,7 @@ void run_record(Record& record, const Implementation& impl, const Capabilities& 
     else if (!record.verdict.pass && options.diagnosis.enabled && !diagnose_this)
       record.diagnosis_skipped = fmt::format("not diagnosed: {} failures of {} were already; rerunning this case alone diagnoses it",
                                              options.diagnosis.max_cases, impl.name());
-    if (keep && !keep->usable) {
+    if (reported.unusable()) {
       record.diagnosis_skipped = "not diagnosed: the keep mask is not one a reference can be computed with";
     } else if (!record.verdict.pass && options.diagnosis.enabled && diagnose_this) {
       ++diagnosed;

@@ -511,7 +511,7 @@ class Backward {
   // dS^T, then dV += P^T dO, dK += dS^T Q (the key tile's rows) and dQ += dS K (the partial's).
   // Tiles are key-major (row j of a tile is key j0 + j, Br queries wide), so that the two
   // key-side products read their weights row by row and dQ's read them column by column
-  // (micro::weighted_values_transposed): no transpose of any tile.
+  // (micro::weighted_values with KeyMajor): no transpose of any tile.
   void tile_pair(const StepRows<Acc>& buffers, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t qt, std::int64_t j0,
                  std::int64_t tile_keys, bool keys_finite, ThreadScratch<Acc>& w, Acc* partial, std::uint8_t& written, Acc* dk_acc,
                  Acc* dv_acc) const {
@@ -576,7 +576,7 @@ class Backward {
     if (keys_finite) {
       micro::over_row_blocks<value_rows>(queries, [&]<int R>(std::int64_t r) {
         over_vector_groups<Acc>(dkp / L, [&]<int Vectors>(std::int64_t c) {
-          micro::weighted_values_transposed<Acc, R, Vectors>(ds_rows + r, query_tile, k + c, dkp, keys, dq + r * dkp + c, dkp);
+          micro::weighted_values<Acc, R, Vectors, true>(ds_rows + r, query_tile, k + c, dkp, keys, dq + r * dkp + c, dkp);
         });
       });
     } else {

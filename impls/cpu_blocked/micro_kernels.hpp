@@ -41,8 +41,10 @@ inline void scores(const T* q, std::int64_t q_stride, const T* panel, std::int64
 
 // Output accumulation for `Rows` rows and `Vectors` vectors of value columns:
 //   o[r][c] += sum_j p[r][j] * v[j][c]   for j < keys,
-// keys summed in order, v read row by row in its natural [key][column] layout.
-template <class T, int Rows, int Vectors>
+// keys summed in order, v read row by row in its natural [key][column] layout. KeyMajor: the
+// weights stored the other way round, p[j][r] (one column per output row): what the backward
+// pass's dQ = dS K takes from the key-major dS^T tile without transposing it.
+template <class T, int Rows, int Vectors, bool KeyMajor = false>
 inline void weighted_values(const T* p, std::int64_t p_stride, const T* v, std::int64_t v_stride, std::int64_t keys, T* o,
                             std::int64_t o_stride) {
   using V = simd::Vec<T>;
@@ -58,38 +60,7 @@ inline void weighted_values(const T* p, std::int64_t p_stride, const T* v, std::
     for (int c = 0; c < Vectors; ++c) values[c] = simd::load(v + j * v_stride + c * L);
 #pragma GCC unroll 16
     for (int r = 0; r < Rows; ++r) {
-      const V a = simd::broadcast(p[r * p_stride + j]);
-#pragma GCC unroll 4
-      for (int c = 0; c < Vectors; ++c) acc[r][c] += a * values[c];
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < Vectors; ++c) simd::store(o + r * o_stride + c * L, acc[r][c]);
-}
-
-// The same accumulation with the weights stored the other way round, one column per output row:
-//   o[r][c] += sum_j p[j][r] * v[j][c]   for j < keys,
-// what the backward pass's dQ = dS K takes from the key-major dS^T tile without transposing it
-// (the Rows weights of a key are then adjacent).
-template <class T, int Rows, int Vectors>
-inline void weighted_values_transposed(const T* p, std::int64_t p_stride, const T* v, std::int64_t v_stride, std::int64_t keys, T* o,
-                                       std::int64_t o_stride) {
-  using V = simd::Vec<T>;
-  constexpr int L = simd::lanes<T>;
-  V acc[Rows][Vectors];
-#pragma GCC unroll 16
-  for (int r = 0; r < Rows; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < Vectors; ++c) acc[r][c] = simd::load(o + r * o_stride + c * L);
-  for (std::int64_t j = 0; j < keys; ++j) {
-    V values[Vectors];
-#pragma GCC unroll 4
-    for (int c = 0; c < Vectors; ++c) values[c] = simd::load(v + j * v_stride + c * L);
-#pragma GCC unroll 16
-    for (int r = 0; r < Rows; ++r) {
-      const V a = simd::broadcast(p[j * p_stride + r]);
+      const V a = simd::broadcast(KeyMajor ? p[j * p_stride + r] : p[r * p_stride + j]);
 #pragma GCC unroll 4
       for (int c = 0; c < Vectors; ++c) acc[r][c] += a * values[c];
     }

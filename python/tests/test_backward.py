@@ -11,6 +11,7 @@ import pytest
 import attnbench
 import numpy_kernels
 from conftest import have
+from test_real_kernels import torch_backends
 
 torch_only = pytest.mark.skipif(not have("torch"), reason="needs torch")
 
@@ -112,13 +113,6 @@ def test_autograd_needs_a_framework_that_has_one_and_a_callable_without_a_backwa
 
 
 # ---- PyTorch through autograd ----
-
-def torch_backends():
-    if not have("torch"):
-        return []
-    from torch.nn.attention import SDPBackend
-    return [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION]
-
 
 @torch_only
 @pytest.mark.parametrize("backend", torch_backends(), ids=lambda b: str(b).split(".")[-1].lower())
