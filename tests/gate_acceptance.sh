@@ -5,6 +5,7 @@
 # its own name) for the planted regressions:
 #   1. the unchanged tree against a baseline measured in alternation   -> exit 0
 #   2. cpu_blocked replaced by tests/mutants' last_key_tile_dropped    -> exit 1, naming the cases
+#      and by the backward mutant dk_scale_missing                    -> exit 1, naming the backward cases
 #   3. cpu_blocked running its forward pass twice per call (2x slower) -> exit 1, naming the benchmarks
 # then a case missing from a real run, shards merged and duplicated, malformed inputs (exit 2),
 # the JUnit XML parsed, the committed ci/baseline.json and ci/gate.json, and the workflow's YAML.
@@ -89,14 +90,14 @@ PY
 run pair_bench 0 "$planted" bench "${bench_args[@]}" --benchmark_enable_random_interleaving=true --twin cpu_blocked_twin:cpu_blocked --json "$tmp/pair_bench.json"
 split_twins "$tmp/pair_bench.json" "$tmp/base_bench.json" "$tmp/now_bench.json" || fail "splitting the twins of pair_bench"
 gate write_baseline 0 --write-baseline "$tmp/baseline.json" "$tmp/base_verify.json" "$tmp/base_bench.json"
-expect_line write_baseline "wrote the baseline .*: 12 verify record\(s\), 2 benchmark\(s\)"
+expect_line write_baseline "wrote the baseline .*: 16 verify record\(s\), 2 benchmark\(s\)"
 
 # 1. The unchanged tree.
 run now_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --json "$tmp/now_verify.json"
 gate unchanged 0 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "$tmp/unchanged.xml" "$tmp/now_verify.json" "$tmp/now_bench.json"
 expect_line unchanged "^attnbench gate: passed"
 expect_line unchanged "^PASS speed cpu_blocked/f32/d64/causal/n:128: CPU time median .* Mann-Whitney p = "
-expect_line unchanged "^  accuracy  12 passed, 0 failed, 0 skipped"
+expect_line unchanged "^  accuracy  16 passed, 0 failed, 0 skipped"
 
 # 2. A planted accuracy regression: cpu_blocked's cases run by the mutant that drops the partial
 # last key tile (n_k = 17 and 40 in ci/gate-cases.txt; 16, 32, 48, 64 and 9 are unaffected).
@@ -107,6 +108,17 @@ expect_line accuracy_regression "^FAIL accuracy cpu_blocked f32 b1 h2/1 n33x40 d
 expect_no_line accuracy_regression "^FAIL accuracy cpu_naive"
 expect_no_line accuracy_regression "^FAIL accuracy cpu_blocked f16"
 expect_line accuracy_regression "^attnbench gate: FAILED"
+
+# 2b. A planted backward regression: cpu_blocked's backward without the softmax scale in dK (the
+# backward mutant dk_scale_missing: the control's forward, so the forward cases pass). The gate
+# judges the gradients as the output: the backward cases fail, naming dK.
+run backward_mutant_verify 1 "$planted" verify "${verify_args[@]}" --cases "$cases" --json "$tmp/backward_mutant_verify.json" --plant-mutant dk_scale_missing:cpu_blocked
+gate backward_regression 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/backward_mutant_verify.json" "$tmp/now_bench.json"
+expect_line backward_regression "^FAIL accuracy cpu_blocked backward f32 b1 h2/1 n33x40 d32 causal_br peaked: verdict fail: dk max abs error .*the fault is in the backward pass"
+expect_line backward_regression "^FAIL accuracy cpu_blocked backward bf16 b2 h2 n32x48 d16 causal_tl\+pad diffuse: verdict fail: dk "
+expect_no_line backward_regression "^FAIL accuracy cpu_blocked (f|bf)"
+expect_no_line backward_regression "^FAIL accuracy cpu_naive"
+expect_line backward_regression "^  accuracy  14 passed, 2 failed, 0 skipped"
 
 # 3. A planted 2x slowdown: cpu_blocked runs its whole forward pass twice per call.
 run slow_pair 0 "$planted" bench "${bench_args[@]}" --benchmark_enable_random_interleaving=true --twin cpu_blocked_twin:cpu_blocked --json "$tmp/slow_pair.json" --plant-slowdown 2:cpu_blocked
@@ -124,7 +136,7 @@ expect_line missing_case "^FAIL presence cpu_blocked f32 b1 h2 n64 d32 causal_tl
 run shard1_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --shard 1/2 --json "$tmp/shard1_verify.json"
 run shard2_verify 0 "$attnbench" verify "${verify_args[@]}" --cases "$cases" --shard 2/2 --json "$tmp/shard2_verify.json"
 gate shards_merged 0 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/shard1_verify.json" "$tmp/shard2_verify.json" "$tmp/now_bench.json"
-expect_line shards_merged "^  accuracy  12 passed, 0 failed, 0 skipped"
+expect_line shards_merged "^  accuracy  16 passed, 0 failed, 0 skipped"
 gate one_shard 1 --config "$tmp/gate.json" --baseline "$tmp/baseline.json" --junit "" "$tmp/shard1_verify.json" "$tmp/now_bench.json"
 expect_line one_shard "^FAIL presence .*: passed in the baseline, missing from the results"
 cp "$tmp/now_verify.json" "$tmp/copy_verify.json"
@@ -166,7 +178,7 @@ def suites(path):
     return out
 unchanged, accuracy, slowdown = (suites(p) for p in sys.argv[1:])
 assert all(int(s.get("failures")) == 0 for s in unchanged.values())
-assert int(unchanged["accuracy"].get("tests")) == 12 and int(unchanged["speed"].get("tests")) == 2
+assert int(unchanged["accuracy"].get("tests")) == 16 and int(unchanged["speed"].get("tests")) == 2
 failed = [c.get("name") for c in accuracy["accuracy"].findall("testcase") if c.find("failure") is not None]
 assert "cpu_blocked f32 b1 h2 n17 d16 nomask diffuse" in failed, failed
 assert all(name.startswith("cpu_blocked") for name in failed), failed

@@ -2,7 +2,9 @@
 // bench code paths (attn::verify + verify_to_json, attn::bench::run_bench), as `attnbench verify`
 // and `attnbench bench` do, with one implementation optionally replaced by a planted regression
 // that keeps its name, so the gate compares it with that implementation's baseline:
-//   --plant-mutant MISTAKE:IMPL   IMPL's cases are run by tests/mutants' MISTAKE (an accuracy bug)
+//   --plant-mutant MISTAKE:IMPL   IMPL's cases are run by tests/mutants' MISTAKE (an accuracy bug):
+//                                 a forward mistake's mutant, or a backward one's (the control's
+//                                 forward, the mistake in its backward: verification/backward_mistakes)
 //   --plant-slowdown K:IMPL       IMPL runs its whole forward pass K times per call (K x slower)
 //   --twin NAME:IMPL              bench also runs IMPL unchanged under NAME, in the same process;
 //                                 with --benchmark_enable_random_interleaving=true the two are
@@ -30,6 +32,7 @@
 #include "records/context.hpp"
 #include "reports/verify_report.hpp"
 #include "tests/mutants/mutants.hpp"
+#include "verification/backward_mistakes.hpp"
 
 namespace {
 
@@ -109,6 +112,8 @@ int main(int argc, char** argv) {
         std::unique_ptr<attn::Implementation> mutant;
         for (const auto mistake : attn::mutants::all_mistakes())
           if (attn::mutants::to_string(mistake) == plant_what) mutant = attn::mutants::make_mutant(mistake);
+        for (const auto& known : attn::known_backward_mistakes())
+          if (known.name == plant_what) mutant = attn::mutants::make_backward_mutant(known.id);
         if (!mutant) throw attn::InputError("unknown mistake " + plant_what);
         const attn::Implementation* inner = mutant.get();
         planted.push_back(std::make_unique<Planted>(name, inner, std::move(mutant), 1));
