@@ -30,7 +30,11 @@ namespace tiled_backward {
 constexpr std::int64_t key_tile = 128;
 constexpr std::int64_t query_tile = 64;
 // Queries per step: every slot holds a dQ partial of this many rows, so it bounds that memory.
+// A head's queries take at least two steps (steps_per_head): a step's compute items are what
+// threads last wait for at the end of a pass, and at short lengths one item of a one-step head
+// was a sixteenth of a thread's work (n = 512 ran at 94% of twice one thread's speed on two).
 constexpr std::int64_t chunk_rows = 512;
+constexpr std::int64_t steps_per_head = 2;
 // Slots per head: the parallelism within a head, and the number of dQ partials it sums.
 constexpr std::int64_t max_slots = 32;
 // Sets of step rows per head: a step's rows are prepared, computed on and summed from while
@@ -61,7 +65,7 @@ struct Plan {
 
   Plan(const Problem& p, std::int64_t thread_count)
       : dk(p.d_k), dv(p.d_v), dk_padded(round_up(p.d_k, lanes_per_vector)), dv_padded(round_up(p.d_v, lanes_per_vector)),
-        key_tiles(ceil_div(p.n_k, key_tile)), slots(std::min(key_tiles, max_slots)), chunk(std::min(chunk_rows, round_up(p.n_q, query_tile))),
+        key_tiles(ceil_div(p.n_k, key_tile)), slots(std::min(key_tiles, max_slots)), chunk(std::min(chunk_rows, round_up(ceil_div(p.n_q, steps_per_head), query_tile))),
         chunks(ceil_div(p.n_q, chunk)), query_tiles(chunk / query_tile), kv_heads(p.batch * p.h_kv), group(p.h_q / p.h_kv),
         threads(thread_count) {}
 };
@@ -351,6 +355,12 @@ class Backward {
     dq_ = &a.tensors.required_output(Role::dq);
     dk_ = &a.tensors.required_output(Role::dk);
     dv_ = &a.tensors.required_output(Role::dv);
+    // Tensors are dense [b, h, n, d]: rows of one head are consecutive, d elements apart.
+    k_in_place_ = holds<Acc>(in_.k) && plan.dk == plan.dk_padded;
+    v_in_place_ = holds<Acc>(in_.v) && plan.dv == plan.dv_padded;
+    dq_in_place_ = holds<Acc>(*dq_) && plan.dk == plan.dk_padded;
+    dk_in_place_ = holds<Acc>(*dk_) && plan.dk == plan.dk_padded;
+    dv_in_place_ = holds<Acc>(*dv_) && plan.dv == plan.dv_padded;
     Carver carver(base);
     for (std::int64_t h = 0; h < plan.heads_per_step; ++h) heads_.emplace_back(carver, plan);
     for (std::int64_t t = 0; t < plan.threads; ++t) scratch_.emplace_back(carver, plan);
@@ -422,16 +432,20 @@ class Backward {
       std::fill(q + dk, q + dkp, Acc(0));
       copy_as<Acc>(*d_o_, d_o_->offset(b, h, i, 0), dv, d_o);
       std::fill(d_o + dv, d_o + dvp, Acc(0));
-      Acc lse;
-      copy_as<Acc>(*lse_, lse_->offset(b, h, i, 0), 1, &lse);
+      const Acc lse = holds<Acc>(*lse_) ? lse_->as<Acc>()[lse_->offset(b, h, i, 0)] : static_cast<Acc>(lse_->get(lse_->offset(b, h, i, 0)));
       buffers.lse[r] = lse == -std::numeric_limits<Acc>::infinity() ? std::numeric_limits<Acc>::infinity() : lse;
       const Acc* o = w.o_row;
       if (holds<Acc>(*o_))
         o = o_->as<Acc>() + o_->offset(b, h, i, 0);
       else
         copy_as<Acc>(*o_, o_->offset(b, h, i, 0), dv, w.o_row);
-      Acc d = 0;
-      for (std::int64_t c = 0; c < dv; ++c) d += d_o[c] * o[c];
+      // In vectors, then the lanes summed: a sum in order is a chain of d_v dependent adds per row,
+      // which perf showed among the pass's hot spots at n = 512.
+      V lanes{};
+      std::int64_t c = 0;
+      for (; c + L <= dv; c += L) lanes += simd::load(d_o + c) * simd::load(o + c);
+      Acc d = simd::reduce_sum<Acc>(lanes);
+      for (; c < dv; ++c) d += d_o[c] * o[c];
       buffers.d[r] = d;
       const auto [lo, hi] = pipeline_.key_range(b, i);
       buffers.lo[r] = static_cast<Index>(lo);
@@ -479,30 +493,38 @@ class Backward {
     std::fill(written, written + plan_.query_tiles, std::uint8_t(0));
     for (std::int64_t kt = slot; kt < plan_.key_tiles; kt += plan_.slots) {
       const std::int64_t j0 = kt * key_tile, tile_keys = std::min(key_tile, p_.n_k - j0);
-      Acc* dk_acc = accumulators.dk_acc + j0 * dkp;
-      Acc* dv_acc = accumulators.dv_acc + j0 * dvp;
+      // dK and dV accumulate in the outputs themselves where those hold Acc rows as wide as ours
+      // (no copy at the end); the copies of K and V are skipped likewise. At n = 512 perf put these
+      // row copies (a memmove call per row) at a seventh of the pass's samples.
+      Acc* dk_acc = dk_in_place_ ? dk_->as<Acc>() + dk_->offset(b, g, j0, 0) : accumulators.dk_acc + j0 * dkp;
+      Acc* dv_acc = dv_in_place_ ? dv_->as<Acc>() + dv_->offset(b, g, j0, 0) : accumulators.dv_acc + j0 * dvp;
       if (s.first) {
-        std::fill(dk_acc, dk_acc + key_tile * dkp, Acc(0));
-        std::fill(dv_acc, dv_acc + key_tile * dvp, Acc(0));
+        std::fill(dk_acc, dk_acc + tile_keys * dkp, Acc(0));
+        std::fill(dv_acc, dv_acc + tile_keys * dvp, Acc(0));
       }
       bool seen = false;
       for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt) seen = seen || (buffers.tile_lo[qt] < j0 + tile_keys && buffers.tile_hi[qt] > j0);
       if (seen) {
-        for (std::int64_t j = 0; j < tile_keys; ++j) {
+        const Acc* k_rows = k_in_place_ ? in_.k.as<Acc>() + in_.k.offset(b, g, j0, 0) : w.k_rows;
+        const Acc* v_rows = v_in_place_ ? in_.v.as<Acc>() + in_.v.offset(b, g, j0, 0) : w.v_rows;
+        for (std::int64_t j = 0; j < tile_keys && !k_in_place_; ++j) {
           copy_as<Acc>(in_.k, in_.k.offset(b, g, j0 + j, 0), dk, w.k_rows + j * dkp);
           std::fill(w.k_rows + j * dkp + dk, w.k_rows + (j + 1) * dkp, Acc(0));
+        }
+        for (std::int64_t j = 0; j < tile_keys && !v_in_place_; ++j) {
           copy_as<Acc>(in_.v, in_.v.offset(b, g, j0 + j, 0), dv, w.v_rows + j * dvp);
           std::fill(w.v_rows + j * dvp + dv, w.v_rows + (j + 1) * dvp, Acc(0));
         }
-        const bool keys_finite = simd::all_finite(w.k_rows, dkp, tile_keys, dkp);
+        const bool keys_finite = simd::all_finite(k_rows, dkp, tile_keys, dkp);
         for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt)
           if (buffers.tile_lo[qt] < j0 + tile_keys && buffers.tile_hi[qt] > j0)
-            tile_pair(buffers, b, h, s.chunk * plan_.chunk + qt * query_tile, qt, j0, tile_keys, keys_finite, w, partial, written[qt], dk_acc, dv_acc);
+            tile_pair(buffers, b, h, s.chunk * plan_.chunk + qt * query_tile, qt, j0, tile_keys, k_rows, v_rows, keys_finite, w, partial,
+                      written[qt], dk_acc, dv_acc);
       }
       if (s.last)
         for (std::int64_t j = 0; j < tile_keys; ++j) {
-          write_elements(*dk_, dk_->offset(b, g, j0 + j, 0), dk, dk_acc + j * dkp);
-          write_elements(*dv_, dv_->offset(b, g, j0 + j, 0), dv, dv_acc + j * dvp);
+          if (!dk_in_place_) write_elements(*dk_, dk_->offset(b, g, j0 + j, 0), dk, dk_acc + j * dkp);
+          if (!dv_in_place_) write_elements(*dv_, dv_->offset(b, g, j0 + j, 0), dv, dv_acc + j * dvp);
         }
     }
   }
@@ -513,7 +535,7 @@ class Backward {
   // key-side products read their weights row by row and dQ's read them column by column
   // (micro::weighted_values with KeyMajor): no transpose of any tile.
   void tile_pair(const StepRows<Acc>& buffers, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t qt, std::int64_t j0,
-                 std::int64_t tile_keys, bool keys_finite, ThreadScratch<Acc>& w, Acc* partial, std::uint8_t& written, Acc* dk_acc,
+                 std::int64_t tile_keys, const Acc* k_rows, const Acc* v_rows, bool keys_finite, ThreadScratch<Acc>& w, Acc* partial, std::uint8_t& written, Acc* dk_acc,
                  Acc* dv_acc) const {
     const std::int64_t row0 = qt * query_tile;
     const Index* lo = buffers.lo + row0;
@@ -536,51 +558,86 @@ class Backward {
     Acc* const pt = w.pt;
     Acc* const dpt = w.dpt;
 
+    // Near a mask's edge (a causal diagonal) the rectangle is still half masked: each block of
+    // the products below is cut to the rows that see its keys and the keys its rows see. Under a
+    // causal mask the masked part of the diagonal's rectangles is about 31 n pairs, an eighth of
+    // the n^2 / 2 visible ones at n = 512. What is cut holds weights of exactly 0: the sums are
+    // the same.
+    // The tile's rows [first, last) in [c0, c1) that see a key of [from, to) (tile-relative).
+    // Both scans are skipped where every row of the rectangle sees every key of it (most tile
+    // pairs): there they cost as much as the cuts save.
+    bool whole = true;
+    for (std::int64_t r = c0; r < c1 && whole; ++r) whole = lo[r] <= j0 + k0 && hi[r] >= j0 + k0 + keys;
+    const auto rows_seeing = [&](std::int64_t from, std::int64_t to) {
+      if (whole) return std::pair{c0, c1};
+      std::int64_t first = c1, last = c0;
+      for (std::int64_t r = c0; r < c1; ++r)
+        if (lo[r] < j0 + to && hi[r] > j0 + from) first = std::min(first, r), last = r + 1;
+      return std::pair{first, last};
+    };
+    // The keys [from, to) in [k0, k0 + keys) that a row of [first, last) sees.
+    const auto keys_seen = [&](std::int64_t first, std::int64_t last) {
+      if (whole) return std::pair{k0, k0 + keys};
+      std::int64_t from = k0 + keys, to = k0;
+      for (std::int64_t r = first; r < last; ++r) {
+        const std::int64_t a = std::max<std::int64_t>(lo[r] - j0, k0), b = std::min<std::int64_t>(hi[r] - j0, k0 + keys);
+        if (a < b) from = std::min(from, a), to = std::max(to, b);
+      }
+      return std::pair{from, to};
+    };
+    // S^T and dP^T for the panels (2 vectors of queries) that see a key of the block; the panels
+    // left out keep stale values, which weights() and score_gradients() select away as masked.
     micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
-      for (std::int64_t c = c0; c < c1; c += 2 * L)
-        micro::scores<Acc, R>(w.k_rows + (k0 + r) * dkp, dkp, q_panels + c * dk, dk, pt + (k0 + r) * query_tile + c, query_tile);
+      const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
+      for (std::int64_t c = first / (2 * L) * (2 * L); c < last; c += 2 * L)
+        micro::scores<Acc, R>(k_rows + (k0 + r) * dkp, dkp, q_panels + c * dk, dk, pt + (k0 + r) * query_tile + c, query_tile);
     });
     weights(b, h, i0, j0, k0, keys, c0, c1, lo, hi, buffers.lse + row0, w);
     micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
-      for (std::int64_t c = c0; c < c1; c += 2 * L)
-        micro::scores<Acc, R>(w.v_rows + (k0 + r) * dvp, dvp, do_panels + c * dv, dv, dpt + (k0 + r) * query_tile + c, query_tile);
+      const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
+      for (std::int64_t c = first / (2 * L) * (2 * L); c < last; c += 2 * L)
+        micro::scores<Acc, R>(v_rows + (k0 + r) * dvp, dvp, do_panels + c * dv, dv, dpt + (k0 + r) * query_tile + c, query_tile);
     });
     score_gradients(b, h, i0, j0, k0, keys, c0, c1, buffers.d + row0, w);
 
-    // dV += P^T dO and dK += dS^T Q, summed over the tile's queries in order.
-    const std::int64_t queries = c1 - c0;
-    const Acc* d_o = buffers.do_rows + (row0 + c0) * dvp;
-    const Acc* q = buffers.q_rows + (row0 + c0) * dkp;
-    const Acc* p_rows = pt + k0 * query_tile + c0;
-    const Acc* ds_rows = dpt + k0 * query_tile + c0;
+    // dV += P^T dO and dK += dS^T Q, summed over the queries that see the keys, in order.
+    const Acc* d_o = buffers.do_rows + row0 * dvp;
+    const Acc* q = buffers.q_rows + row0 * dkp;
     if (buffers.tile_finite[qt]) {
       micro::over_row_blocks<value_rows>(keys, [&]<int R>(std::int64_t r) {
+        const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
+        if (first >= last) return;
+        const Acc* p_rows = pt + (k0 + r) * query_tile + first;
+        const Acc* ds_rows = dpt + (k0 + r) * query_tile + first;
         over_vector_groups<Acc>(dvp / L, [&]<int Vectors>(std::int64_t c) {
-          micro::weighted_values<Acc, R, Vectors>(p_rows + r * query_tile, query_tile, d_o + c, dvp, queries, dv_acc + (k0 + r) * dvp + c, dvp);
+          micro::weighted_values<Acc, R, Vectors>(p_rows, query_tile, d_o + first * dvp + c, dvp, last - first, dv_acc + (k0 + r) * dvp + c, dvp);
         });
         over_vector_groups<Acc>(dkp / L, [&]<int Vectors>(std::int64_t c) {
-          micro::weighted_values<Acc, R, Vectors>(ds_rows + r * query_tile, query_tile, q + c, dkp, queries, dk_acc + (k0 + r) * dkp + c, dkp);
+          micro::weighted_values<Acc, R, Vectors>(ds_rows, query_tile, q + first * dkp + c, dkp, last - first, dk_acc + (k0 + r) * dkp + c, dkp);
         });
       });
     } else {
-      weighted_nonzero(p_rows, query_tile, 1, d_o, dvp, keys, queries, dv_acc + k0 * dvp, dvp, dvp);
-      weighted_nonzero(ds_rows, query_tile, 1, q, dkp, keys, queries, dk_acc + k0 * dkp, dkp, dkp);
+      const std::int64_t queries = c1 - c0;
+      weighted_nonzero(pt + k0 * query_tile + c0, query_tile, 1, d_o + c0 * dvp, dvp, keys, queries, dv_acc + k0 * dvp, dvp, dvp);
+      weighted_nonzero(dpt + k0 * query_tile + c0, query_tile, 1, q + c0 * dkp, dkp, keys, queries, dk_acc + k0 * dkp, dkp, dkp);
     }
-    // dQ += dS K, summed over the tile's keys in order.
+    // dQ += dS K, summed over the keys the rows see, in order.
     if (!written) {
       std::fill(partial + row0 * dkp, partial + (row0 + query_tile) * dkp, Acc(0));
       written = 1;
     }
-    Acc* dq = partial + (row0 + c0) * dkp;
-    const Acc* k = w.k_rows + k0 * dkp;
+    Acc* dq = partial + row0 * dkp;
     if (keys_finite) {
-      micro::over_row_blocks<value_rows>(queries, [&]<int R>(std::int64_t r) {
+      micro::over_row_blocks<value_rows>(c1 - c0, [&]<int R>(std::int64_t r) {
+        const auto [from, to] = keys_seen(c0 + r, c0 + r + R);
+        if (from >= to) return;
         over_vector_groups<Acc>(dkp / L, [&]<int Vectors>(std::int64_t c) {
-          micro::weighted_values<Acc, R, Vectors, true>(ds_rows + r, query_tile, k + c, dkp, keys, dq + r * dkp + c, dkp);
+          micro::weighted_values<Acc, R, Vectors, true>(dpt + from * query_tile + c0 + r, query_tile, k_rows + from * dkp + c, dkp, to - from,
+                                                         dq + (c0 + r) * dkp + c, dkp);
         });
       });
     } else {
-      weighted_nonzero(ds_rows, 1, query_tile, k, dkp, queries, keys, dq, dkp, dkp);
+      weighted_nonzero(dpt + k0 * query_tile + c0, 1, query_tile, k_rows + k0 * dkp, dkp, c1 - c0, keys, dq + c0 * dkp, dkp, dkp);
     }
   }
 
@@ -654,12 +711,14 @@ class Backward {
     for (std::int64_t slot = 0; slot < plan_.slots; ++slot)
       if (buffers.written[slot * plan_.query_tiles + tile]) partials[count++] = buffers.partials + slot * plan_.chunk * dkp;
     for (std::int64_t r = tile * query_tile; r < (tile + 1) * query_tile && s.chunk * plan_.chunk + r < p_.n_q; ++r) {
+      const std::int64_t at = dq_->offset(b, h, s.chunk * plan_.chunk + r, 0);
+      Acc* const row = dq_in_place_ ? dq_->as<Acc>() + at : w.dq_row;
       for (std::int64_t c = 0; c < dkp; c += L) {
         V total{};
         for (std::int64_t k = 0; k < count; ++k) total += simd::load(partials[k] + r * dkp + c);
-        simd::store(w.dq_row + c, total);
+        simd::store(row + c, total);
       }
-      write_elements(*dq_, dq_->offset(b, h, s.chunk * plan_.chunk + r, 0), plan_.dk, w.dq_row);
+      if (!dq_in_place_) write_elements(*dq_, at, plan_.dk, w.dq_row);
     }
   }
 
@@ -671,6 +730,9 @@ class Backward {
   const bool has_bool_;
   const Tensor *d_o_, *o_, *lse_;
   Tensor *dq_, *dk_, *dv_;
+  // Which tensors the pass reads or accumulates in place: those holding Acc, d a whole number of
+  // vectors (no padding).
+  bool k_in_place_, v_in_place_, dq_in_place_, dk_in_place_, dv_in_place_;
   std::vector<HeadBuffers<Acc>> heads_;
   std::vector<ThreadScratch<Acc>> scratch_;
 };
