@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -49,6 +51,28 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   }
   if (precision == MatmulPrecision::tf32 && p.dtype != DType::f32) {
     result.reason = fmt::format("TF32 products apply to f32 inputs only (got {})", to_string(p.dtype));
+    return result;
+  }
+  // What neither pass computes; covers() refuses each undeclared one first, but a caller of
+  // supports() or run() alone must not get attention without it.
+  if (p.softcap) {
+    result.reason = "soft-capping is not supported: the softmax kernels take the scores as the GEMM writes them";
+    return result;
+  }
+  if (p.sinks.enabled) {
+    result.reason = "attention sinks are not supported: the softmax kernels have no sink term";
+    return result;
+  }
+  if (p.dropout.enabled()) {
+    result.reason = "dropout is not supported: the kernels draw no keep mask";
+    return result;
+  }
+  if (p.layout != Layout::bhsd) {
+    result.reason = fmt::format("layout {} is not supported: the GEMMs' strides are dense BHSD's", to_string(p.layout));
+    return result;
+  }
+  if (p.mixed()) {
+    result.reason = "tensors in dtypes of their own are not supported: every buffer is in the problem's dtype";
     return result;
   }
   if (!p.window.as_causal()) {
@@ -122,7 +146,67 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   o.alpha = 1;
   o.beta = 0;
 
-  for (auto [name, gemm] : {std::pair{"scores", &s}, std::pair{"output", &o}})
+  const bool backward = p.operation == Operation::backward;
+  if (backward) {
+    plan.widened_operands = plan.element_bytes < plan.score_bytes;
+    // dP^T = op_T(V) . dO^T: the scores GEMM with V for K and dO for Q; in f32 (f64), as S.
+    GemmArgs& dp = plan.backward.d_weights;
+    dp = s;
+    dp.k = p.d_v;
+    dp.lda = p.d_v;
+    dp.ldb = p.d_v;
+    dp.stride_a = p.n_k * p.d_v;
+    dp.stride_b = r * p.n_q * p.d_v;
+    dp.alpha = 1;
+
+    // dV^T = dO^T . op_T(P^T): the group's r * n_q rows are the inner dimension.
+    GemmArgs& dv = plan.backward.d_values;
+    dv.trans_a = CUBLAS_OP_N;
+    dv.trans_b = CUBLAS_OP_T;
+    dv.m = p.d_v;
+    dv.n = p.n_k;
+    dv.k = r * p.n_q;
+    dv.lda = p.d_v;
+    dv.ldb = p.n_k;
+    dv.ldc = p.d_v;
+    dv.stride_a = r * p.n_q * p.d_v;
+    dv.stride_b = r * p.n_q * p.n_k;
+    dv.stride_c = p.n_k * p.d_v;
+    dv.batch_count = p.batch * p.h_kv;
+    dv.a_type = dv.b_type = dv.c_type = score;
+    dv.compute = compute;
+    dv.alpha = 1;
+    dv.beta = 0;
+
+    // dQ^T = K'^T . dS^T: the output GEMM with K' for V and dS for P, the scale in alpha.
+    GemmArgs& dq = plan.backward.d_queries;
+    dq = o;
+    dq.m = p.d_k;
+    dq.lda = p.d_k;
+    dq.ldc = p.d_k;
+    dq.stride_a = p.n_k * p.d_k;
+    dq.stride_c = r * p.n_q * p.d_k;
+    dq.a_type = dq.b_type = dq.c_type = score;
+    dq.alpha = p.effective_scale();
+
+    // dK^T = Q^T . op_T(dS^T): the dV GEMM with Q for dO and dS for P, the scale in alpha.
+    GemmArgs& dk = plan.backward.d_keys;
+    dk = dv;
+    dk.m = p.d_k;
+    dk.lda = p.d_k;
+    dk.ldc = p.d_k;
+    dk.stride_a = r * p.n_q * p.d_k;
+    dk.stride_c = p.n_k * p.d_k;
+    dk.alpha = p.effective_scale();
+  }
+
+  std::vector<std::pair<const char*, const GemmArgs*>> gemms{{"scores", &s}};
+  if (backward)
+    gemms.insert(gemms.end(), {{"dP", &plan.backward.d_weights}, {"dV", &plan.backward.d_values}, {"dQ", &plan.backward.d_queries},
+                               {"dK", &plan.backward.d_keys}});
+  else
+    gemms.emplace_back("output", &o);
+  for (auto [name, gemm] : gemms)
     if (std::string overflow = int_overflow(name, *gemm); !overflow.empty()) {
       result.reason = std::move(overflow);
       return result;
@@ -137,11 +221,21 @@ PlanResult make_cublas_plan(const Problem& p, MatmulPrecision precision) {
   l.grid_strided = l.grid_x < blocks;
 
   const double eb = plan.element_bytes, sb = plan.score_bytes;
-  double bytes = eb * double(plan.q_elements + plan.k_elements + 2 * plan.v_elements + plan.o_elements);  // V and its finite copy
-  bytes += (sb + eb) * double(plan.score_elements);                                                        // S and P
-  bytes += sb * double(plan.lse_elements);
-  bytes += 4.0 * double(guard_bytes) + double(cublas_workspace_bytes);
-  bytes += 4.0 * double(p.batch * p.h_kv);                                                                  // non-finite V flags
+  double bytes = 0;
+  if (backward) {
+    // Q and dQ, K and dK, V and dV, dO; K'; S then P, dP then dS; three guarded outputs. Widened:
+    // Q and dO, and the three gradients as the GEMMs write them.
+    bytes += eb * double(2 * plan.q_elements + 2 * plan.k_elements + 2 * plan.v_elements + plan.o_elements);
+    bytes += sb * double(plan.k_elements + 2 * plan.score_elements);
+    if (plan.widened_operands) bytes += sb * double(2 * plan.q_elements + plan.o_elements + plan.k_elements + plan.v_elements);
+    bytes += 6.0 * double(guard_bytes);
+  } else {
+    bytes += eb * double(plan.q_elements + plan.k_elements + 2 * plan.v_elements + plan.o_elements);  // V and its finite copy
+    bytes += (sb + eb) * double(plan.score_elements);                                                  // S and P
+    bytes += 4.0 * double(guard_bytes);
+    bytes += 4.0 * double(p.batch * p.h_kv);  // non-finite V flags
+  }
+  bytes += sb * double(plan.lse_elements) + double(cublas_workspace_bytes);
   if (!p.window.is_none() || p.padding.kind != KeyPadding::Kind::none) bytes += 8.0 * double(p.batch * p.n_q);  // key limits
   if (p.bool_mask.enabled) bytes += broadcast_elements(p, p.bool_mask.broadcast);
   if (p.bias.enabled) bytes += sb * broadcast_elements(p, p.bias.broadcast);

@@ -14,6 +14,15 @@
 // of those r heads, already in [b, h_q, n_q, n_k] order. Batch entry e = b * h_kv + g.
 //   scores: S^T (n_k x r*n_q, ldc n_k) = op_T(K) (n_k x d_k, lda d_k) . Q^T (d_k x r*n_q, ldb d_k)
 //   output: O^T (d_v x r*n_q, ldc d_v) = V^T (d_v x n_k, lda d_v) . P^T (n_k x r*n_q, ldb n_k)
+// The backward pass (operation backward) adds four, folded the same way, so that dV and dK, which
+// sum over queries, sum over the group's r * n_q rows inside one GEMM (the GQA sum, in one fixed
+// order, no atomics). dP is the dtype's product into f32 (f64), as S; the other three run in the
+// scores' type on P and dS (never rounded to the dtype), K' and, for f16 and bf16, copies of Q and
+// dO widened to f32:
+//   dP: dP^T (n_k x r*n_q, ldc n_k) = op_T(V) (n_k x d_v, lda d_v) . dO^T (d_v x r*n_q, ldb d_v)
+//   dV: dV^T (d_v x n_k, ldc d_v) = dO^T (d_v x r*n_q, lda d_v) . op_T(P^T) (r*n_q x n_k, ldb n_k)
+//   dQ: dQ^T (d_k x r*n_q, ldc d_k) = K'^T (d_k x n_k, lda d_k) . dS^T (n_k x r*n_q, ldb n_k)
+//   dK: dK^T (d_k x n_k, ldc d_k) = Q^T (d_k x r*n_q, lda d_k) . op_T(dS^T) (r*n_q x n_k, ldb n_k)
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,21 +64,35 @@ struct SoftmaxLaunch {
   static constexpr std::int64_t max_grid_x = 2147483647;  // 2^31 - 1
 };
 
+// The backward pass's GEMMs after S (which it recomputes with the forward's arguments).
+struct BackwardGemms {
+  GemmArgs d_weights;                // dP = dO V^T, f32 (f64)
+  GemmArgs d_values;                 // dV = P^T dO, summed over the group; f32 (f64), as the next two
+  GemmArgs d_queries;                // dQ = scale * dS K' (K' = K, non-finite elements 0)
+  GemmArgs d_keys;                   // dK = scale * dS^T Q, summed over the group
+};
+
 struct CublasAttentionPlan {
   Problem problem;
   MatmulPrecision precision = MatmulPrecision::working;
   std::int64_t group = 1;            // r = h_q / h_kv query heads per kv head
   GemmArgs scores;                   // S = scale * Q K^T, f32 (f64 for f64 problems)
-  GemmArgs output;                   // O = P V in the problem's dtype
-  SoftmaxLaunch softmax;
+  GemmArgs output;                   // O = P V in the problem's dtype (the forward's)
+  BackwardGemms backward;            // operation backward only; batch_count 0 otherwise
+  // The backward's dtype is narrower than the scores' (f16, bf16): its GEMMs read f32 copies of Q
+  // and dO and write f32 gradients, which are then rounded once to the dtype.
+  bool widened_operands = false;
+  SoftmaxLaunch softmax;             // the masked softmax, or the backward's softmax_backward
   // Element counts and sizes of the device buffers.
   int element_bytes = 0;             // Q, K, V, P, O
   int score_bytes = 0;               // S and the softmax's arithmetic: 4 (f32) or 8 (f64)
   std::int64_t q_elements = 0, k_elements = 0, v_elements = 0, o_elements = 0;
-  std::int64_t score_elements = 0;   // S and P: b * h_q * n_q * n_k
+  std::int64_t score_elements = 0;   // S and P (and the backward's dP and dS): b * h_q * n_q * n_k
   std::int64_t lse_elements = 0;     // b * h_q * n_q
-  // Everything the run allocates on the device (inputs, a copy of V, S, P, O, LSE, the mask,
-  // cuBLAS's workspace, guards), for the memory check in supports().
+  // Everything the run allocates on the device, for the memory check in supports(). Forward: the
+  // inputs, a copy of V, S, P, O, the LSE, the mask, cuBLAS's workspace, guards. Backward: Q, K,
+  // K', V, dO, the LSE, S (then P) and dP (then dS), dQ, dK, dV, the wide copies and results where
+  // widened, the mask, the workspace, guards.
   double device_bytes = 0;
 };
 
@@ -84,8 +107,10 @@ struct PlanResult {
   std::string reason;  // why not, when !plan
 };
 
-// Validates the problem and fills the plan, or says why cuBLAS cannot run it here (an invalid
-// problem, TF32 for a dtype other than f32, a dimension beyond cuBLAS's 32-bit int).
+// Validates the problem and fills the plan for its operation, or says why cuBLAS cannot run it here
+// (an invalid problem, TF32 for a dtype other than f32, a dimension beyond cuBLAS's 32-bit int, or
+// what neither pass computes: a window with a lower bound, soft-capping, sinks, dropout, a layout
+// other than BHSD, tensors in dtypes of their own).
 PlanResult make_cublas_plan(const Problem& problem, MatmulPrecision precision);
 
 }  // namespace attn::cuda_cublas

@@ -168,6 +168,88 @@ __global__ void __launch_bounds__(max_threads_per_block) nonfinite_values_kernel
   }
 }
 
+// The backward's operands in the scores' type: `total` elements of `from` (the dtype) widened,
+// non-finite ones replaced by 0 where `finite_only` (K': a masked key's dS is exactly 0, and
+// 0 * NaN would reach every dQ row of its kv head).
+template <DType D>
+__global__ void __launch_bounds__(256) widen_kernel(const void* from, void* to, std::int64_t total, bool finite_only) {
+  using E = typename KernelTraits<D>::Element;
+  using S = typename KernelTraits<D>::Score;
+  const E* in = static_cast<const E*>(from);
+  S* out = static_cast<S*>(to);
+  const std::int64_t step = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const S x = to_score(in[e]);
+    out[e] = finite_only && !isfinite(x) ? S(0) : x;
+  }
+}
+
+// The gradients rounded once to the dtype, from the f32 GEMMs' results.
+template <DType D>
+__global__ void __launch_bounds__(256) narrow_kernel(const void* from, void* to, std::int64_t total) {
+  using E = typename KernelTraits<D>::Element;
+  using S = typename KernelTraits<D>::Score;
+  const S* in = static_cast<const S*>(from);
+  E* out = static_cast<E*>(to);
+  const std::int64_t step = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) out[e] = from_score<E>(in[e]);
+}
+
+// The backward's P and dS of each score row, one warp per row, in place: S becomes P and dP
+// becomes dS, both in f32 (f64). P = exp(s - LSE) needs no second softmax: the forward's max and
+// sum are in its LSE. Masked keys are skipped (P and dS exactly 0, their S and dP never read), and
+// so is a row whose LSE is -inf (no visible key: it contributes nothing). D_i is the row sum of
+// P dP, not FlashAttention's <dO_i, O_i> (which a fused kernel needs before it has any of a row's
+// dP): here dP is materialised anyway, so the sum costs one more read of the row, is taken in f32
+// (f64) over the same P that dS is formed from, and carries no rounding of O to its dtype (for f16
+// and bf16 the larger error); the backward reads no O at all. In place is safe: each lane reads
+// and writes only its own keys of its warp's row, and the warp's shuffle sum orders every read of
+// the first sweep before any write of the second.
+template <DType D>
+__global__ void __launch_bounds__(max_threads_per_block) softmax_backward_kernel(KernelParams p) {
+  using S = typename KernelTraits<D>::Score;
+  const int lane = int(threadIdx.x) % warp_size, warp = int(threadIdx.x) / warp_size;
+  S* scores = static_cast<S*>(p.scores_then_weights);
+  S* d_weights = static_cast<S*>(p.d_weights_then_d_scores);
+  const S* bias = static_cast<const S*>(p.bias);
+  const S* lse = static_cast<const S*>(p.lse);
+  const std::int64_t step = std::int64_t(gridDim.x) * p.rows_per_block;
+  for (std::int64_t row = std::int64_t(blockIdx.x) * p.rows_per_block + warp; row < p.rows; row += step) {
+    const std::int64_t i = row % p.n_q, h = (row / p.n_q) % p.h_q, b = row / (p.n_q * p.h_q);
+    const S row_lse = lse[row];
+    std::int64_t limit = p.key_limit ? p.key_limit[b * p.n_q + i] : p.n_k;
+    limit = limit < 0 ? 0 : (limit > p.n_k ? p.n_k : limit);
+    if (row_lse == S(-INFINITY)) limit = 0;
+    S* s = scores + row * p.n_k;
+    S* dp = d_weights + row * p.n_k;
+    const std::uint8_t* flags = p.bool_flags ? p.bool_flags + b * p.flags_batch_stride + h * p.flags_head_stride + i * p.n_k : nullptr;
+    const S* row_bias = bias ? bias + b * p.bias_batch_stride + h * p.bias_head_stride + i * p.n_k : nullptr;
+    auto weight = [&](std::int64_t j) {
+      if (j >= limit || (flags != nullptr && flags[j] == 0)) return S(0);
+      return exp_of((row_bias ? s[j] + row_bias[j] : s[j]) - row_lse);
+    };
+
+    S d = 0;
+    for (std::int64_t j = lane; j < limit; j += warp_size) {
+      const S w = weight(j);
+      if (w != S(0)) d += w * dp[j];
+    }
+    d = warp_sum(d);
+    for (std::int64_t j = lane; j < p.n_k; j += warp_size) {
+      const S w = weight(j);
+      const S ds = w != S(0) ? w * (dp[j] - d) : S(0);
+      s[j] = w;
+      dp[j] = ds;
+    }
+  }
+}
+
+// Blocks for a grid-stride loop over `total` elements: at least one, at most 65536.
+inline unsigned elementwise_grid(std::int64_t total, int threads) {
+  const std::int64_t blocks = (total + threads - 1) / threads;
+  return unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
 // The launch template: one dtype, every stage.
 template <DType D>
 void launch_stage_for(Stage stage, const KernelParams& p, cudaStream_t stream) {
@@ -177,15 +259,43 @@ void launch_stage_for(Stage stage, const KernelParams& p, cudaStream_t stream) {
   switch (stage) {
     case Stage::finite_values: {
       constexpr int threads = 256;
-      const std::int64_t total = p.batch * p.h_kv * p.n_k * p.d_v;
-      const std::int64_t blocks = (total + threads - 1) / threads;
-      const unsigned grid = unsigned(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
-      finite_values_kernel<D><<<grid, threads, 0, stream>>>(p);
+      finite_values_kernel<D><<<elementwise_grid(p.batch * p.h_kv * p.n_k * p.d_v, threads), threads, 0, stream>>>(p);
       cuda::check_launch("finite_values_kernel");
       return;
     }
+    case Stage::widen_operands:
+    case Stage::narrow_gradients: {
+      // Q and dO widened, and the gradients narrowed, exactly where the dtype is narrower than the
+      // scores (the plan's widened_operands); K' always.
+      constexpr bool narrower = sizeof(typename KernelTraits<D>::Element) < sizeof(typename KernelTraits<D>::Score);
+      const bool complete = p.q_wide && p.d_o_wide && p.dq_wide && p.dk_wide && p.dv_wide && p.dq && p.dk && p.dv;
+      const bool none = !p.q_wide && !p.d_o_wide && !p.dq_wide && !p.dk_wide && !p.dv_wide;
+      if (narrower ? !complete : !none)
+        throw cuda::CudaError("cuda_cublas: the backward's widened buffers do not match the dtype (a bug in the plan)");
+      constexpr int threads = 256;
+      const std::int64_t q = p.batch * p.h_q * p.n_q * p.d_k, o = p.batch * p.h_q * p.n_q * p.d_v;
+      const std::int64_t k = p.batch * p.h_kv * p.n_k * p.d_k, v = p.batch * p.h_kv * p.n_k * p.d_v;
+      if (stage == Stage::widen_operands) {
+        widen_kernel<D><<<elementwise_grid(k, threads), threads, 0, stream>>>(p.k, p.k_finite, k, true);
+        cuda::check_launch("widen_kernel (K')");
+        if (!narrower) return;
+        widen_kernel<D><<<elementwise_grid(q, threads), threads, 0, stream>>>(p.q, p.q_wide, q, false);
+        cuda::check_launch("widen_kernel (Q)");
+        widen_kernel<D><<<elementwise_grid(o, threads), threads, 0, stream>>>(p.d_o, p.d_o_wide, o, false);
+        cuda::check_launch("widen_kernel (dO)");
+      } else if (narrower) {
+        narrow_kernel<D><<<elementwise_grid(q, threads), threads, 0, stream>>>(p.dq_wide, p.dq, q);
+        cuda::check_launch("narrow_kernel (dQ)");
+        narrow_kernel<D><<<elementwise_grid(k, threads), threads, 0, stream>>>(p.dk_wide, p.dk, k);
+        cuda::check_launch("narrow_kernel (dK)");
+        narrow_kernel<D><<<elementwise_grid(v, threads), threads, 0, stream>>>(p.dv_wide, p.dv, v);
+        cuda::check_launch("narrow_kernel (dV)");
+      }
+      return;
+    }
     case Stage::masked_softmax:
-    case Stage::nonfinite_values: {
+    case Stage::nonfinite_values:
+    case Stage::softmax_backward: {
       if (p.threads_per_block != p.rows_per_block * warp_size || p.threads_per_block > max_threads_per_block || p.grid_x < 1 ||
           p.grid_x > 2147483647)
         throw cuda::CudaError("cuda_cublas: the softmax launch parameters are inconsistent (a bug in the plan)");
@@ -193,9 +303,12 @@ void launch_stage_for(Stage stage, const KernelParams& p, cudaStream_t stream) {
       if (stage == Stage::masked_softmax) {
         masked_softmax_kernel<D><<<grid, block, 0, stream>>>(p);
         cuda::check_launch("masked_softmax_kernel");
-      } else {
+      } else if (stage == Stage::nonfinite_values) {
         nonfinite_values_kernel<D><<<grid, block, 0, stream>>>(p);
         cuda::check_launch("nonfinite_values_kernel");
+      } else {
+        softmax_backward_kernel<D><<<grid, block, 0, stream>>>(p);
+        cuda::check_launch("softmax_backward_kernel");
       }
       return;
     }
