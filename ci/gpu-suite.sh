@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite, on a machine with an NVIDIA GPU: build the gpu preset, record the device, run
-# the GPU-labelled tests, verify cuda_cublas and cuda_fused on the default case set (cuda_fused
+# the GPU-labelled tests, verify cuda_cublas and cuda_fused on the default case set, forward and backward (cuda_fused
 # also: properties, SASS), compute-sanitizer's memcheck, racecheck, synccheck and initcheck on small
 # problems of both, the Triton example compiled for the GPU, then cuda_fused's target benchmark
 # beside PyTorch's SDPA backends. Under 6 minutes on one H100, build included.
@@ -150,12 +150,15 @@ if [ "$built" -eq 1 ]; then
   # Then cuda_fused's kernels launched directly, side by side on the same problem (the wgmma
   # kernel with S in one product or in two halves, and the mma.sync kernel).
   run_step cuda_fused-variants timeout 60 "$bindir/benchmarks/cuda_fused_variants"
-  # The GPU tests; both implementations on the default set (the reference computed once per case)
+  # The GPU tests; both implementations on the default set (the reference computed once per case),
+  # forward and backward,
   # and on the cases GPU runs once got wrong (ci/gpu-regression-cases.txt);
   # the property suite on cuda_fused; the SASS check; the Triton example compiled for the GPU
   # through the Python package, on the quick set.
   bg_step gpu-tests timeout 170 ctest --preset gpu -L gpu -j 2 --output-junit "$outdir/gpu-tests.xml"
   bg_step verify timeout 170 "$attnbench" verify --impl cuda_cublas --impl cuda_fused --cases default --threads 6 --json "$outdir/verify-gpu.json"
+  bg_step verify-backward timeout 170 "$attnbench" verify --backward --impl cuda_cublas --impl cuda_fused --cases default --threads 4 \
+    --json "$outdir/verify-gpu-backward.json"
   bg_step verify-regressions timeout 170 "$attnbench" verify --impl cuda_cublas --impl cuda_fused --cases "$root/ci/gpu-regression-cases.txt" \
     --threads 2 --json "$outdir/verify-gpu-regressions.json"
   bg_step properties-cuda_fused timeout 170 "$attnbench" properties --impl cuda_fused --property-cases 30 \
@@ -186,7 +189,7 @@ if [ "$built" -eq 1 ]; then
   wait_steps
 
 else
-  for s in bench-cuda_fused cuda_fused-variants gpu-tests verify verify-regressions properties-cuda_fused sass-cuda_fused python-triton-gpu memcheck racecheck synccheck initcheck \
+  for s in bench-cuda_fused cuda_fused-variants gpu-tests verify verify-backward verify-regressions properties-cuda_fused sass-cuda_fused python-triton-gpu memcheck racecheck synccheck initcheck \
     initcheck-quick initcheck-default-sample; do
     skip_step "$s" "the build failed"
   done
