@@ -3,7 +3,9 @@
 // shapes, shared memory), the causal key limits against the end of Mask::key_range, the key tiles a query
 // tile visits under both causal alignments with n_q != n_k and with padding (every visible pair
 // in a visited tile, every skipped tile fully masked, every unmasked tile fully visible), and the
-// grid decomposition (b * h = 70000, and past 2^31 - 1 blocks). Also registration, and every case
+// grid decomposition (b * h = 70000, and past 2^31 - 1 blocks). The backward plan: what it refuses
+// (naming it), its padding to d = 64 or 128, parameters, tiles and grids, and the first query tile
+// a key tile's dK/dV block visits. Also registration, and every case (forward and backward)
 // skipped with the reason where no device is.
 #include <cmath>
 #include <cstdint>
@@ -306,6 +308,134 @@ TEST(CudaFusedTileLogic, GridGoesTwoDimensionalPast2To31Blocks) {
   EXPECT_EQ(grid_shape(1).x, 1);
 }
 
+// The backward pass: f16/bf16, causality and padding, d <= 128; everything else the forward
+// computes is refused, naming it.
+TEST(CudaFusedBackwardPlan, RefusesWhatItLacksNamingIt) {
+  auto reason = [](Problem p) {
+    p.operation = Operation::backward;
+    const FusedBackwardPlanResult r = make_fused_backward_plan(p);
+    EXPECT_FALSE(r.plan.has_value()) << p.repro();
+    return r.reason;
+  };
+  EXPECT_NE(reason(shape(1, 2, 2, 16, 16, 64, DType::f32)).find("not supported in f32"), std::string::npos);
+  EXPECT_NE(reason(shape(1, 2, 2, 16, 16, 64, DType::f64)).find("not supported in f64"), std::string::npos);
+  Problem p = shape(1, 2, 2, 16, 16, 64);
+  p.bool_mask = BoolMaskSpec{true, 0.5, Broadcast::per_head};
+  EXPECT_NE(reason(p).find("boolean mask"), std::string::npos);
+  p = shape(1, 2, 2, 16, 16, 64);
+  p.bias = BiasSpec{true, 1.0, Broadcast::per_head};
+  EXPECT_NE(reason(p).find("additive bias"), std::string::npos);
+  p = shape(1, 2, 2, 16, 16, 64);
+  p.window = {4, 0, Align::top_left};
+  EXPECT_NE(reason(p).find("window 4,0@top_left"), std::string::npos);
+  p = shape(1, 2, 2, 16, 16, 128);
+  p.d_k = 192;
+  const std::string wide = reason(p);
+  EXPECT_NE(wide.find("d_k = 192, d_v = 128"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("d = 64 and 128"), std::string::npos) << wide;
+}
+
+// Head dimensions up to 128 run on the d = 64 or d = 128 kernels, zero-padded: Q, K (and dQ, dK)
+// where d_k is smaller, V, dO (and dV) where d_v is.
+TEST(CudaFusedBackwardPlan, PadsHeadDimensionsToTheNextKernel) {
+  struct Expect {
+    std::int64_t d_k, d_v, kernel;
+    bool pad_q_k, pad_v;
+  };
+  for (const Expect e : {Expect{64, 64, 64, false, false}, Expect{128, 128, 128, false, false}, Expect{16, 24, 64, true, true},
+                         Expect{16, 40, 64, true, true}, Expect{32, 64, 64, true, false}, Expect{128, 64, 128, false, true},
+                         Expect{96, 96, 128, true, true}, Expect{1, 1, 64, true, true}}) {
+    Problem p = shape(2, 4, 2, 100, 77, e.d_k, DType::f16);
+    p.d_v = e.d_v;
+    p.operation = Operation::backward;
+    const FusedBackwardPlanResult r = make_fused_backward_plan(p);
+    ASSERT_TRUE(r.plan.has_value()) << e.d_k << "/" << e.d_v << ": " << r.reason;
+    const BackwardParams& k = r.plan->params;
+    EXPECT_EQ(k.head_dim, e.kernel) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(r.plan->pad_q_k, e.pad_q_k) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(r.plan->pad_v, e.pad_v) << e.d_k << "/" << e.d_v;
+    EXPECT_EQ(k.o_width, e.d_v) << "D reads O and dO unpadded";
+    EXPECT_EQ(k.q_head_stride, 100 * e.kernel);
+    EXPECT_EQ(k.k_batch_stride, 2 * 77 * e.kernel);
+    EXPECT_FLOAT_EQ(k.scale, float(1.0 / std::sqrt(double(e.d_k))));  // the real d_k's
+  }
+}
+
+TEST(CudaFusedBackwardPlan, FillsStridesGroupMaskTilesAndGrids) {
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (int d : backward_head_dims) {
+      Problem p = shape(3, 8, 2, 130, 200, d, dtype);
+      p.operation = Operation::backward;
+      p.window = Window::of(Causal::bottom_right);
+      FusedBackwardPlanResult r = make_fused_backward_plan(p);
+      ASSERT_TRUE(r.plan.has_value()) << r.reason;
+      const BackwardParams& k = r.plan->params;
+      EXPECT_EQ(k.dtype, dtype);
+      EXPECT_EQ(k.head_dim, d);
+      EXPECT_EQ(k.group, 4);
+      EXPECT_EQ(k.q_head_stride, 130 * d);
+      EXPECT_EQ(k.q_batch_stride, 8 * 130 * d);
+      EXPECT_EQ(k.k_head_stride, 200 * d);
+      EXPECT_EQ(k.k_batch_stride, 2 * 200 * d);
+      EXPECT_EQ(k.causal, CausalMode::bottom_right);
+      EXPECT_FALSE(r.plan->upload_key_limit);
+      EXPECT_FLOAT_EQ(k.scale_log2, k.scale * 1.4426950408889634f);
+      EXPECT_EQ(k.dk_dv_tile.block_n, 64);
+      EXPECT_EQ(k.dk_dv_tile.block_m, d == 64 ? 64 : 32);
+      EXPECT_EQ(k.dq_tile.block_m, 64);
+      EXPECT_EQ(k.dq_tile.block_n, 64);
+      EXPECT_EQ(k.dk_dv_smem_bytes, backward_dk_dv_smem_bytes(d));
+      EXPECT_EQ(k.dq_smem_bytes, backward_dq_smem_bytes(d));
+      EXPECT_LE(k.dk_dv_smem_bytes, 227 * 1024);
+      EXPECT_LE(k.dq_smem_bytes, 227 * 1024);
+      EXPECT_EQ(k.num_n_blocks, 4);  // ceil(200 / 64)
+      EXPECT_EQ(k.dk_dv_blocks, 3 * 2 * 4);
+      EXPECT_EQ(k.num_m_blocks, 3);  // ceil(130 / 64)
+      EXPECT_EQ(k.dq_blocks, 3 * 8 * 3);
+      EXPECT_EQ(k.dk_dv_grid.x, k.dk_dv_blocks);
+      EXPECT_EQ(k.dq_grid.x, k.dq_blocks);
+
+      p.padding = KeyPadding{KeyPadding::Kind::per_batch, {200, 3, 0}};
+      r = make_fused_backward_plan(p);
+      ASSERT_TRUE(r.plan.has_value()) << r.reason;
+      EXPECT_TRUE(r.plan->upload_key_limit);
+    }
+  // dK/dV: K, V (64 rows), two stages of Q and dO (block_m rows), rows padded by 8 elements; two
+  // stages of LSE, D and limits. dQ: Q, dO (64 rows), two stages of K and V (64 rows), the reduction.
+  EXPECT_EQ(backward_dk_dv_smem_bytes(64), 2 * 64 * 72 * 2 + 4 * 64 * 72 * 2 + 6 * 64 * 4);
+  EXPECT_EQ(backward_dk_dv_smem_bytes(128), 2 * 64 * 136 * 2 + 4 * 32 * 136 * 2 + 6 * 32 * 4);
+  EXPECT_EQ(backward_dq_smem_bytes(128), 2 * 64 * 136 * 2 + 4 * 64 * 136 * 2 + 64);
+}
+
+// A dK/dV block starts at the query tile of first_query_seeing(key0): no earlier row sees any of
+// its keys, under both causal alignments with n_q != n_k and with padding; without padding the
+// first row does see key0 (no tile that holds a visible pair is skipped, none too many visited).
+TEST(CudaFusedTileLogic, FirstQuerySeeingAKeyTileMatchesMask) {
+  for (auto [n_q, n_k] : {std::tuple<std::int64_t, std::int64_t>{300, 130}, {130, 300}, {128, 128}, {1, 65}, {65, 1}, {97, 97}})
+    for (Causal causal : {Causal::none, Causal::top_left, Causal::bottom_right})
+      for (bool padded : {false, true}) {
+        Problem p = shape(2, 1, 1, n_q, n_k, 64);
+        p.window = Window::of(causal);
+        if (padded) p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, n_k}};
+        const Mask mask(p);
+        const CausalMode mode = causal == Causal::top_left ? CausalMode::top_left
+                                : causal == Causal::bottom_right ? CausalMode::bottom_right
+                                                                 : CausalMode::none;
+        for (std::int64_t key0 = 0; key0 < n_k; key0 += 64) {
+          const std::int64_t first = first_query_seeing(mode, key0, n_q, n_k);
+          ASSERT_GE(first, 0);
+          ASSERT_LE(first, n_q);
+          for (std::int64_t b = 0; b < p.batch; ++b)
+            for (std::int64_t i = 0; i < first; ++i)
+              for (std::int64_t j = key0; j < n_k; ++j)
+                ASSERT_FALSE(mask.visible(b, 0, i, j)) << p.repro() << ": row " << i << " sees key " << j << " before row " << first;
+          if (!padded && first < n_q) {
+            ASSERT_TRUE(mask.visible(0, 0, first, key0)) << p.repro() << ": row " << first << " does not see key " << key0;
+          }
+        }
+      }
+}
+
 TEST(CudaFused, IsRegisteredAndSkipsWithTheReasonWithoutADevice) {
   Registry registry;
   register_builtin_implementations(registry);
@@ -325,6 +455,21 @@ TEST(CudaFused, IsRegisteredAndSkipsWithTheReasonWithoutADevice) {
   EXPECT_EQ(run.failed(), 0);
   EXPECT_EQ(run.passed(), 0);
   EXPECT_EQ(run.skipped(), int(cases.size()));
+  // The backward pass likewise: declared, and skipped with the device's reason where the case
+  // is within what it declares.
+  EXPECT_EQ(c.operations, (std::vector<Operation>{Operation::forward, Operation::backward}));
+  for (Problem& p : cases) p.operation = Operation::backward;
+  Problem backward = shape(1, 1, 1, 8, 8, 64, DType::f16);
+  backward.operation = Operation::backward;
+  EXPECT_EQ(impl->supports(backward).reason, cuda::device_status().reason);
+  const VerifyRun backward_run = verify({impl}, cases, VerifyOptions{});
+  EXPECT_EQ(backward_run.failed(), 0);
+  EXPECT_EQ(backward_run.passed(), 0);
+  EXPECT_EQ(backward_run.skipped(), int(cases.size()));
+  for (const Record& r : backward_run.records)
+    if (r.context->problem.dtype != DType::f64) {
+      EXPECT_EQ(r.skip_reason, cuda::device_status().reason) << r.context->problem.repro();
+    }
 }
 
 }  // namespace

@@ -4,8 +4,13 @@
 // d_v (zero-padded), whose bits are the unpadded kernel's; 250 repeated runs are bitwise identical;
 // b * h_q > 65535 runs (a 1-D grid); a NaN or Inf in a masked key's V changes no output bit
 // while a visible one reaches exactly its rows; a prepared run checks its output and holds a
-// workspace independent of n. Small sizes, so that compute-sanitizer (memcheck, racecheck,
-// synccheck) runs this binary in minutes (ci/gpu-suite.sh).
+// workspace independent of n. The backward pass (verify op=backward, end to end on its own
+// forward): the quick set's supported cases, edge shapes with causality, padding, GQA and padded
+// head dimensions pass against the backward reference; fully masked rows get dQ = 0 and unseen
+// keys dK = dV = 0 exactly; 20 runs are bitwise identical; refusals name what is missing; a
+// prepared backward run checks its gradients. Small sizes, so that compute-sanitizer (memcheck,
+// racecheck, synccheck) runs this binary in minutes (ci/gpu-suite.sh).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -218,6 +223,165 @@ TEST_F(CudaFused, PreparedRunChecksItsOutputAndItsWorkspaceIsIndependentOfN) {
     EXPECT_EQ(run->workspace_bytes(), first) << "n = " << n;
   }
   const Problem p = edge(DType::f16, 64, 40, 40, 2);
+  const auto unenqueued = impl_->prepare_device_run(p, generate_inputs(p));
+  EXPECT_THROW(unenqueued->check_output(), std::exception);
+}
+
+// --- The backward pass --------------------------------------------------------------------------
+
+Problem backward_of(Problem p) {
+  p.operation = Operation::backward;
+  return p;
+}
+
+// The forward's O and LSE, then the backward fed them, as verify runs it end to end.
+struct ForwardOutputs {
+  Tensor o, lse;
+};
+ForwardOutputs run_forward(const Implementation& impl, const Problem& backward, const CaseInputs& in) {
+  Problem p = backward;
+  p.operation = Operation::forward;
+  ForwardOutputs f{make_output(p), make_lse(p)};
+  impl.run(RunArgs{p, in, RoleTensors::forward(in, f.o, &f.lse), {}});
+  return f;
+}
+Gradients run_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o, const ForwardOutputs& f) {
+  Gradients g = make_gradients(p);
+  impl.run(RunArgs{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv, &f.o, &f.lse), {}});
+  return g;
+}
+
+TEST_F(CudaFused, BackwardQuickCasesPass) {
+  std::vector<Problem> cases;
+  for (const Problem& p : quick_cases())
+    if (impl_->supports(backward_of(p)).ok) cases.push_back(backward_of(p));
+  expect_pass(*impl_, cases);
+}
+
+// Partial tiles (tile +- 1, primes, length 1, n_q != n_k both ways), causality in both
+// alignments, padding per batch (one batch fully masked) and per query (rows of no key), GQA
+// (2 query heads per kv head) and MQA, d = 64 and 128 and padded ones (40; 128/64: V, dO, dV
+// alone; 16/96: Q, K and V to different widths), the padded ones on two shapes.
+TEST_F(CudaFused, BackwardEdgeShapesAndMasksPass) {
+  using Pair = std::pair<std::int64_t, std::int64_t>;
+  const std::vector<Pair> every_shape{{1, 1}, {127, 129}, {129, 63}, {65, 200}, {200, 65}, {31, 33}}, two_shapes{{127, 129}, {200, 65}};
+  std::vector<Problem> cases;
+  std::uint64_t seed = 300;
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (auto [d_k, d_v] : {Pair{64, 64}, Pair{128, 128}, Pair{40, 40}, Pair{128, 64}, Pair{16, 96}})
+      for (auto [n_q, n_k] : d_k == d_v && (d_k == 64 || d_k == 128) ? every_shape : two_shapes) {
+        Problem p = backward_of(edge(dtype, d_k, n_q, n_k, seed++));
+        p.d_v = d_v;
+        cases.push_back(p);
+        p.window = Window::of(Causal::top_left), p.seed = seed++;
+        cases.push_back(p);
+        p.window = Window::of(Causal::bottom_right), p.seed = seed++;
+        cases.push_back(p);
+        p.padding = KeyPadding{KeyPadding::Kind::per_batch, {n_k / 2, 0}}, p.seed = seed++;  // batch 1 fully masked
+        cases.push_back(p);
+        p.window = Window::of(Causal::none);
+        std::vector<std::int64_t> lengths;
+        for (std::int64_t i = 0; i < 2 * n_q; ++i) lengths.push_back(i % 5 == 0 ? 0 : (i * 37) % (n_k + 1));
+        p.padding = KeyPadding{KeyPadding::Kind::per_query, lengths}, p.seed = seed++;
+        cases.push_back(p);
+      }
+  Problem mqa = backward_of(edge(DType::bf16, 128, 150, 170, seed++));
+  mqa.h_q = 8, mqa.h_kv = 1, mqa.window = Window::of(Causal::bottom_right);
+  cases.push_back(mqa);
+  expect_pass(*impl_, cases);
+}
+
+// Rows that see no key get dQ = 0 and keys that no row sees dK = dV = 0, exactly; every element
+// is written.
+TEST_F(CudaFused, BackwardFullyMaskedRowsAndUnseenKeysGetExactlyZero) {
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (std::int64_t d : {64, 128}) {
+      Problem p = backward_of(edge(dtype, d, 90, 150, 17));
+      std::vector<std::int64_t> lengths;
+      for (std::int64_t i = 0; i < 2 * p.n_q; ++i) lengths.push_back(i % 7 == 0 ? 0 : std::min<std::int64_t>(130, 20 + i));
+      p.padding = KeyPadding{KeyPadding::Kind::per_query, lengths};
+      const CaseInputs in = generate_inputs(p);
+      const Tensor d_o = generate_d_o(p);
+      const Gradients g = run_backward(*impl_, p, in, d_o, run_forward(*impl_, p, in));
+      for (const Tensor* t : {&g.dq, &g.dk, &g.dv})
+        for (std::int64_t e = 0; e < t->numel(); ++e) ASSERT_FALSE(t->is_poisoned(e)) << "element " << e << " left unwritten";
+      std::int64_t rows = 0, keys = 0;
+      for (std::int64_t b = 0; b < p.batch; ++b) {
+        for (std::int64_t h = 0; h < p.h_q; ++h)
+          for (std::int64_t i = 0; i < p.n_q; ++i) {
+            if (!in.mask.row_fully_masked(b, h, i)) continue;
+            ++rows;
+            for (std::int64_t c = 0; c < p.d_k; ++c) ASSERT_EQ(g.dq.get(g.dq.offset(b, h, i, c)), 0.0) << "dQ of fully masked row " << i;
+          }
+        for (std::int64_t j = 0; j < p.n_k; ++j) {
+          bool seen = false;
+          for (std::int64_t i = 0; i < p.n_q; ++i) seen = seen || in.mask.visible(b, 0, i, j);
+          if (seen) continue;
+          ++keys;
+          for (std::int64_t kv = 0; kv < p.h_kv; ++kv)
+            for (std::int64_t c = 0; c < d; ++c) {
+              ASSERT_EQ(g.dk.get(g.dk.offset(b, kv, j, c)), 0.0) << "dK of unseen key " << j;
+              ASSERT_EQ(g.dv.get(g.dv.offset(b, kv, j, c)), 0.0) << "dV of unseen key " << j;
+            }
+        }
+      }
+      EXPECT_GT(rows, 0);
+      EXPECT_GT(keys, 0);
+    }
+}
+
+// Deterministic as declared: no atomics, one writer per element, sums in fixed orders.
+TEST_F(CudaFused, BackwardRepeatedRunsAreBitwiseIdentical) {
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (std::int64_t d : {64, 128}) {
+      Problem p = backward_of(edge(dtype, d, 200, 300, 12));
+      p.window = Window::of(Causal::bottom_right);
+      const CaseInputs in = generate_inputs(p);
+      const Tensor d_o = generate_d_o(p);
+      const ForwardOutputs f = run_forward(*impl_, p, in);
+      const Gradients first = run_backward(*impl_, p, in, d_o, f);
+      for (int i = 0; i < 20; ++i) {
+        const Gradients again = run_backward(*impl_, p, in, d_o, f);
+        ASSERT_TRUE(again.dq == first.dq) << to_string(dtype) << " d = " << d << ": dQ of run " << i << " differs";
+        ASSERT_TRUE(again.dk == first.dk) << to_string(dtype) << " d = " << d << ": dK of run " << i << " differs";
+        ASSERT_TRUE(again.dv == first.dv) << to_string(dtype) << " d = " << d << ": dV of run " << i << " differs";
+      }
+    }
+}
+
+// With a device, what the backward lacks is refused by supports() naming it.
+TEST_F(CudaFused, BackwardRefusesWhatItLacksNamingIt) {
+  Problem p = backward_of(edge(DType::f16, 64, 40, 40, 1));
+  EXPECT_TRUE(impl_->supports(p).ok) << impl_->supports(p).reason;
+  p.bias = BiasSpec{true, 1.0, Broadcast::per_head};
+  EXPECT_NE(impl_->supports(p).reason.find("additive bias"), std::string::npos) << impl_->supports(p).reason;
+  p.bias = BiasSpec{};
+  p.bool_mask = BoolMaskSpec{true, 0.5, Broadcast::per_head};
+  EXPECT_NE(impl_->supports(p).reason.find("boolean mask"), std::string::npos) << impl_->supports(p).reason;
+  EXPECT_NE(impl_->supports(backward_of(edge(DType::f32, 64, 40, 40, 1))).reason.find("f32"), std::string::npos);
+  EXPECT_NE(impl_->supports(backward_of(edge(DType::bf16, 256, 40, 40, 1))).reason.find("d = 64 and 128"), std::string::npos);
+}
+
+// A prepared backward run (its O and LSE from one forward at preparation) enqueues the backward
+// alone, writes every gradient element, and its workspace does not grow with n beyond 8 bytes per
+// query row (D and the base-2 LSE); unenqueued, its poisoned gradients fail the check.
+TEST_F(CudaFused, PreparedBackwardRunChecksItsGradients) {
+  std::size_t fixed = 0;
+  for (std::int64_t n : {128, 1024}) {
+    Problem p = backward_of(edge(DType::bf16, 128, n, n, 9));
+    p.window = Window::of(Causal::top_left);
+    const CaseInputs in = generate_inputs(p);
+    const auto run = impl_->prepare_device_run(p, in);
+    ASSERT_NE(run, nullptr);
+    cuda::Stream stream;
+    run->enqueue(stream.get());
+    run->enqueue(stream.get());
+    EXPECT_NO_THROW(run->check_output());
+    const std::size_t beyond_rows = run->workspace_bytes() - std::size_t(8 * p.rows());
+    if (n == 128) fixed = beyond_rows;
+    EXPECT_EQ(beyond_rows, fixed) << "n = " << n;
+  }
+  const Problem p = backward_of(edge(DType::f16, 40, 40, 40, 2));  // padded: the gradients come back through d = 64 buffers
   const auto unenqueued = impl_->prepare_device_run(p, generate_inputs(p));
   EXPECT_THROW(unenqueued->check_output(), std::exception);
 }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/metrics.hpp"
 #include "impls/cuda_fused/dispatch.hpp"
 #include "impls/cuda_fused/fused_plan.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
@@ -30,6 +31,29 @@ void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const cha
   if (t.dtype() != dtype || t.numel() != elements)
     throw std::invalid_argument(fmt::format("cuda_fused: {} is {} with {} elements; the problem needs {} with {}", name,
                                             to_string(t.dtype()), t.numel(), to_string(dtype), elements));
+}
+
+DeviceBuffer zeroed(std::size_t bytes) {
+  DeviceBuffer buffer(bytes);
+  buffer.zero();
+  return buffer;
+}
+
+DeviceBuffer uploaded(const Tensor& t) {
+  DeviceBuffer buffer(t.bytes());
+  buffer.upload(t.data());
+  return buffer;
+}
+
+// rows rows of `columns` elements of `dtype` from a buffer of row length `from_width` into one of
+// row length `to_width` (elements), on `stream`: the zero-padded copies of head dimensions
+// without a kernel of their own, in and out.
+void copy_columns(void* to, std::int64_t to_width, const void* from, std::int64_t from_width, std::int64_t columns, std::int64_t rows,
+                  DType dtype, cudaStream_t stream) {
+  const std::size_t eb = std::size_t(bytes_per_element(dtype));
+  cuda::check(cudaMemcpy2DAsync(to, std::size_t(to_width) * eb, from, std::size_t(from_width) * eb, std::size_t(columns) * eb,
+                                std::size_t(rows), cudaMemcpyDeviceToDevice, stream),
+              "cudaMemcpy2DAsync");
 }
 
 // A forward pass prepared on the device: Q, K, V and the mask uploaded, O and the LSE poisoned
@@ -91,14 +115,20 @@ class FusedRun final : public DeviceRun {
   void enqueue(void* stream) override {
     stream_ = static_cast<cudaStream_t>(stream);
     const Problem& p = plan_.problem;
+    const std::int64_t d = plan_.params.head_dim;
     if (plan_.pad_q_k) {
-      copy_columns(q_padded_, plan_.params.head_dim, q_, p.d_k, p.batch * p.h_q * p.n_q);
-      copy_columns(k_padded_, plan_.params.head_dim, k_, p.d_k, p.batch * p.h_kv * p.n_k);
+      copy_columns(q_padded_.data(), d, q_.data(), p.d_k, p.d_k, p.batch * p.h_q * p.n_q, p.dtype, stream_);
+      copy_columns(k_padded_.data(), d, k_.data(), p.d_k, p.d_k, p.batch * p.h_kv * p.n_k, p.dtype, stream_);
     }
-    if (plan_.pad_v_o) copy_columns(v_padded_, plan_.params.head_dim, v_, p.d_v, p.batch * p.h_kv * p.n_k);
+    if (plan_.pad_v_o) copy_columns(v_padded_.data(), d, v_.data(), p.d_v, p.d_v, p.batch * p.h_kv * p.n_k, p.dtype, stream_);
     launch_forward(plan_.params, stream_);
-    if (plan_.pad_v_o) copy_columns(out_.data(), p.d_v, o_padded_.data(), plan_.params.head_dim, p.d_v, p.rows());
+    if (plan_.pad_v_o) copy_columns(out_.data(), p.d_v, o_padded_.data(), d, p.d_v, p.rows(), p.dtype, stream_);
   }
+
+  // The device's O (d_v columns) and LSE, for a backward pass prepared on the device.
+  const void* device_output() const { return out_.data(); }
+  const float* device_lse() const { return static_cast<const float*>(lse_.data()); }
+  void synchronize() const { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   void download(Tensor& out, Tensor* lse) {
     const Problem& p = plan_.problem;
@@ -126,28 +156,172 @@ class FusedRun final : public DeviceRun {
   }
 
  private:
-  static DeviceBuffer zeroed(std::size_t bytes) {
-    DeviceBuffer buffer(bytes);
-    buffer.zero();
-    return buffer;
-  }
-  // rows rows of `columns` elements from a buffer of row length `from_width` into one of row
-  // length `to_width` (elements), on the run's stream.
-  void copy_columns(void* to, std::int64_t to_width, const void* from, std::int64_t from_width, std::int64_t columns, std::int64_t rows) {
-    const std::size_t eb = std::size_t(bytes_per_element(plan_.problem.dtype));
-    cuda::check(cudaMemcpy2DAsync(to, std::size_t(to_width) * eb, from, std::size_t(from_width) * eb, std::size_t(columns) * eb,
-                                  std::size_t(rows), cudaMemcpyDeviceToDevice, stream_),
-                "cudaMemcpy2DAsync");
-  }
-  void copy_columns(DeviceBuffer& to, std::int64_t to_width, const DeviceBuffer& from, std::int64_t width, std::int64_t rows) {
-    copy_columns(to.data(), to_width, from.data(), width, width, rows);
-  }
-
   FusedPlan plan_;
   DeviceBuffer q_, k_, v_;
   DeviceBuffer q_padded_, k_padded_, v_padded_, o_padded_;  // only where the plan pads (pad_q_k, pad_v_o)
   DeviceMask mask_;
   GuardedBuffer out_, lse_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// A backward pass prepared on the device: Q, K, V, dO and the forward's O and LSE uploaded (for a
+// prepared run without them, computed here by the forward pass, once and untimed), dQ, dK and dV
+// poisoned between guard regions. Workspace: D and the base-2 LSE (8 bytes per query row), the
+// zero-padded copies where the head dimensions have no kernel of their own, the key limits with
+// padding (and the forward's own workspace when it ran here).
+class FusedBackwardRun final : public DeviceRun {
+ public:
+  // O and LSE as the caller holds them (the forward's, or the reference's).
+  FusedBackwardRun(FusedBackwardPlan plan, const CaseInputs& in, const Tensor& d_o, const Tensor& o, const Tensor& lse)
+      : FusedBackwardRun(std::move(plan), in, d_o) {
+    const Problem& p = plan_.problem;
+    check_tensor(o, p.dtype, p.rows() * p.d_v, "O");
+    check_tensor(lse, DType::f32, p.rows(), "the LSE");
+    o_ = uploaded(o);
+    lse_ = uploaded(lse);
+    plan_.params.o = o_.data();
+    plan_.params.lse = static_cast<const float*>(lse_.data());
+  }
+
+  // O and LSE from the forward pass on the device (`forward`: its plan for the same problem).
+  FusedBackwardRun(FusedBackwardPlan plan, FusedPlan forward, const CaseInputs& in, const Tensor& d_o)
+      : FusedBackwardRun(std::move(plan), in, d_o) {
+    forward_ = std::make_unique<FusedRun>(std::move(forward), in);
+    const Stream stream;
+    forward_->enqueue(stream.get());
+    forward_->synchronize();
+    plan_.params.o = forward_->device_output();
+    plan_.params.lse = forward_->device_lse();
+  }
+
+  void enqueue(void* stream) override {
+    stream_ = static_cast<cudaStream_t>(stream);
+    const Problem& p = plan_.problem;
+    const std::int64_t d = plan_.params.head_dim, q_rows = p.rows(), k_rows = p.batch * p.h_kv * p.n_k;
+    if (plan_.pad_q_k) {
+      copy_columns(q_padded_.data(), d, q_.data(), p.d_k, p.d_k, q_rows, p.dtype, stream_);
+      copy_columns(k_padded_.data(), d, k_.data(), p.d_k, p.d_k, k_rows, p.dtype, stream_);
+    }
+    if (plan_.pad_v) {
+      copy_columns(v_padded_.data(), d, v_.data(), p.d_v, p.d_v, k_rows, p.dtype, stream_);
+      copy_columns(d_o_padded_.data(), d, d_o_.data(), p.d_v, p.d_v, q_rows, p.dtype, stream_);
+    }
+    launch_backward(plan_.params, stream_);
+    if (plan_.pad_q_k) {
+      copy_columns(dq_.data(), p.d_k, dq_padded_.data(), d, p.d_k, q_rows, p.dtype, stream_);
+      copy_columns(dk_.data(), p.d_k, dk_padded_.data(), d, p.d_k, k_rows, p.dtype, stream_);
+    }
+    if (plan_.pad_v) copy_columns(dv_.data(), p.d_v, dv_padded_.data(), d, p.d_v, k_rows, p.dtype, stream_);
+  }
+
+  void download(Tensor& dq, Tensor& dk, Tensor& dv) {
+    const Problem& p = plan_.problem;
+    cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    dq_.check_guards("dQ");
+    dk_.check_guards("dK");
+    dv_.check_guards("dV");
+    check_tensor(dq, p.dtype, p.rows() * p.d_k, "dQ");
+    check_tensor(dk, p.dtype, p.batch * p.h_kv * p.n_k * p.d_k, "dK");
+    check_tensor(dv, p.dtype, p.batch * p.h_kv * p.n_k * p.d_v, "dV");
+    dq_.download(dq.data());
+    dk_.download(dk.data());
+    dv_.download(dv.data());
+  }
+
+  void check_output() override {
+    const Problem& p = plan_.problem;
+    Gradients g = make_gradients(p);
+    download(g.dq, g.dk, g.dv);
+    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+      const Tensor& t = g.of(role);
+      std::int64_t unwritten = 0, nonfinite = 0, first = -1;
+      for (std::int64_t e = 0; e < t.numel(); ++e) {
+        if (t.is_poisoned(e))
+          ++unwritten;
+        else if (!std::isfinite(t.get(e)))
+          ++nonfinite;
+        else
+          continue;
+        if (first < 0) first = e;
+      }
+      if (unwritten + nonfinite > 0)
+        throw std::runtime_error(fmt::format("cuda_fused: {} {} elements never written, {} not finite (first at {})", unwritten,
+                                             to_string(role), nonfinite, tensor_coordinates(p, role, first)));
+    }
+  }
+
+  std::size_t workspace_bytes() const override {
+    return delta_.bytes() + lse_log2_.bytes() + mask_.bytes() + 2 * (dq_.guard_bytes() + dk_.guard_bytes() + dv_.guard_bytes()) +
+           q_padded_.bytes() + k_padded_.bytes() + v_padded_.bytes() + d_o_padded_.bytes() + dq_padded_.bytes() + dk_padded_.bytes() +
+           dv_padded_.bytes() + (forward_ ? forward_->workspace_bytes() : 0);
+  }
+
+ private:
+  FusedBackwardRun(FusedBackwardPlan plan, const CaseInputs& in, const Tensor& d_o)
+      : plan_(std::move(plan)),
+        dq_(std::size_t(plan_.problem.rows() * plan_.problem.d_k) * std::size_t(bytes_per_element(plan_.problem.dtype)), guard_bytes),
+        dk_(std::size_t(plan_.problem.batch * plan_.problem.h_kv * plan_.problem.n_k * plan_.problem.d_k) *
+                std::size_t(bytes_per_element(plan_.problem.dtype)),
+            guard_bytes),
+        dv_(std::size_t(plan_.problem.batch * plan_.problem.h_kv * plan_.problem.n_k * plan_.problem.d_v) *
+                std::size_t(bytes_per_element(plan_.problem.dtype)),
+            guard_bytes),
+        delta_(std::size_t(plan_.problem.rows()) * sizeof(float)),
+        lse_log2_(std::size_t(plan_.problem.rows()) * sizeof(float)) {
+    const Problem& p = plan_.problem;
+    const std::int64_t q_rows = p.rows(), k_rows = p.batch * p.h_kv * p.n_k;
+    check_tensor(in.q, p.dtype, q_rows * p.d_k, "Q");
+    check_tensor(in.k, p.dtype, k_rows * p.d_k, "K");
+    check_tensor(in.v, p.dtype, k_rows * p.d_v, "V");
+    check_tensor(d_o, p.dtype, q_rows * p.d_v, "dO");
+    q_ = uploaded(in.q);
+    k_ = uploaded(in.k);
+    v_ = uploaded(in.v);
+    d_o_ = uploaded(d_o);
+    Gradients poisoned = make_gradients(p);  // an element the kernels leave unwritten comes back poisoned
+    dq_.upload(poisoned.dq.data());
+    dk_.upload(poisoned.dk.data());
+    dv_.upload(poisoned.dv.data());
+
+    BackwardParams& k = plan_.params;
+    k.q = q_.data(), k.k = k_.data(), k.v = v_.data(), k.d_o = d_o_.data();
+    k.dq = dq_.data(), k.dk = dk_.data(), k.dv = dv_.data();
+    k.d_o_unpadded = d_o_.data();
+    k.delta = static_cast<float*>(delta_.data());
+    k.lse_log2 = static_cast<float*>(lse_log2_.data());
+    // Head dimensions without a kernel of their own: zero-padded copies at the kernel's d, their
+    // padding columns zeroed once; the outputs come back through poisoned padded buffers.
+    const std::int64_t d = k.head_dim;
+    const std::size_t eb = std::size_t(bytes_per_element(p.dtype));
+    const auto poisoned_padded = [&](std::int64_t rows) {
+      Tensor t(p.dtype, {rows, d});
+      t.poison();
+      return uploaded(t);
+    };
+    if (plan_.pad_q_k) {
+      q_padded_ = zeroed(std::size_t(q_rows * d) * eb);
+      k_padded_ = zeroed(std::size_t(k_rows * d) * eb);
+      dq_padded_ = poisoned_padded(q_rows);
+      dk_padded_ = poisoned_padded(k_rows);
+      k.q = q_padded_.data(), k.k = k_padded_.data(), k.dq = dq_padded_.data(), k.dk = dk_padded_.data();
+    }
+    if (plan_.pad_v) {
+      v_padded_ = zeroed(std::size_t(k_rows * d) * eb);
+      d_o_padded_ = zeroed(std::size_t(q_rows * d) * eb);
+      dv_padded_ = poisoned_padded(k_rows);
+      k.v = v_padded_.data(), k.d_o = d_o_padded_.data(), k.dv = dv_padded_.data();
+    }
+    mask_ = upload_mask(p, in.mask, plan_.upload_key_limit, int(sizeof(float)), "cuda_fused");
+    k.key_limit = static_cast<const std::int64_t*>(mask_.key_limit.data());
+  }
+
+  FusedBackwardPlan plan_;
+  DeviceBuffer q_, k_, v_, d_o_, o_, lse_;  // o_, lse_: the caller's; otherwise forward_ holds them
+  DeviceBuffer q_padded_, k_padded_, v_padded_, d_o_padded_, dq_padded_, dk_padded_, dv_padded_;  // where the plan pads
+  DeviceMask mask_;
+  GuardedBuffer dq_, dk_, dv_;
+  DeviceBuffer delta_, lse_log2_;
+  std::unique_ptr<FusedRun> forward_;
   cudaStream_t stream_ = nullptr;
 };
 
@@ -159,11 +333,16 @@ class FusedAttention final : public Implementation {
     Capabilities c;
     c.summary = "fused flash-style kernel on the GPU: online softmax, K/V tiles through shared memory; f16/bf16 on tensor cores "
                 "(wgmma on sm_90 at d = 128, mma.sync elsewhere; f32 accumulation), f32 on FMA units; kernels for d = 32, 64, 96, 128, "
-                "256, other head dimensions and d_k != d_v zero-padded to the next one (the copies timed)";
+                "256, other head dimensions and d_k != d_v zero-padded to the next one (the copies timed); backward FlashAttention-2 "
+                "style (P from the LSE, dK/dV per key tile, dQ in a pass of its own), f16/bf16 at d <= 128, causal and padding masks";
     c.device = "cuda";
+    // The backward computes a subset of what is declared here (supports() refuses the rest, naming it).
+    c.operations = {Operation::forward, Operation::backward};
     c.dtypes = {DType::f32, DType::f16, DType::bf16};
     c.returns_lse = true;
-    c.deterministic = true;  // no atomics; every row's keys are visited in one fixed order
+    // No atomics in either pass: every row's keys are visited in one fixed order, each key tile's
+    // dK and dV have one block, and dQ is a pass of its own rather than atomically added.
+    c.deterministic = true;
     c.fully_masked = FullyMaskedPolicy::zeros;
     // One key limit per row: causal windows and padding, no lower bound.
     c.masks = {.causal_top_left = true, .causal_bottom_right = true, .padding_per_batch = true, .padding_per_query = true,
@@ -184,8 +363,6 @@ class FusedAttention final : public Implementation {
     if (image != cudaSuccess)
       return Support::no(fmt::format("no kernel image for {} (sm_{}{}) in this build: {}", device.name, device.sm_major, device.sm_minor,
                                      cudaGetErrorName(image)));
-    const FusedPlanResult plan = make_fused_plan(p, hopper());
-    if (!plan.plan) return Support::no(plan.reason);
     static const int smem_optin = [] {
       int value = 0;
       if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda::device_status().device) != cudaSuccess) {
@@ -194,22 +371,50 @@ class FusedAttention final : public Implementation {
       }
       return value;
     }();
-    if (plan.plan->params.smem_bytes > smem_optin)
-      return Support::no(fmt::format("needs {} bytes of shared memory per block; {} allows {}", plan.plan->params.smem_bytes, device.name,
-                                     smem_optin));
-    return Support::yes();
+    const auto fits = [&](int smem_bytes) {
+      return smem_bytes <= smem_optin ? Support::yes()
+                                      : Support::no(fmt::format("needs {} bytes of shared memory per block; {} allows {}", smem_bytes,
+                                                                device.name, smem_optin));
+    };
+    if (p.operation == Operation::backward) {
+      const FusedBackwardPlanResult plan = make_fused_backward_plan(p);
+      if (!plan.plan) return Support::no(plan.reason);
+      const Support dq = fits(plan.plan->params.dq_smem_bytes);
+      return dq.ok ? fits(plan.plan->params.dk_dv_smem_bytes) : dq;
+    }
+    const FusedPlanResult plan = make_fused_plan(p, hopper());
+    if (!plan.plan) return Support::no(plan.reason);
+    return fits(plan.plan->params.smem_bytes);
   }
 
   std::size_t workspace_bytes(const Problem&) const override { return 0; }  // device memory is the run's own
 
   void run(const RunArgs& args) const override {
-    FusedRun run(plan_or_throw(args.problem), args.inputs);
     Stream stream;
+    if (args.problem.operation == Operation::backward) {
+      const Tensor* d_o = args.tensors.input(Role::d_o);
+      const Tensor* o = args.tensors.input(Role::o);
+      const Tensor* lse = args.tensors.input(Role::lse);
+      if (d_o == nullptr || o == nullptr || lse == nullptr)
+        throw std::logic_error("cuda_fused: a backward pass needs dO and the forward's O and LSE");
+      FusedBackwardRun run(backward_plan_or_throw(args.problem), args.inputs, *d_o, *o, *lse);
+      run.enqueue(stream.get());
+      run.download(args.tensors.required_output(Role::dq), args.tensors.required_output(Role::dk), args.tensors.required_output(Role::dv));
+      return;
+    }
+    FusedRun run(plan_or_throw(args.problem), args.inputs);
     run.enqueue(stream.get());
     run.download(args.tensors.required_output(Role::o), args.tensors.output(Role::lse));
   }
 
+  // A backward problem's run enqueues the backward pass alone: its O and LSE come from one forward
+  // pass at preparation, its dO is drawn as verify and bench draw it (generate_d_o).
   std::unique_ptr<DeviceRun> prepare_device_run(const Problem& problem, const CaseInputs& inputs) const override {
+    if (problem.operation == Operation::backward) {
+      Problem forward = problem;
+      forward.operation = Operation::forward;
+      return std::make_unique<FusedBackwardRun>(backward_plan_or_throw(problem), plan_or_throw(forward), inputs, generate_d_o(problem));
+    }
     return std::make_unique<FusedRun>(plan_or_throw(problem), inputs);
   }
 
@@ -225,6 +430,11 @@ class FusedAttention final : public Implementation {
 
   static FusedPlan plan_or_throw(const Problem& p) {
     FusedPlanResult plan = make_fused_plan(p, hopper());
+    if (!plan.plan) throw std::invalid_argument("cuda_fused: " + plan.reason);
+    return std::move(*plan.plan);
+  }
+  static FusedBackwardPlan backward_plan_or_throw(const Problem& p) {
+    FusedBackwardPlanResult plan = make_fused_backward_plan(p);
     if (!plan.plan) throw std::invalid_argument("cuda_fused: " + plan.reason);
     return std::move(*plan.plan);
   }

@@ -42,4 +42,13 @@ void launch_forward(const FusedParams& p, cudaStream_t stream) {
   throw std::invalid_argument("cuda_fused: no kernel for dtype " + std::string(to_string(p.dtype)));
 }
 
+void launch_backward(const BackwardParams& p, cudaStream_t stream) {
+  if (p.dtype == DType::f16 && p.head_dim == 64) return launch_backward_for<DType::f16, 64>(p, stream);
+  if (p.dtype == DType::f16 && p.head_dim == 128) return launch_backward_for<DType::f16, 128>(p, stream);
+  if (p.dtype == DType::bf16 && p.head_dim == 64) return launch_backward_for<DType::bf16, 64>(p, stream);
+  if (p.dtype == DType::bf16 && p.head_dim == 128) return launch_backward_for<DType::bf16, 128>(p, stream);
+  throw std::invalid_argument("cuda_fused: no backward kernel for " + std::string(to_string(p.dtype)) + " at head dimension " +
+                              std::to_string(p.head_dim));
+}
+
 }  // namespace attn::cuda_fused

@@ -17,23 +17,6 @@
 
 namespace attn::cuda_fused {
 
-// Loads rows [row_begin, row_begin + kRows) of a [rows, d] tensor into padded shared rows,
-// zero-filling rows >= row_end (partial tiles, keys past the block's key limit).
-template <class Traits, int kRows>
-__device__ __forceinline__ void load_tile_async(typename Traits::E* smem, const typename Traits::E* global, std::int64_t row_stride,
-                                                std::int64_t row_begin, std::int64_t row_end) {
-  constexpr int kPerThread = kRows * Traits::kChunks / Traits::kThreads;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = int(threadIdx.x) + i * Traits::kThreads;
-    const int row = e / Traits::kChunks, chunk = e % Traits::kChunks;
-    const std::int64_t global_row = row_begin + row;
-    const bool valid = global_row < row_end;
-    const typename Traits::E* src = valid ? global + global_row * row_stride + chunk * 8 : global;
-    cp_async_16(smem + row * Traits::kRowStride + chunk * 8, src, valid ? 16 : 0);
-  }
-}
-
 template <class Traits, bool KeyLimits, bool ElementMask>
 __global__ void __launch_bounds__(Traits::kThreads) fused_forward_mma_kernel(const FusedParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800

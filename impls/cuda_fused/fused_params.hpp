@@ -1,7 +1,8 @@
 #pragma once
-// cuda_fused's kernel parameters: one plain struct that the host API (fused_plan.hpp) fills and
-// every kernel reads. Device pointers, 64-bit sizes and strides in elements, the mask as Mask
-// materialises it, the scale, and the launch. No CUDA headers: the unit tests build it on the CPU.
+// cuda_fused's kernel parameters: plain structs that the host API (fused_plan.hpp) fills and the
+// kernels read, one for the forward pass and one for the backward. Device pointers, 64-bit sizes
+// and strides in elements, the mask as Mask materialises it, the scale, and the launch. No CUDA
+// headers: the unit tests build it on the CPU.
 #include <cstdint>
 
 #include "core/dtype.hpp"
@@ -51,6 +52,50 @@ struct FusedParams {
   std::int64_t total_blocks = 0;  // batch * h_q * num_m_blocks
   GridShape grid;
   int smem_bytes = 0;             // dynamic shared memory per block
+};
+
+// The backward pass's parameters (backward_kernel.cuh), as flash-attention's Flash_bwd_params
+// beside its forward's. Dense BHSD at the kernel's head dimension (head_dim columns per row):
+// Q, dO and dQ are [b, h_q, n_q, d] (q_* strides), K, V, dK and dV [b, h_kv, n_k, d] (k_*
+// strides); the run pads problems whose d_k or d_v is smaller (FusedBackwardPlan).
+struct BackwardParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* d_o = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  // For the preprocessing: O as the forward wrote it and dO as given, o_width (= d_v) columns per
+  // row, dense [b, h_q, n_q, d_v]; the LSE [b, h_q, n_q] (natural log, -inf for a row that sees
+  // no key). It writes the run's workspace: D_i = <dO_i, O_i> and the LSE in base 2, +inf where
+  // it is -inf (every weight of such a row is then exactly 0).
+  const void* o = nullptr;
+  const void* d_o_unpadded = nullptr;
+  std::int64_t o_width = 0;
+  const float* lse = nullptr;
+  float* delta = nullptr;
+  float* lse_log2 = nullptr;
+
+  std::int64_t batch = 0, h_q = 0, h_kv = 0, n_q = 0, n_k = 0, head_dim = 0;
+  std::int64_t group = 1;  // h_q / h_kv
+  std::int64_t q_batch_stride = 0, q_head_stride = 0, k_batch_stride = 0, k_head_stride = 0;  // rows: head_dim apart
+
+  float scale = 1.0f;       // dQ and dK carry it; P = exp2(s * scale_log2 - LSE * log2(e))
+  float scale_log2 = 1.0f;
+
+  // The mask, as FusedParams has it: causality computed, or the end of Mask::key_range per (b, i).
+  CausalMode causal = CausalMode::none;
+  const std::int64_t* key_limit = nullptr;
+
+  DType dtype = DType::f16;
+  TileShape dk_dv_tile, dq_tile;
+  std::int64_t num_n_blocks = 0;   // key tiles per kv head: ceil(n_k / dk_dv_tile.block_n)
+  std::int64_t dk_dv_blocks = 0;   // batch * h_kv * num_n_blocks
+  std::int64_t num_m_blocks = 0;   // query tiles per query head: ceil(n_q / dq_tile.block_m)
+  std::int64_t dq_blocks = 0;      // batch * h_q * num_m_blocks
+  GridShape dk_dv_grid, dq_grid;
+  int dk_dv_smem_bytes = 0, dq_smem_bytes = 0;
 };
 
 }  // namespace attn::cuda_fused

@@ -31,4 +31,23 @@ struct FusedPlanResult {
 // eligible problems (wgmma_eligible) then get its tile shape and shared memory.
 FusedPlanResult make_fused_plan(const Problem& problem, bool hopper = false);
 
+// The backward pass (op=backward): f16/bf16, causality and key padding, GQA, head dimensions up to
+// 128 on the d = 64 and 128 kernels (zero-padded like the forward's: Q, K, dQ and dK where d_k is
+// smaller, V, dO and dV where d_v is; the copies are part of each timed run). The rest of what
+// the forward computes is refused, naming it: a boolean mask, a bias, f32, d past 128.
+struct FusedBackwardPlan {
+  Problem problem;
+  BackwardParams params;  // pointers null; the run fills them
+  bool upload_key_limit = false;
+  bool pad_q_k = false;  // d_k < params.head_dim
+  bool pad_v = false;    // d_v < params.head_dim
+};
+
+struct FusedBackwardPlanResult {
+  std::optional<FusedBackwardPlan> plan;
+  std::string reason;
+};
+
+FusedBackwardPlanResult make_fused_backward_plan(const Problem& problem);
+
 }  // namespace attn::cuda_fused

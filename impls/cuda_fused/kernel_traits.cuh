@@ -1,6 +1,6 @@
 #pragma once
 // cuda_fused's compile-time shapes and the PTX it is built from. Included by the device code
-// only (forward_kernel.cuh, forward_f32_kernel.cuh).
+// only (forward_kernel.cuh, forward_f32_kernel.cuh, backward_kernel.cuh) and the launch headers.
 //
 // Tensor-core path (f16/bf16), per thread block: 4 warps; warp w owns rows [w * 16 * M, (w + 1) *
 // 16 * M) of the block_m query rows, M = m-tiles per warp (2 for d <= 128, 1 for d = 256).
@@ -115,6 +115,69 @@ struct MmaTraits {
   static_assert(kMTiles * (kOTiles + kSTiles) * 4 <= 192, "accumulators leave registers for fragments and addresses");
 };
 
+// The backward kernels' shapes for one (dtype, head dimension) (backward_kernel.cuh; tile_logic.hpp
+// has the host's copy): 4 warps, one 16-row mma tile each. dK/dV: the warps' 16 keys each of the
+// block's kDkDvBlockN, kDkDvBlockM queries per step; dQ: the warps' 16 queries each of the block's
+// kDqBlockM, kDqBlockN keys per step. The same fragment layouts as the forward's (above), with
+// keys in the A role for S^T = K Q^T and dP^T = V dO^T (K and V rows as Q's, Q and dO rows as K's).
+template <DType D, int HeadDim>
+struct BackwardTraits {
+  using Elem = ElementOf<D>;
+  using E = typename Elem::type;
+  static constexpr DType kDType = D;
+  static constexpr int kHeadDim = HeadDim;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowStride = HeadDim + smem_row_pad;
+  static constexpr int kChunks = HeadDim / 8;   // 16-byte chunks per row
+  static constexpr int kKSteps = HeadDim / 16;  // k16 steps over d (S and dP)
+  static constexpr int kDTiles = HeadDim / 8;   // n8 tiles over d (dK, dV, dQ)
+  static constexpr int kDkDvBlockM = backward_dk_dv_tile_shape(HeadDim).block_m;
+  static constexpr int kDkDvBlockN = backward_dk_dv_tile_shape(HeadDim).block_n;
+  static constexpr int kDqBlockM = backward_dq_tile_shape().block_m;
+  static constexpr int kDqBlockN = backward_dq_tile_shape().block_n;
+  static constexpr int kRowBytes = kRowStride * 2;
+  // dK/dV shared memory: K, V, then two stages of Q, dO, then two stages of LSE (base 2), D
+  // (f32) and key limits (int32), kDkDvBlockM each.
+  static constexpr int kDkDvKOffset = 0;
+  static constexpr int kDkDvVOffset = kDkDvKOffset + kDkDvBlockN * kRowBytes;
+  static constexpr int kDkDvQOffset = kDkDvVOffset + kDkDvBlockN * kRowBytes;        // stage s at + s * kDkDvStageBytes
+  static constexpr int kDkDvStageBytes = kDkDvBlockM * kRowBytes;
+  static constexpr int kDkDvDoOffset = kDkDvQOffset + 2 * kDkDvStageBytes;
+  static constexpr int kDkDvRowsOffset = kDkDvDoOffset + 2 * kDkDvStageBytes;        // [stage][lse2, delta, limit][query]
+  static constexpr int kDkDvSmemBytes = kDkDvRowsOffset + 2 * 3 * kDkDvBlockM * 4;
+  // dQ shared memory: Q, dO, then two stages of K and V, then the key-limit reduction.
+  static constexpr int kDqQOffset = 0;
+  static constexpr int kDqDoOffset = kDqQOffset + kDqBlockM * kRowBytes;
+  static constexpr int kDqStageBytes = kDqBlockN * kRowBytes;
+  static constexpr int kDqKOffset = kDqDoOffset + kDqBlockM * kRowBytes;            // stage s at + s * kDqStageBytes
+  static constexpr int kDqVOffset = kDqKOffset + 2 * kDqStageBytes;
+  static constexpr int kDqReduceOffset = kDqVOffset + 2 * kDqStageBytes;
+  static constexpr int kDqSmemBytes = kDqReduceOffset + 2 * kWarps * 8;
+
+  static_assert(D == DType::f16 || D == DType::bf16, "the backward kernels are tensor-core ones");
+  static_assert(sizeof(E) == 2, "f16/bf16 elements are 2 bytes");
+  static_assert(HeadDim == 64 || HeadDim == 128, "backward kernels exist for d = 64 and 128");
+  static_assert(kDkDvBlockN == kWarps * 16 && kDqBlockM == kWarps * 16, "one 16-row mma tile per warp");
+  static_assert(kDkDvBlockM % 16 == 0 && kDqBlockN % 16 == 0 && kDTiles % 2 == 0, "ldmatrix x4 loads two n8 tiles at once");
+  static_assert(kDkDvBlockM <= kThreads, "one thread per query of a step loads its row's LSE, D and key limit");
+  static_assert(kDqBlockM <= kWarps * 32, "block_keys: one row per thread");
+  static_assert(kDkDvSmemBytes == backward_dk_dv_smem_bytes(HeadDim) && kDqSmemBytes == backward_dq_smem_bytes(HeadDim),
+                "traits and the host's shared-memory sizes agree");
+  static_assert(kThreads == backward_dk_dv_tile_shape(HeadDim).threads && kThreads == backward_dq_tile_shape().threads,
+                "traits and the host's thread counts agree");
+  static_assert(kDkDvSmemBytes <= 227 * 1024 && kDqSmemBytes <= 227 * 1024, "shared memory beyond sm_90's 227 KB per block");
+  static_assert(kRowBytes % 16 == 0 && kDkDvQOffset % 16 == 0 && kDkDvDoOffset % 16 == 0 && kDkDvRowsOffset % 16 == 0 &&
+                    kDqKOffset % 16 == 0 && kDqVOffset % 16 == 0 && kDqReduceOffset % 8 == 0,
+                "shared regions aligned for cp.async and int64");
+  static_assert((kDkDvBlockN * kChunks) % kThreads == 0 && (kDkDvBlockM * kChunks) % kThreads == 0 &&
+                    (kDqBlockM * kChunks) % kThreads == 0 && (kDqBlockN * kChunks) % kThreads == 0,
+                "tile loads divide among threads");
+  // Accumulators per thread: dK/dV kernel dK + dV (2 x d / 2) + S^T + dP^T (2 x block_m / 2)
+  // floats; dQ kernel dQ (d / 2) + S + dP (2 x block_n / 2).
+  static_assert(HeadDim + kDkDvBlockM <= 192 && HeadDim / 2 + kDqBlockN <= 192, "accumulators leave registers for fragments");
+};
+
 // The f32 kernel's shapes: 4 warps x 4 rows, one key per lane for the scores, d / 32 columns
 // per lane for the output.
 template <int HeadDim>
@@ -178,11 +241,20 @@ __device__ __forceinline__ void mma_16816<DType::bf16>(float (&c)[4], const std:
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// --- Shared by both kernels --------------------------------------------------------------------
+// --- Launches ----------------------------------------------------------------------------------
+
+// Above 48 KB of dynamic shared memory a kernel must opt in.
+template <class Kernel>
+cudaError_t opt_in_shared_memory(Kernel kernel, int smem_bytes) {
+  return smem_bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) : cudaSuccess;
+}
+
+// --- Shared by the kernels ---------------------------------------------------------------------
 
 // The key limit of query row i of batch b (keys j >= it are masked by causality or padding).
-template <bool KeyLimits>
-__device__ __forceinline__ std::int64_t row_key_limit(const FusedParams& p, std::int64_t b, std::int64_t i) {
+// Params: FusedParams or BackwardParams (n_q, n_k, key_limit, causal).
+template <bool KeyLimits, class Params>
+__device__ __forceinline__ std::int64_t row_key_limit(const Params& p, std::int64_t b, std::int64_t i) {
   if constexpr (!KeyLimits) {
     return p.n_k;
   } else {
@@ -191,6 +263,24 @@ __device__ __forceinline__ std::int64_t row_key_limit(const FusedParams& p, std:
       return limit < 0 ? 0 : (limit > p.n_k ? p.n_k : limit);
     }
     return causal_key_limit(p.causal, i, p.n_q, p.n_k);
+  }
+}
+
+// Loads rows [row_begin, row_begin + kRows) of a [rows, d] tensor into padded shared rows,
+// zero-filling rows >= row_end (partial tiles, keys past the block's key limit). Traits: the
+// tensor-core kernels' (E, kChunks, kThreads, kRowStride).
+template <class Traits, int kRows>
+__device__ __forceinline__ void load_tile_async(typename Traits::E* smem, const typename Traits::E* global, std::int64_t row_stride,
+                                                std::int64_t row_begin, std::int64_t row_end) {
+  constexpr int kPerThread = kRows * Traits::kChunks / Traits::kThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = int(threadIdx.x) + i * Traits::kThreads;
+    const int row = e / Traits::kChunks, chunk = e % Traits::kChunks;
+    const std::int64_t global_row = row_begin + row;
+    const bool valid = global_row < row_end;
+    const typename Traits::E* src = valid ? global + global_row * row_stride + chunk * 8 : global;
+    cp_async_16(smem + row * Traits::kRowStride + chunk * 8, src, valid ? 16 : 0);
   }
 }
 
@@ -220,8 +310,8 @@ struct BlockKeys {
   KeyTileRange tiles;
   std::int64_t key_end;
 };
-template <bool KeyLimits, int kWarps, int kBlockM, int kBlockN>
-__device__ __forceinline__ BlockKeys block_keys(const FusedParams& p, std::int64_t b, std::int64_t row0, std::int64_t* reduce) {
+template <bool KeyLimits, int kWarps, int kBlockM, int kBlockN, class Params>
+__device__ __forceinline__ BlockKeys block_keys(const Params& p, std::int64_t b, std::int64_t row0, std::int64_t* reduce) {
   static_assert(kBlockM <= kWarps * 32, "one row per thread");
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   std::int64_t lo = p.n_k, hi = 0;

@@ -8,12 +8,6 @@
 
 namespace attn::cuda_fused {
 
-// Above 48 KB of dynamic shared memory a kernel must opt in.
-template <class Kernel>
-cudaError_t opt_in_shared_memory(Kernel kernel, int smem_bytes) {
-  return smem_bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) : cudaSuccess;
-}
-
 template <class Kernel>
 void launch_kernel(Kernel kernel, cudaError_t opted_in, const FusedParams& p, int threads, int smem_bytes, cudaStream_t stream,
                    const char* name) {

@@ -105,6 +105,47 @@ ATTN_HD constexpr KeyTileRange key_tile_range(std::int64_t min_limit, std::int64
   return r;
 }
 
+// The backward pass (backward_kernel.cuh): f16/bf16 at d = 64 and 128 (other head dimensions up to
+// 128, and d_k != d_v, zero-padded to the next one, as the forward pads). Two kernels after the
+// preprocessing (D = rowsum(dO * O)), 4 warps each, one 16-row mma tile per warp:
+//   dK/dV: a block owns block_n = 64 keys of one (batch, kv head), 16 per warp, and streams
+//     block_m queries per step over every query head of the group; block_m = 64 at d = 64, 32 at
+//     d = 128, where dK and dV (d / 2 floats each per thread) and S^T, dP^T (block_m / 2 each)
+//     must stay within the register file.
+//   dQ: a block owns block_m = 64 queries of one (batch, query head), 16 per warp, and streams
+//     key tiles of block_n = 64.
+inline constexpr int backward_head_dims[] = {64, 128};
+ATTN_HD constexpr std::int64_t backward_kernel_head_dim(std::int64_t d_k, std::int64_t d_v) {
+  const std::int64_t d = d_k > d_v ? d_k : d_v;
+  return d <= 64 ? 64 : d <= 128 ? 128 : 0;
+}
+ATTN_HD constexpr TileShape backward_dk_dv_tile_shape(int head_dim) { return TileShape{head_dim <= 64 ? 64 : 32, 64, 128}; }
+ATTN_HD constexpr TileShape backward_dq_tile_shape() { return TileShape{64, 64, 128}; }
+// dK/dV: K and V of the block's keys, Q and dO of a step in two stages (the next step's load
+// runs under this one's products), rows padded by 8 elements as in the forward; per stage and
+// query the row's LSE (base 2), D and key limit within the tile (4 bytes each).
+ATTN_HD constexpr int backward_dk_dv_smem_bytes(int head_dim) {
+  const TileShape t = backward_dk_dv_tile_shape(head_dim);
+  return 2 * t.block_n * (head_dim + smem_row_pad) * 2 + 2 * 2 * t.block_m * (head_dim + smem_row_pad) * 2 + 2 * 3 * t.block_m * 4;
+}
+// dQ: Q and dO of the block's queries, K and V in two stages, the key-limit reduction (2 x 4
+// warps x int64).
+ATTN_HD constexpr int backward_dq_smem_bytes(int head_dim) {
+  const TileShape t = backward_dq_tile_shape();
+  return 2 * t.block_m * (head_dim + smem_row_pad) * 2 + 2 * 2 * t.block_n * (head_dim + smem_row_pad) * 2 + 2 * 4 * 8;
+}
+
+// The first query row that sees key `key` (< n_k) under causality: every earlier row's limit is
+// at most `key`, and causal limits grow with the row, so a dK/dV block starts at this row's tile.
+// n_q when no row does. Padding only lowers a row's limit (the uploaded limits include
+// causality), so the bound holds with padding too.
+ATTN_HD constexpr std::int64_t first_query_seeing(CausalMode mode, std::int64_t key, std::int64_t n_q, std::int64_t n_k) {
+  std::int64_t first = 0;
+  if (mode == CausalMode::top_left) first = key;                   // min(i + 1, n_k) > key
+  if (mode == CausalMode::bottom_right) first = key - (n_k - n_q);  // min(i + 1 + n_k - n_q, n_k) > key
+  return first < 0 ? 0 : (first > n_q ? n_q : first);
+}
+
 // The grid: every (batch, query head, query tile) is one block, numbered linearly with the query
 // tiles of one head adjacent (heads of one kv head next to each other, for L2 reuse) and, within
 // a head, the last query tile first (under causality the longest rows start first). A 1-D grid
