@@ -127,16 +127,18 @@ struct RunArgs {
   int threads = 0;                  // CPU threads to use; 0: every core
 };
 
-// A forward pass prepared on a device: inputs uploaded, outputs and workspace allocated, so that
-// a GPU benchmark times the kernels alone (CUDA events around enqueue, no transfers).
+// A pass prepared on a device: inputs uploaded, outputs and workspace allocated, so that a GPU
+// benchmark times the kernels alone (CUDA events around enqueue, no transfers). For a backward
+// problem the preparation runs the forward once, untimed, for its O and LSE, and enqueue runs the
+// backward alone (the CUDA implementations; the bench does not time a device backward yet).
 class DeviceRun {
  public:
   virtual ~DeviceRun() = default;
-  // Enqueues one forward pass on `stream` (a cudaStream_t); does not synchronise. Throws naming
-  // the failed call.
+  // Enqueues one pass on `stream` (a cudaStream_t); does not synchronise. Throws naming the
+  // failed call.
   virtual void enqueue(void* stream) = 0;
-  // Synchronises, copies the output back and throws unless every element was written and is
-  // finite (a kernel that skips work is an error, not a fast result).
+  // Synchronises, copies the outputs back (O, or dQ, dK and dV) and throws unless every element
+  // was written and is finite (a kernel that skips work is an error, not a fast result).
   virtual void check_output() = 0;
   // Device memory this run holds beyond Q, K, V, O and the LSE: the implementation's workspace.
   virtual std::size_t workspace_bytes() const = 0;
