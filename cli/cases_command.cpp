@@ -44,7 +44,8 @@ CasesCommand::CasesCommand(CLI::App& app)
   command_->add_option("--seed", seed_, "Override every case's seed (draws new data)");
   command_->add_flag("--backward", backward_,
                      "Write each case as a backward case (op=backward), as verify --backward runs it: with its dO (d_o_NNNN.npy); the "
-                     "program writes its own forward's out (and lse) and its backward's dq, dk and dv, which check judges");
+                     "program writes its own forward's out (and lse) and its backward's dq, dk and dv (and, optionally, d_sink and d_bias "
+                     "where the case has sinks or a bias), which check judges");
   auto* declare = command_->add_option("--declare", declaration_,
                                        "The kernel's capabilities declaration (JSON; impls/capability_declaration.hpp): a case outside it "
                                        "is written as its projection onto it, or skipped with the reason; kept in the manifest for check");

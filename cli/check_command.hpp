@@ -6,7 +6,8 @@
 // input files that are not what the repro strings generate, are bad input. A declaration
 // (--declare, or the manifest's) skips what the kernel does not support instead of failing it
 // (impls/file_outputs/file_outputs.hpp). A backward case (`cases --backward`) is judged as verify
-// --backward judges a kernel's: its dq, dk and dv files, each gradient against the reference's.
+// --backward judges a kernel's: its dq, dk and dv files (and d_sink, d_bias where written), each
+// gradient against the reference's.
 // Registered by main.cpp.
 //
 // `attnbench check --inputs DIR [--inputs DIR2 ...] [--outputs OUT ...]`: the user's own tensors

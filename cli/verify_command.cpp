@@ -27,7 +27,8 @@ VerifyCommand::VerifyCommand(CLI::App& app) {
   command_->add_option("--threads", threads_, "Threads for the reference (default: all cores)");
   command_->add_flag("--backward", backward_,
                      "Verify the backward pass on each case (op=backward): each implementation's forward, then its backward fed that "
-                     "forward's O and LSE, its dQ, dK and dV judged against the reference's gradients");
+                     "forward's O and LSE, its dQ, dK and dV (and the sinks' and the bias's gradients where the case has them and it declares them) judged "
+                     "against the reference's gradients");
   command_->add_flag("--no-diagnosis", no_diagnosis_, "Do not test known mistakes against failing outputs");
   command_->add_flag("--no-projection", no_projection_,
                      "Skip a case an implementation does not support (default: run its projection onto what it declares)");

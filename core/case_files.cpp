@@ -135,8 +135,16 @@ std::vector<std::int64_t> gradient_shape(const Problem& p, Role role) {
     case Role::dq: return {p.batch, p.h_q, p.n_q, p.d_k};
     case Role::dk: return {p.batch, p.h_kv, p.n_k, p.d_k};
     case Role::dv: return {p.batch, p.h_kv, p.n_k, p.d_v};
+    case Role::d_sink: return {p.h_q};
+    case Role::d_bias:
+      return {varies_over_batch(p.bias.broadcast) ? p.batch : 1, varies_over_head(p.bias.broadcast) ? p.h_q : 1, p.n_q, p.n_k};
     default: throw std::logic_error(fmt::format("gradient_shape: {} is not a gradient", to_string(role)));
   }
+}
+
+DType gradient_dtype(const Problem& p, Role role) {
+  if (role == Role::d_sink) return DType::f32;
+  return p.dtype_of(role == Role::d_bias ? Role::bias : role);
 }
 
 std::vector<std::pair<std::size_t, Problem>> named_cases(const CaseDirectory& directory) {
@@ -199,6 +207,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
       entry.dq = file_name("dq", entry.index);
       entry.dk = file_name("dk", entry.index);
       entry.dv = file_name("dv", entry.index);
+      if (p.sinks.enabled) entry.d_sink = file_name("d_sink", entry.index);
+      if (p.bias.enabled) entry.d_bias = file_name("d_bias", entry.index);
     }
     const CaseInputs in = generate_inputs(p);
     npy::write_file(dir / entry.q, tensor_to_npy(in.q));
@@ -207,7 +217,10 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
     if (backward) npy::write_file(dir / entry.d_o, tensor_to_npy(generate_d_o(p)));
     auto type = [&](Role role) { return npy_type_of(p.dtype_of(role)); };
     auto gradient = [&](Role role) {
-      return backward ? file_json(entry.gradient_file(role), gradient_shape(p, role), type(role)) : nlohmann::json(nullptr);
+      if (entry.gradient_file(role).empty()) return nlohmann::json(nullptr);
+      nlohmann::json file = file_json(entry.gradient_file(role), gradient_shape(p, role), npy_type_of(gradient_dtype(p, role)));
+      if (role == Role::d_sink || role == Role::d_bias) file["optional"] = true;
+      return file;
     };
     nlohmann::json j = {
         {"index", entry.index},
@@ -230,6 +243,8 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
         {"dq", gradient(Role::dq)},
         {"dk", gradient(Role::dk)},
         {"dv", gradient(Role::dv)},
+        {"d_sink", gradient(Role::d_sink)},
+        {"d_bias", gradient(Role::d_bias)},
         {"fully_masked_rows", declaration != nullptr ? declaration->fully_masked : "zeros"},
     };
     j["lse"]["optional"] = true;
@@ -284,7 +299,10 @@ void write_case_directory(const std::filesystem::path& dir, const std::vector<Pr
                     "dS_ij = P_ij (dP_ij - D_i); through a soft-cap c, dX_ij = dS_ij sech^2(x_ij / c) with x the scaled product "
                     "(else dX = dS); dQ_i = scale sum_j dX_ij k_j; dK_j = scale sum_i dX_ij q_i; under GQA dK and dV summed over "
                     "the query heads of a group; a fully masked row contributes nothing (its dQ is zeros) and a masked key gets "
-                    "nothing from a row"},
+                    "nothing from a row. Optional, per backward case with sinks (with a bias), else null: d_sink [h_q] <f4, "
+                    "dsigma_h = -sum over b and i of P_i,sink D_i with P_i,sink = exp(sigma_h - LSE_i) (d_bias in the bias's "
+                    "shape and encoding, dS summed over the dimensions the bias broadcasts over), judged where written (and "
+                    "required where a declaration says parameter_gradients)"},
       {"cases", list},
   };
   // Each score modification's settings, one key each in every case (core/README.md, "The score
@@ -387,6 +405,18 @@ CaseDirectory read_case_directory(const std::filesystem::path& dir) {
         expect_shape(j, "d_o", output_shape(p), type(Role::d_o), entry.index);
         for (Role role : {Role::dq, Role::dk, Role::dv})
           expect_shape(j, std::string(to_string(role)).c_str(), gradient_shape(p, role), type(role), entry.index);
+      }
+      // The parameters' gradients (absent from manifests written before them): a backward case's
+      // with sinks or a bias alone.
+      for (Role role : {Role::d_sink, Role::d_bias}) {
+        const char* key = role == Role::d_sink ? "d_sink" : "d_bias";
+        if (!j.contains(key) || j.at(key).is_null()) continue;
+        const bool has = backward && (role == Role::d_sink ? p.sinks.enabled : p.bias.enabled);
+        if (!has)
+          throw InputError(fmt::format("case {}: the manifest names a '{}' file but the repro string {}", entry.index, key,
+                                       !backward ? "is a forward case" : role == Role::d_sink ? "has no sinks" : "has no bias"));
+        (role == Role::d_sink ? entry.d_sink : entry.d_bias) = plain_file_name(j, key, entry.index);
+        expect_shape(j, key, gradient_shape(p, role), npy_type_of(gradient_dtype(p, role)), entry.index);
       }
       if (p.dropout.enabled()) {
         if (!j.contains("keep") || j.at("keep").is_null())
@@ -507,7 +537,7 @@ void read_lse_file(const std::filesystem::path& path, const Problem& problem, Te
 }
 
 void read_gradient_file(const std::filesystem::path& path, const Problem& problem, Role role, Tensor& gradient) {
-  read_into(path, gradient_shape(problem, role), problem.dtype_of(role), gradient, to_string(role));
+  read_into(path, gradient_shape(problem, role), gradient_dtype(problem, role), gradient, to_string(role));
 }
 
 void keep_array_into_tensor(const npy::Array& a, const std::string& name, const Problem& problem, Tensor& keep) {

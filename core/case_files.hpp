@@ -32,6 +32,9 @@
 //   GQA dK and dV summed over a group's query heads; a fully masked row contributes nothing. Only
 //   the gradients are judged: out and lse are what the program's backward was fed, read but not
 //   judged (a forward case judges them), and keep is what the gradients are judged given.
+//   Optionally, where the case has sinks (a bias), d_sink [h_q] '<f4' (d_bias in the bias's shape
+//   and encoding): dσ_h = -sum_{b,i} P_i,sink D_i (dBias = dS summed over the dimensions the bias
+//   broadcasts over), judged where the outputs directory holds them (impls/file_outputs).
 // A kernel's declaration of what it supports (impls/capability_declaration.hpp, given to
 // `attnbench cases --declare`) is stored in the manifest with what it made of the case set: a
 // case outside it written as its projection (the manifest's repro is the projection's, and
@@ -66,7 +69,11 @@ struct CaseFileEntry {
   // A backward case's (all empty for a forward one): dO in the cases directory, and the gradient
   // files the outputs directory is expected to hold.
   std::string d_o, dq, dk, dv;
-  const std::string& gradient_file(Role role) const { return role == Role::dq ? dq : role == Role::dk ? dk : dv; }
+  // A backward case's with sinks (a bias): the d_sink (d_bias) file the outputs directory may hold.
+  std::string d_sink, d_bias;
+  const std::string& gradient_file(Role role) const {
+    return role == Role::dq ? dq : role == Role::dk ? dk : role == Role::dv ? dv : role == Role::d_sink ? d_sink : d_bias;
+  }
 };
 
 // A case of the set that a declaration left no problem for (no file is written for it).
@@ -102,8 +109,11 @@ npy::Array visibility_mask_npy(const Problem& problem, const Mask& mask);
 std::vector<std::int64_t> output_shape(const Problem& problem);
 std::vector<std::int64_t> lse_shape(const Problem& problem);
 std::vector<std::int64_t> keep_shape(const Problem& problem);  // [b, h_q, n_q, n_k]
-// A gradient's (dq, dk or dv): the shape of the input it is the gradient of.
+// A gradient's (dq, dk or dv): the shape of the input it is the gradient of; d_sink's [h_q] and
+// d_bias's the bias's ([b or 1, h_q or 1, n_q, n_k]).
 std::vector<std::int64_t> gradient_shape(const Problem& problem, Role role);
+// Its dtype: its role's; d_sink's f32 (the sinks'), d_bias's the bias's.
+DType gradient_dtype(const Problem& problem, Role role);
 
 // Writes every case's .npy files into dir (created if missing; refused when it holds anything
 // but an earlier cases directory, whose files are replaced) and then manifest.json, so a
@@ -133,7 +143,7 @@ void check_case_inputs(const CaseDirectory& directory, const CaseFileEntry& entr
 // (missing, malformed, truncated, wrong shape or dtype, a bf16 output that bf16 cannot hold).
 void read_output_file(const std::filesystem::path& path, const Problem& problem, Tensor& out);
 void read_lse_file(const std::filesystem::path& path, const Problem& problem, Tensor& lse);
-// A gradient file (role dq, dk or dv) into `gradient` (make_gradients' tensor), as an output is read.
+// A gradient file (role dq, dk, dv, d_sink or d_bias) into `gradient` (make_gradients' tensor), as an output is read.
 void read_gradient_file(const std::filesystem::path& path, const Problem& problem, Role role, Tensor& gradient);
 // Dropout's keep mask [b, h_q, n_q, n_k] ('|b1', '|u1' or '<f4') into `keep` (make_keep's f32
 // tensor), each value as it is (judge_keep refuses one that is not 0 or 1 where a key is visible).

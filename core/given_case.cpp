@@ -250,6 +250,15 @@ std::pair<Problem, CaseInputs> given_case_of(GivenArrays a) {
   p.window = a.window;
   p.scale = a.scale;
   for (const NamedSetting& s : a.settings) s.setting->set(p, s.value);
+  if (!a.sinks.empty()) {
+    if (std::int64_t(a.sinks.size()) != p.h_q)
+      throw InputError(fmt::format("sinks: {} logits for h_q = {} query heads (one per query head)", a.sinks.size(), p.h_q));
+    for (double& x : a.sinks) {
+      if (!std::isfinite(x)) throw InputError(fmt::format("sinks: {} is not a finite number", x));
+      x = double(float(x));  // the dtype kernels take them in
+    }
+    p.sinks = {true, 0.0, std::move(a.sinks)};
+  }
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     throw InputError(fmt::format("k: h_kv = {} does not divide q's h_q = {} (query head h reads kv head h / (h_q / h_kv))", p.h_kv, p.h_q));
   auto broadcastable = [&](const char* name, const std::vector<std::int64_t>& s) {

@@ -60,6 +60,7 @@ struct GivenArrays {
   // The score modifications' settings by name (softcap, dropout_p, ...: core/score_pipeline.hpp);
   // dropout's keep mask goes with the outputs (GivenCase::keep).
   std::vector<NamedSetting> settings;
+  std::vector<double> sinks;                   // one logit per query head (rounded to f32); empty: none
 };
 
 // The problem and inputs of GivenArrays (moved in: a borrowed tensor stays borrowed). Throws

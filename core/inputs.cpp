@@ -141,8 +141,21 @@ Tensor make_lse(const Problem& p) {
 
 Gradients make_gradients(const Problem& p) {
   Gradients g{Tensor(p.dtype_of(Role::dq), {p.batch, p.h_q, p.n_q, p.d_k}), Tensor(p.dtype_of(Role::dk), {p.batch, p.h_kv, p.n_k, p.d_k}),
-              Tensor(p.dtype_of(Role::dv), {p.batch, p.h_kv, p.n_k, p.d_v})};
+              Tensor(p.dtype_of(Role::dv), {p.batch, p.h_kv, p.n_k, p.d_v}), Tensor{}, Tensor{}};
   g.dq.poison(), g.dk.poison(), g.dv.poison();
+  return g;
+}
+
+Gradients make_gradients(const Problem& p, const Mask& parameters) {
+  Gradients g = make_gradients(p);
+  if (parameters.has_sinks()) {
+    g.d_sink = Tensor(parameters.sinks_tensor().dtype(), parameters.sinks_tensor().shape());
+    g.d_sink.poison();
+  }
+  if (parameters.has_bias()) {
+    g.d_bias = Tensor(parameters.bias_tensor().dtype(), parameters.bias_tensor().shape());
+    g.d_bias.poison();
+  }
   return g;
 }
 

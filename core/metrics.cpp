@@ -112,6 +112,14 @@ TensorErrors measure_tensor(Role role, DType dtype, const Tensor& got, std::span
 
 std::string tensor_coordinates(const Problem& p, Role role, std::int64_t flat) {
   if (flat < 0) return "-";
+  if (role == Role::d_sink) return fmt::format("d_sink h={}", flat);
+  if (role == Role::d_bias) {
+    // The bias's own shape: a dimension it broadcasts over is summed, and shows as "*".
+    const bool per_batch = varies_over_batch(p.bias.broadcast), per_head = varies_over_head(p.bias.broadcast);
+    const std::int64_t j = flat % p.n_k, i = (flat / p.n_k) % p.n_q, h = per_head ? (flat / (p.n_k * p.n_q)) % p.h_q : 0;
+    const std::int64_t b = flat / (p.n_k * p.n_q * (per_head ? p.h_q : 1));
+    return fmt::format("d_bias b={} h={} i={} j={}", per_batch ? std::to_string(b) : "*", per_head ? std::to_string(h) : "*", i, j);
+  }
   // Queries index the rows of dq (and o, d_o), keys those of dk and dv.
   const bool by_key = role == Role::dk || role == Role::dv || role == Role::k || role == Role::v;
   const std::int64_t heads = by_key ? p.h_kv : p.h_q, rows = by_key ? p.n_k : p.n_q;

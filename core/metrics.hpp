@@ -82,7 +82,9 @@ struct TensorErrors {
 // its expected values, dense BHSD ([b, h, n, d] of got's shape). dtype: the role's, for ulps.
 TensorErrors measure_tensor(Role role, DType dtype, const Tensor& got, std::span<const double> want);
 
-// "dk b=0 h=1 j=5 c=3": a flat index into a gradient's dense BHSD shape (queries i, keys j).
+// "dk b=0 h=1 j=5 c=3": a flat index into a gradient's dense BHSD shape (queries i, keys j);
+// "d_sink h=2" and "d_bias b=* h=1 i=0 j=4" (the bias's shape, "*" where it broadcasts) for the
+// parameters' gradients.
 std::string tensor_coordinates(const Problem& problem, Role role, std::int64_t flat_index);
 
 ErrorMetrics measure(const Problem& problem, const Mask& mask, const Expected& expected, const Tensor& out,

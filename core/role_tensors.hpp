@@ -36,7 +36,7 @@ class RoleTensors {
   }
 
   // A backward pass's: q, k, v, d_o (and the bias, the sinks, the forward's o and lse where given)
-  // in; dq, dk, dv out.
+  // in; dq, dk, dv out (d_sink and d_bias: the overload below).
   static RoleTensors backward(const CaseInputs& inputs, const Tensor& d_o, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor* o = nullptr,
                               const Tensor* lse = nullptr) {
     RoleTensors t;
@@ -51,6 +51,16 @@ class RoleTensors {
     t.set_output(Role::dq, &dq);
     t.set_output(Role::dk, &dk);
     t.set_output(Role::dv, &dv);
+    return t;
+  }
+  // The same for a Gradients, with d_sink and d_bias out where it holds them (make_gradients with
+  // the mask: the implementation declares Capabilities::parameter_gradients) and the problem has
+  // sinks and a bias.
+  static RoleTensors backward(const CaseInputs& inputs, const Tensor& d_o, Gradients& gradients, const Tensor* o = nullptr,
+                              const Tensor* lse = nullptr) {
+    RoleTensors t = backward(inputs, d_o, gradients.dq, gradients.dk, gradients.dv, o, lse);
+    if (inputs.mask.has_sinks() && gradients.holds(Role::d_sink)) t.set_output(Role::d_sink, &gradients.d_sink);
+    if (inputs.mask.has_bias() && gradients.holds(Role::d_bias)) t.set_output(Role::d_bias, &gradients.d_bias);
     return t;
   }
 

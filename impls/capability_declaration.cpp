@@ -30,7 +30,7 @@ constexpr std::array<std::pair<std::string_view, MaskFlag>, 7> mask_names{{
     {"window", &MaskSupport::windows},
 }};
 
-constexpr std::array<std::string_view, 22> known_keys{"score_modifications", "schema",       "version",       "summary",          "operations",
+constexpr std::array<std::string_view, 23> known_keys{"parameter_gradients", "score_modifications", "schema",       "version",       "summary",          "operations",
                                                       "dtypes",       "role_dtypes",   "layouts",          "masks",
                                                       "causal_only",  "gqa",           "different_dk_dv",  "default_scale_only",
                                                       "head_dims",    "min_head_dim",  "max_head_dim",     "fully_masked",
@@ -166,6 +166,7 @@ Capabilities capabilities_from_json(const nlohmann::json& j, const std::string& 
   get("returns_lse", caps.returns_lse, is_bool, "true or false");
   get("deterministic", caps.deterministic, is_bool, "true or false");
   get("masked_nonfinite_safe", caps.masked_nonfinite_safe, is_bool, "true or false");
+  get("parameter_gradients", caps.parameter_gradients, is_bool, "true or false");
 
   std::vector<std::int64_t> dims;
   if (get("head_dims", dims, is_ints, "a list of integers")) {
@@ -218,6 +219,7 @@ nlohmann::json capabilities_to_json(const Capabilities& caps) {
   std::vector<std::string_view> operations;
   for (Operation o : caps.operations) operations.push_back(to_string(o));
   j["operations"] = operations;
+  j["parameter_gradients"] = caps.parameter_gradients;
   j["dtypes"] = dtypes;
   if (!caps.role_dtypes.empty()) {
     nlohmann::json& roles = j["role_dtypes"] = nlohmann::json::object();

@@ -8,6 +8,8 @@
 //   {"schema": "attnbench.capabilities", "version": 1,      (optional; checked when present)
 //    "summary": "what it is",                               (optional)
 //    "operations": ["forward"],   (the default; "backward": verify --backward runs its forward, then its backward)
+//    "parameter_gradients": false,   (true: its backward also writes d_sink and d_bias where a case
+//                                     has sinks or a bias; Capabilities::parameter_gradients)
 //    "dtypes": ["f64", "f32", "f16", "bf16"],               (required, at least one)
 //    "role_dtypes": {"o": ["f32"]},   (a role's own dtypes: mixed-precision cases, e.g. f16 inputs
 //                                      with an f32 output; roles q k v bias o d_o dq dk dv)

@@ -50,6 +50,11 @@ struct Capabilities {
   // What it computes (Problem::operation). covers() refuses any other, naming it, and no
   // projection changes a problem's operation: a forward run says nothing about a backward pass.
   std::vector<Operation> operations{Operation::forward};
+  // Its backward pass also computes the gradients of the score pipeline's parameters: d_sink (dσ,
+  // on problems with sinks) and d_bias (dBias, on problems with a bias), each where the problem has
+  // it. Undeclared they are neither asked for nor judged, and verify's record says so (not computed,
+  // which is not a pass); dQ, dK and dV are judged either way.
+  bool parameter_gradients = false;
   std::vector<DType> dtypes;           // the dtypes of one-dtype problems: every data role accepts them
   // A role's own dtypes: mixed-precision problems (o in f32 on f16 inputs). A problem is declared
   // when every data role it uses (data_roles_of) in the problem's dtype accepts that dtype (here

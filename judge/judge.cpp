@@ -1,5 +1,6 @@
 #include "judge/judge.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -157,7 +158,14 @@ Judgement judge_case(const Problem& p, const CaseInputs& in, const Tensor& out, 
 }
 
 std::span<const double> BackwardYardstick::expected(Role gradient) const {
-  return gradient == Role::dq ? reference.dq : gradient == Role::dk ? reference.dk : reference.dv;
+  switch (gradient) {
+    case Role::dq: return reference.dq;
+    case Role::dk: return reference.dk;
+    case Role::dv: return reference.dv;
+    case Role::d_sink: return reference.d_sink;
+    case Role::d_bias: return reference.d_bias;
+    default: throw std::logic_error(fmt::format("{} is not a gradient", to_string(gradient)));
+  }
 }
 
 double BackwardYardstick::term_rounding(Role gradient, const Problem& p) const {
@@ -166,7 +174,14 @@ double BackwardYardstick::term_rounding(Role gradient, const Problem& p) const {
   const auto stored = [](DType dtype) { return std::ldexp(1.0, -significand_bits(dtype)); };
   const double relative = accumulation_unit_roundoff(working_dtype(p.numerics())) + stored(p.dtype_of(Role::lse)) * reference.lse_max_abs +
                           stored(p.dtype_of(Role::o));
-  return relative * (gradient == Role::dq ? m.dq : gradient == Role::dk ? m.dk : m.dv);
+  switch (gradient) {
+    case Role::dq: return relative * m.dq;
+    case Role::dk: return relative * m.dk;
+    case Role::dv: return relative * m.dv;
+    case Role::d_sink: return relative * m.d_sink;
+    case Role::d_bias: return relative * m.d_bias;
+    default: throw std::logic_error(fmt::format("{} is not a gradient", to_string(gradient)));
+  }
 }
 
 const TensorErrors& BackwardYardstick::baseline_of(Role gradient) const {
@@ -175,16 +190,20 @@ const TensorErrors& BackwardYardstick::baseline_of(Role gradient) const {
   throw std::logic_error(fmt::format("no naive baseline for {}", to_string(gradient)));
 }
 
+bool BackwardYardstick::has(Role gradient) const {
+  return std::any_of(baseline.begin(), baseline.end(), [&](const TensorErrors& e) { return e.role == gradient; });
+}
+
 BackwardYardstick make_backward_yardstick(const Problem& p, const CaseInputs& in, const Tensor& d_o, int threads) {
   if (p.operation != Operation::backward) throw std::logic_error("make_backward_yardstick: a forward problem");
   BackwardYardstick y;
   const auto start = std::chrono::steady_clock::now();
   y.reference = compute_reference_backward(p, in, d_o, threads);
   y.reference_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Gradients naive = make_gradients(p);
+  Gradients naive = make_gradients(p, in.mask);
   std::vector<std::byte> workspace(naive_workspace_bytes(p));
-  naive_attention(RunArgs{p, in, RoleTensors::backward(in, d_o, naive.dq, naive.dk, naive.dv), workspace});
-  for (Role role : gradient_roles) y.baseline.push_back(measure_tensor(role, p.dtype_of(role), naive.of(role), y.expected(role)));
+  naive_attention(RunArgs{p, in, RoleTensors::backward(in, d_o, naive), workspace});
+  for (Role role : naive.roles()) y.baseline.push_back(measure_tensor(role, naive.of(role).dtype(), naive.of(role), y.expected(role)));
   return y;
 }
 
@@ -193,9 +212,14 @@ GradientJudgement judge_gradients(const Problem& p, const BackwardYardstick& y, 
   const DType working = working_dtype(p.numerics());
   const double scale = precision_scale(working, options.matmul_precision);
   double worst_ratio = 0;
-  for (Role role : gradient_roles) {
-    const TensorErrors& measured = j.errors.emplace_back(measure_tensor(role, p.dtype_of(role), g.of(role), y.expected(role)));
-    RoleVerdict v = judge_gradient(options.rule, p.dtype_of(role), measured, y.baseline_of(role), y.term_rounding(role, p), scale);
+  for (Role role : parameter_gradient_roles)
+    if (y.has(role) && !g.holds(role)) j.not_computed.push_back(role);
+  for (Role role : g.roles()) {
+    // The parameters' gradients are in their tensors' dtypes (the sinks' f32, the bias's), which
+    // the problem's roles do not name.
+    const DType dtype = is_data_role(role) ? p.dtype_of(role) : g.of(role).dtype();
+    const TensorErrors& measured = j.errors.emplace_back(measure_tensor(role, dtype, g.of(role), y.expected(role)));
+    RoleVerdict v = judge_gradient(options.rule, dtype, measured, y.baseline_of(role), y.term_rounding(role, p), scale);
     const double naive = y.baseline_of(role).max_abs;
     const double ratio = naive > 0 ? measured.max_abs / naive : (measured.max_abs > 0 ? std::numeric_limits<double>::infinity() : 0.0);
     if (!(ratio <= worst_ratio)) worst_ratio = ratio;
@@ -208,8 +232,9 @@ GradientJudgement judge_gradients(const Problem& p, const BackwardYardstick& y, 
 }
 
 std::string first_gradient_difference(const Problem& p, const Gradients& first, const Gradients& second) {
-  for (Role role : {Role::dq, Role::dk, Role::dv}) {
+  for (Role role : first.roles()) {
     const Tensor &a = first.of(role), &b = second.of(role);
+    if (a.numel() != b.numel()) return fmt::format("{} given by one run only", to_string(role));
     std::int64_t differing = 0, at = -1;
     for (std::int64_t e = 0; e < a.numel(); ++e)
       if (a.bits(e) != b.bits(e)) differing += 1, at = at < 0 ? e : at;

@@ -83,7 +83,9 @@ Judgement judge_case(const Problem& problem, const CaseInputs& inputs, const Ten
 // that keep mask (with_reported_keep) when the problem has dropout.
 struct BackwardYardstick {
   BackwardReference reference;
-  std::vector<TensorErrors> baseline;  // dq, dk, dv: the naive backward's errors
+  // The naive backward's errors: dq, dk, dv, then d_sink and d_bias where the problem has sinks
+  // and a bias (the yardstick asks for them whether or not the judged implementation computes them).
+  std::vector<TensorErrors> baseline;
   double reference_seconds = 0;
   std::span<const double> expected(Role gradient) const;
   // The rule's term rounding of a gradient (core/pass_rule.hpp, judge_gradient): its term
@@ -93,22 +95,30 @@ struct BackwardYardstick {
   // the f16 or bf16 O it wrote).
   double term_rounding(Role gradient, const Problem& problem) const;
   const TensorErrors& baseline_of(Role gradient) const;
+  bool has(Role gradient) const;  // whether the problem has the gradient (a baseline for it)
 };
+// What every backward pass computes and is judged on.
 inline constexpr std::array<Role, 3> gradient_roles{Role::dq, Role::dk, Role::dv};
+// What one computes where it declares Capabilities::parameter_gradients and the problem has sinks
+// (d_sink) or a bias (d_bias): judged by the same rule when given, else named as not computed.
+inline constexpr std::array<Role, 2> parameter_gradient_roles{Role::d_sink, Role::d_bias};
 
 BackwardYardstick make_backward_yardstick(const Problem& problem, const CaseInputs& inputs, const Tensor& d_o, int threads = 0);
 
-// The verdict has one role per gradient (dq, dk, dv), each with its error and tolerance; errors
-// holds their measurements in the same order.
+// The verdict has one role per gradient given (dq, dk, dv, and d_sink, d_bias where `gradients`
+// holds them: Gradients::roles), each with its error and tolerance; errors holds their
+// measurements in the same order. not_computed: the parameter gradients the problem has that were
+// not given (the implementation does not declare them), neither judged nor a pass.
 struct GradientJudgement {
   std::vector<TensorErrors> errors;
   Verdict verdict;
+  std::vector<Role> not_computed;
 };
 GradientJudgement judge_gradients(const Problem& problem, const BackwardYardstick& yardstick, const Gradients& gradients,
                                   const JudgeOptions& options = {});
 
 // Where two runs' gradients differ in bits: "dq b=0 h=1 i=3 c=0 (0.25 then 0.2500001), 12 elements
-// of dq differ", or "" when every bit agrees.
+// of dq differ", or "" when every bit agrees (over the gradients the first holds).
 std::string first_gradient_difference(const Problem& problem, const Gradients& first, const Gradients& second);
 
 }  // namespace attn

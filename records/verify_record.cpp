@@ -218,6 +218,7 @@ json to_json(const VerifyRecord& r) {
   j["reasons"] = r.reasons;
   if (!r.roles.empty()) j["roles"] = roles_json(r.roles);
   if (!r.gradients.empty()) j["gradients"] = gradients_json(r.gradients);
+  if (!r.gradients_not_computed.empty()) j["gradients_not_computed"] = r.gradients_not_computed;
   if (!r.isolation.empty()) j["isolation"] = r.isolation;
   j["seconds"] = r.seconds;
   if (r.diagnosis) j["diagnosis"] = diagnosis_json(*r.diagnosis);
@@ -336,6 +337,7 @@ VerifyRecord read_verify_record(const json& r, std::size_t index, const std::str
     v.metrics = read.metrics(r["metrics"], "metrics.");
   }
   if (r.contains("gradients")) v.gradients = read.gradients(read.object(r, "gradients", ""), "gradients.");
+  read.strings(r, "gradients_not_computed", v.gradients_not_computed);
   read.string(r, "isolation", "", v.isolation);
   if (r.contains("roles")) {
     const json& roles = read.object(r, "roles", "");

@@ -47,7 +47,7 @@ struct VerifyReference {
   double seconds = 0;
 };
 
-// A gradient's errors (a backward case's dq, dk or dv), its role named; the baseline's carry the
+// A gradient's errors (a backward case's dq, dk, dv, d_sink or d_bias), its role named; the baseline's carry the
 // term rounding its yardstick is floored at (core/pass_rule.hpp, judge_gradient).
 struct VerifyGradient {
   std::string role;
@@ -105,7 +105,10 @@ struct VerifyRecord {
   // A pass's or a fail's (written only for those). A backward case's metrics are its worst
   // gradient's (the largest share of its tolerance), whose role the coordinates name ("dk b=0 ...").
   std::optional<VerifyMetrics> metrics;
-  std::vector<VerifyGradient> gradients;     // a backward case's, dq dk dv; "gradients" in the file
+  std::vector<VerifyGradient> gradients;     // a backward case's, dq dk dv (d_sink d_bias where judged); "gradients" in the file
+  // A backward case's parameter gradients (d_sink, d_bias) that its problem has and the
+  // implementation does not compute (undeclared): neither judged nor passed. Written when any.
+  std::vector<std::string> gradients_not_computed;
   std::string isolation;                     // a failed backward's rerun on the reference's O and LSE: whose fault
   double tolerance = 0, ratio_to_baseline = 0;
   std::optional<double> budget_used;         // the worst error over its tolerance: 1 is the pass line

@@ -50,9 +50,12 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
   const bool bias_per_head = !has_bias || bias.shape()[1] != 1;
   const std::int64_t batch_tasks = bias_per_batch ? p.batch : 1, head_tasks = bias_per_head ? p.h_kv : 1;
   const std::int64_t tasks = batch_tasks * head_tasks;
-  // Per task: its d_sink terms (h_q) and, where a bias slice is shared, its part of dBias.
+  // Per task: its d_sink terms (h_q) and their magnitudes and, where a bias slice is shared, its
+  // part of dBias (each task owns the elements it adds to, as it owns its dK and dV).
   std::vector<std::vector<Real>> sink_parts(static_cast<std::size_t>(tasks));
+  std::vector<std::vector<double>> sink_term_parts(static_cast<std::size_t>(tasks));
   std::vector<Real> d_bias(has_bias ? static_cast<std::size_t>(bias.numel()) : 0, Real(0));
+  std::vector<double> d_bias_terms(d_bias.size(), 0.0);
   // Each task's largest term magnitudes (BackwardReference::term_magnitude), in double: a bound's
   // scale needs no 113 bits.
   struct Magnitudes : BackwardReference::TermMagnitudes {
@@ -67,8 +70,10 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
         std::vector<double> dk_terms, dv_terms, dq_terms, dp_terms;
         for (std::int64_t task = first; task < last; ++task) {
           std::vector<Real>& sink_part = sink_parts[static_cast<std::size_t>(task)];
+          std::vector<double>& sink_terms = sink_term_parts[static_cast<std::size_t>(task)];
           Magnitudes& magnitude = magnitudes[static_cast<std::size_t>(task)];
           sink_part.assign(static_cast<std::size_t>(p.h_q), Real(0));
+          sink_terms.assign(static_cast<std::size_t>(p.h_q), 0.0);
           const std::int64_t b_first = bias_per_batch ? task / head_tasks : 0, b_last = bias_per_batch ? b_first + 1 : p.batch;
           const std::int64_t g_first = bias_per_head ? task % head_tasks : 0, g_last = bias_per_head ? g_first + 1 : p.h_kv;
           for (std::int64_t b = b_first; b < b_last; ++b)
@@ -120,17 +125,25 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
                     d += w[jj] * dp[jj];
                     d_terms += static_cast<double>(w[jj]) * dp_terms[jj];
                   }
-                  if (sink) sink_part[std::size_t(h)] -= sink_term / sum * d;
+                  if (sink) {
+                    sink_part[std::size_t(h)] -= sink_term / sum * d;
+                    sink_terms[std::size_t(h)] += static_cast<double>(sink_term / sum) * d_terms;
+                  }
                   const std::int64_t dq0 = ((b * p.h_q + h) * p.n_q + i) * p.d_k;
                   std::vector<Real> dq_row(static_cast<std::size_t>(p.d_k), Real(0));
                   dq_terms.assign(static_cast<std::size_t>(p.d_k), 0.0);
                   for (std::size_t jj = 0; jj < n; ++jj) {
                     const std::int64_t j = keys[jj];
                     const Real ds = w[jj] * (dp[jj] - d);
-                    if (has_bias) d_bias[std::size_t(bias.offset(bias_per_batch ? b : 0, bias_per_head ? h : 0, i, j))] += ds;
+                    const double ds_terms = static_cast<double>(w[jj]) * (dp_terms[jj] + d_terms);
+                    if (has_bias) {
+                      const std::size_t at = std::size_t(bias.offset(bias_per_batch ? b : 0, bias_per_head ? h : 0, i, j));
+                      d_bias[at] += ds;
+                      d_bias_terms[at] += ds_terms;
+                    }
                     const Real slope = pipeline.product_slope(x[jj]) * scale;
                     const Real dx = ds * slope;
-                    const double dx_terms = static_cast<double>(w[jj]) * (dp_terms[jj] + d_terms) * std::fabs(static_cast<double>(slope));
+                    const double dx_terms = ds_terms * std::fabs(static_cast<double>(slope));
                     const std::int64_t k0 = in.k.offset(b, g, j, 0);
                     for (std::int64_t t = 0; t < p.d_k; ++t) {
                       dq_row[std::size_t(t)] += dx * Real(k[std::size_t(k0 + t)]);
@@ -171,12 +184,18 @@ BackwardReference compute_reference_backward(const Problem& p, const CaseInputs&
     r.d_sink.assign(static_cast<std::size_t>(p.h_q), 0.0);
     for (std::int64_t h = 0; h < p.h_q; ++h) {
       Real total = 0;
-      for (const std::vector<Real>& part : sink_parts) total += part[std::size_t(h)];  // in task order
+      double terms = 0;
+      for (std::size_t t = 0; t < sink_parts.size(); ++t) {  // in task order
+        total += sink_parts[t][std::size_t(h)];
+        terms += sink_term_parts[t][std::size_t(h)];
+      }
       r.d_sink[std::size_t(h)] = static_cast<double>(total);
+      r.term_magnitude.d_sink = std::max(r.term_magnitude.d_sink, terms);
     }
   }
   r.d_bias.reserve(d_bias.size());
   for (const Real& e : d_bias) r.d_bias.push_back(static_cast<double>(e));
+  for (const double t : d_bias_terms) r.term_magnitude.d_bias = std::max(r.term_magnitude.d_bias, t);
   return r;
 }
 

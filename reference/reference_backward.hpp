@@ -32,12 +32,15 @@ struct BackwardReference {
   // What rounding each product's terms once in the working precision costs, per unit roundoff:
   // for each gradient, the largest sum of its terms' magnitudes over its elements (dQ_i: scale
   // sum_j P_ij (|dP|_ij + |D|_i) |f'_ij| |k_j|, with |dP|_ij = r sum_c |dO_ic v_jc| and |D|_i =
-  // sum_j P_ij |dP|_ij; dK_j the same over i with |q_i|; dV_j: sum_i P_ij Z_ij r |dO_i|). dQ sums
-  // the rows of dS, which sum to zero: a gradient can be far smaller than its terms (exactly 0 at a
-  // single key), and there a correct kernel's rounding of D and dP, which the naive yardstick may
-  // cancel by luck, is u times this (the pass rule's gradient floor, core/pass_rule.hpp).
+  // sum_j P_ij |dP|_ij; dK_j the same over i with |q_i|; dV_j: sum_i P_ij Z_ij r |dO_i|; dsink_h:
+  // sum_{b,i} P_i,sink |D|_i; dBias: P_ij (|dP|_ij + |D|_i), the magnitude of dS_ij's terms,
+  // summed over the bias's broadcast dimensions). dQ sums the rows of dS, which sum to zero: a
+  // gradient can be far smaller than its terms (exactly 0 at a single key), and there a correct
+  // kernel's rounding of D and dP, which the naive yardstick may cancel by luck, is u times this
+  // (the pass rule's gradient floor, core/pass_rule.hpp). dsink_h is such a sum too (D_i has
+  // either sign), and so is a shared bias's dBias. 0 for a gradient the problem does not have.
   struct TermMagnitudes {
-    double dq = 0, dk = 0, dv = 0;
+    double dq = 0, dk = 0, dv = 0, d_sink = 0, d_bias = 0;
   } term_magnitude;
   // max |LSE_i| over the rows that see a key: a backward recomputes P = exp(s - LSE) from the LSE
   // its forward returned, rounded to the LSE's dtype, whose error |LSE| u reaches every weight as a

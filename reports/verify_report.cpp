@@ -90,7 +90,7 @@ double budget_used(const Verdict& v) {
   double used = 0;
   for (const RoleVerdict& r : v.roles) {
     // o and the gradients: a NaN error stays NaN (std::max below keeps its first argument).
-    if (r.role == Role::o || r.role == Role::dq || r.role == Role::dk || r.role == Role::dv) {
+    if (r.role == Role::o || r.role == Role::dq || r.role == Role::dk || r.role == Role::dv || r.role == Role::d_sink || r.role == Role::d_bias) {
       const double share = r.tolerance > 0 ? r.max_abs / r.tolerance : (r.max_abs == 0 ? 0.0 : std::numeric_limits<double>::infinity());
       used = std::isnan(share) ? share : std::isnan(used) ? used : std::max(share, used);
     } else if (r.tolerance > 0) {
@@ -170,6 +170,7 @@ VerifyRecord verify_record(const Record& r) {
     v.metrics = metrics_record(c.problem, *worst);
     v.tolerance = r.verdict.role(worst->role)->tolerance;
     for (const TensorErrors& g : r.gradients) v.gradients.push_back({std::string(to_string(g.role)), metrics_record(c.problem, g), 0.0});
+    for (Role role : r.gradients_not_computed) v.gradients_not_computed.emplace_back(to_string(role));
     // The baseline's metrics follow the record's: the same gradient's.
     for (const TensorErrors& g : c.gradient_baseline)
       if (g.role == worst->role) v.baseline->metrics = metrics_record(c.problem, g);

@@ -2,7 +2,8 @@
 // control passes every case; every mutant fails at least one, by its gradients or, for the one
 // whose dQ sum changes order from run to run, by the determinism a deterministic backward
 // declares; and the diagnosis names the first five mistakes of the catalogue
-// (verification/backward_mistakes.hpp) on the failures they cause.
+// (verification/backward_mistakes.hpp) and the two of the parameters' gradients (dσ, dBias) on the
+// failures they cause.
 #include <map>
 #include <set>
 #include <string>
@@ -18,7 +19,8 @@ namespace attn::mutants {
 namespace {
 
 // Small backward cases where each mistake shows: GQA (dK's group sum), a window and padding (the
-// mask), a soft-cap, dropout, n_q != n_k both ways, every dtype.
+// mask), a soft-cap, dropout, n_q != n_k both ways, every dtype, sinks, a bias shared over heads
+// and one shared over batches.
 std::vector<Problem> backward_cases() {
   std::vector<Problem> cases;
   for (Problem p : quick_cases()) cases.push_back(p);
@@ -27,13 +29,15 @@ std::vector<Problem> backward_cases() {
            "b=2 hq=2 hkv=1 nq=16 nk=40 dk=16 dv=8 dtype=f32 window=6,0@bottom_right regime=peaked seed=12",
            "b=1 hq=2 hkv=2 nq=20 nk=20 dk=16 dv=16 dtype=f32 causal=none dropout=0.25 regime=diffuse seed=13",
            "b=1 hq=4 hkv=1 nq=18 nk=18 dk=8 dv=8 dtype=f64 causal=top_left sink=0.5 regime=diffuse seed=14",
+           "b=2 hq=3 hkv=3 nq=10 nk=12 dk=8 dv=8 dtype=f32 causal=none bias=1@b regime=diffuse seed=15",
+           "b=3 hq=2 hkv=1 nq=9 nk=9 dk=8 dv=8 dtype=f64 causal=bottom_right bias=0.5@h regime=diffuse seed=16",
        })
     cases.push_back(parse_problem(repro));
   for (Problem& p : cases) p.operation = Operation::backward;
   return cases;
 }
 
-TEST(BackwardMutants, TheControlPassesAndEveryMutantFailsWithTheFirstFiveNamed) {
+TEST(BackwardMutants, TheControlPassesAndEveryMutantFailsWithTheFirstFiveAndTheParametersNamed) {
   std::vector<std::unique_ptr<Implementation>> owned = make_all_backward();
   owned.push_back(make_backward_mutant(std::nullopt));
   std::vector<const Implementation*> implementations;
@@ -61,7 +65,8 @@ TEST(BackwardMutants, TheControlPassesAndEveryMutantFailsWithTheFirstFiveNamed) 
     EXPECT_GT(failed[name], 0) << name << " passed every case";
   }
   EXPECT_FALSE(determinism["mutant_dq_order_varies"].empty()) << "the reordered dQ sum is caught as nondeterminism";
-  for (const char* first_five : {"d_omitted", "d_from_another_row", "dk_not_summed_over_group", "dk_scale_missing", "dv_p_transposed"}) {
+  for (const char* first_five : {"d_omitted", "d_from_another_row", "dk_not_summed_over_group", "dk_scale_missing", "dv_p_transposed",
+                                  "d_sink_sign_flipped", "d_bias_not_summed"}) {
     const std::string name = std::string("mutant_") + first_five;
     EXPECT_TRUE(named[name].contains(first_five)) << name << "'s failures are not diagnosed as " << first_five;
   }

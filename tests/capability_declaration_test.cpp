@@ -202,10 +202,14 @@ TEST(CapabilityDeclaration, WritesBackUnchanged) {
   caps.masked_nonfinite_safe = true;
   caps.matmul_precision = MatmulPrecision::tf32;
   caps.operations = {Operation::forward, Operation::backward};
+  caps.parameter_gradients = true;
   const nlohmann::json j = capabilities_to_json(caps);
   const Capabilities back = capabilities_from_json(j, "test");
   expect_same(back, caps);
   EXPECT_EQ(back.operations, caps.operations);
+  EXPECT_TRUE(back.parameter_gradients);
+  EXPECT_FALSE(capabilities_from_json(nlohmann::json{{"dtypes", {"f32"}}}, "test").parameter_gradients);
+  EXPECT_THROW(capabilities_from_json(nlohmann::json{{"dtypes", {"f32"}}, {"parameter_gradients", "yes"}}, "test"), InputError);
   EXPECT_EQ(back.summary, "narrow");
   EXPECT_EQ(back.masked_nonfinite_safe, true);
   EXPECT_EQ(back.matmul_precision, MatmulPrecision::tf32);

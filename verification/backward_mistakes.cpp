@@ -28,6 +28,9 @@ const std::vector<KnownBackwardMistake>& known_backward_mistakes() {
       {M::softcap_slope_missing, "softcap_slope_missing", "dS was not multiplied by the soft-cap's slope 1 - tanh^2(x / c)"},
       {M::dropout_mask_ignored, "dropout_mask_ignored", "the backward took every weight as kept: dropout's keep mask left out of dP and dV"},
       {M::dq_order_varies, "dq_order_varies", "dQ's sum over keys ran in an order that changes from run to run (as atomic adds do)"},
+      {M::d_sink_sign_flipped, "d_sink_sign_flipped", "the sinks' gradient has the wrong sign: sum P_i,sink D_i instead of -sum P_i,sink D_i"},
+      {M::d_bias_not_summed, "d_bias_not_summed",
+       "dBias of a bias shared over batches or heads was overwritten by each batch and head in turn instead of summed over them"},
   };
   return catalogue;
 }
@@ -56,6 +59,12 @@ bool backward_mistake_applies(BackwardMistake mistake, const Problem& p, const M
     case BackwardMistake::softcap_slope_missing: return p.softcap.has_value();
     case BackwardMistake::dropout_mask_ignored: return p.dropout.enabled();
     case BackwardMistake::d_from_another_row: return p.n_q > 1;
+    case BackwardMistake::d_sink_sign_flipped: return mask.has_sinks();
+    case BackwardMistake::d_bias_not_summed: {
+      if (!mask.has_bias()) return false;
+      const auto& shape = mask.bias_tensor().shape();
+      return (shape[0] == 1 && p.batch > 1) || (shape[1] == 1 && p.h_q > 1);
+    }
     default: return mask.count_visible() > 0;
   }
 }
@@ -80,6 +89,10 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
       dk_head(nk * dk), o_rows(nq * dv), d(nq), dq_row(dk);
   std::vector<std::size_t> order(nk);
   Rng order_stream(run, 0x6261636b776172ull);  // "backwar": dq_order_varies' stream
+  // dσ per query head and dBias in the bias's shape, summed over the whole pass where asked for.
+  const bool want_sink = out.holds(Role::d_sink), want_bias = out.holds(Role::d_bias);
+  std::vector<T> sink_weight(nq), d_sink(want_sink ? std::size_t(p.h_q) : 0), d_bias(want_bias ? std::size_t(out.d_bias.numel()) : 0);
+  const bool bias_per_batch = want_bias && out.d_bias.shape()[0] != 1, bias_per_head = want_bias && out.d_bias.shape()[1] != 1;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t g = 0; g < p.h_kv; ++g) {
       copy_as(in.k, in.k.offset(b, g, 0, 0), std::int64_t(nk * dk), k.data());
@@ -104,6 +117,7 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
           std::fill(row, row + nk, T(0));
           std::fill(o_rows.begin() + std::ptrdiff_t(i * dv), o_rows.begin() + std::ptrdiff_t((i + 1) * dv), T(0));
           d[i] = 0;
+          sink_weight[i] = 0;
           if (m == -std::numeric_limits<T>::infinity()) continue;  // fully masked: contributes nothing
           const std::optional<double> sink = pipeline.sink(h);
           if (sink) m = std::max(m, static_cast<T>(*sink));
@@ -112,6 +126,7 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
             if (pipeline.visible(b, h, std::int64_t(i), std::int64_t(j)))
               sum += std::exp(pipeline.capped<T>(x[i * nk + j]) + static_cast<T>(in.mask.bias(b, h, std::int64_t(i), std::int64_t(j))) - m);
           const T lse = m + std::log(sum);
+          if (sink) sink_weight[i] = std::exp(static_cast<T>(*sink) - lse);
           for (std::size_t j = 0; j < nk; ++j) {
             dp[i * nk + j] = 0;
             if (!seen.visible(b, h, std::int64_t(i), std::int64_t(j))) continue;
@@ -139,11 +154,15 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
           std::iota(order.begin(), order.end(), std::size_t(0));
           if (mistake == BackwardMistake::dq_order_varies)
             for (std::size_t j = nk; j > 1; --j) std::swap(order[j - 1], order[std::size_t(order_stream.next() % j)]);
+          if (want_sink) d_sink[std::size_t(h)] += (mistake == BackwardMistake::d_sink_sign_flipped ? T(1) : T(-1)) * sink_weight[i] * d[i];
+          T* bias_row = want_bias ? d_bias.data() + out.d_bias.offset(bias_per_batch ? b : 0, bias_per_head ? h : 0, std::int64_t(i), 0) : nullptr;
           for (const std::size_t j : order) {
             const T weight = prob[i * nk + j];
             if (weight == T(0)) continue;
             const T slope = mistake == BackwardMistake::softcap_slope_missing ? T(1) : pipeline.product_slope(x[i * nk + j]);
-            const T dx = weight * (dp[i * nk + j] - d[i]) * slope * scale;
+            const T ds = weight * (dp[i * nk + j] - d[i]);
+            if (bias_row != nullptr) bias_row[j] = mistake == BackwardMistake::d_bias_not_summed ? ds : bias_row[j] + ds;
+            const T dx = ds * slope * scale;
             const T dk_factor = mistake == BackwardMistake::dk_scale_missing ? dx / scale : dx;
             for (std::size_t t = 0; t < dk; ++t) {
               dq_row[t] += dx * k[j * dk + t];
@@ -172,6 +191,8 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
       for (std::size_t e = 0; e < nk * dk; ++e) out.dk.set(k_base * p.d_k + std::int64_t(e), static_cast<double>(dk_acc[e]));
       for (std::size_t e = 0; e < nk * dv; ++e) out.dv.set(k_base * p.d_v + std::int64_t(e), static_cast<double>(dv_acc[e]));
     }
+  for (std::size_t h = 0; h < d_sink.size(); ++h) out.d_sink.set(std::int64_t(h), static_cast<double>(d_sink[h]));
+  for (std::size_t e = 0; e < d_bias.size(); ++e) out.d_bias.set(std::int64_t(e), static_cast<double>(d_bias[e]));
 }
 
 template void backward_as_written<float>(std::optional<BackwardMistake>, const Problem&, const CaseInputs&, const Tensor&, Gradients&,
@@ -191,12 +212,18 @@ Diagnosis diagnose_backward(const Problem& p, const CaseInputs& in, const Tensor
       d.nondeterminism = "nondeterministic: two runs of its backward on the same inputs differ at " + where;
   for (const KnownBackwardMistake& mistake : known_backward_mistakes()) {
     if (mistake.id == BackwardMistake::dq_order_varies || !backward_mistake_applies(mistake.id, p, in.mask)) continue;
+    // The parameters' gradients are predicted (and compared) where the implementation gave them.
+    if ((mistake.id == BackwardMistake::d_sink_sign_flipped && !observed.holds(Role::d_sink)) ||
+        (mistake.id == BackwardMistake::d_bias_not_summed && !observed.holds(Role::d_bias)))
+      continue;
     d.tested.emplace_back(mistake.name);
-    Gradients predicted = make_gradients(p);
+    Gradients predicted = make_gradients(p, in.mask);
+    for (Role role : parameter_gradient_roles)
+      if (!observed.holds(role)) predicted.of(role) = Tensor{};
     backward_as_written<long double>(mistake.id, p, in, d_o, predicted);
     bool matches = true;
     double worst_share = 0, worst_abs = 0, worst_tolerance = 0;
-    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    for (Role role : observed.roles()) {
       const RoleVerdict* judged = verdict.role(role);
       const double tolerance = judged != nullptr ? judged->tolerance : 0.0;
       const Tensor &got = observed.of(role), &want = predicted.of(role);

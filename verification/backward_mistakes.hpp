@@ -30,6 +30,8 @@ enum class BackwardMistake {
   softcap_slope_missing,     // dS not multiplied by the soft-cap's slope 1 - tanh^2(x / c)
   dropout_mask_ignored,      // the backward takes every weight as kept: Z left out of dP and dV
   dq_order_varies,           // dQ's sum over keys in an order that changes from run to run (as atomics do)
+  d_sink_sign_flipped,       // dσ_h = +sum P_i,sink D_i: the sink's gradient with the wrong sign
+  d_bias_not_summed,         // a broadcast bias: each batch's and head's dS overwrites dBias instead of adding to it
 };
 
 struct KnownBackwardMistake {
@@ -43,12 +45,14 @@ const std::vector<KnownBackwardMistake>& known_backward_mistakes();
 const KnownBackwardMistake& known_backward_mistake(BackwardMistake id);
 
 // Whether the mistake changes anything on this problem (the diagnosis tests only those): the
-// soft-cap's slope needs a cap, dropout's mask dropout, dK's group sum GQA, the mask a masked pair.
+// soft-cap's slope needs a cap, dropout's mask dropout, dK's group sum GQA, the mask a masked pair,
+// dσ's sign sinks, dBias's sum a bias shared over more than one batch or head.
 bool backward_mistake_applies(BackwardMistake mistake, const Problem& problem, const Mask& mask);
 
 // dQ, dK and dV of the problem (reference/README.md, "The backward pass") computed in T from the
 // stored inputs and dO with `mistake` made (none: the right gradients), written into `out`
-// (make_gradients' shapes; each element rounded once to its dtype). P and dP of one head are
+// (make_gradients' shapes; each element rounded once to its dtype), and dσ and dBias where `out`
+// holds them (make_gradients with the mask). P and dP of one head are
 // materialised; the forward's O and LSE are its own (exact to T). run: a call counter, which only
 // dq_order_varies reads (its summation order is drawn from it). T: float, double or long double.
 template <class T>
@@ -57,7 +61,8 @@ void backward_as_written(std::optional<BackwardMistake> mistake, const Problem& 
 
 // The diagnosis of a failed backward case: each applicable mistake's gradients predicted in long
 // double on the judged inputs (with the reported keep mask), rounded to their dtypes and held to
-// the tolerances the verdict gave dq, dk and dv; a mistake every gradient matches is named. rerun:
+// the tolerances the verdict gave dq, dk and dv (and d_sink, d_bias where observed holds them); a
+// mistake every gradient matches is named. rerun:
 // a second run's gradients, or null; when its bits differ the failure is named nondeterministic.
 Diagnosis diagnose_backward(const Problem& problem, const CaseInputs& inputs, const Tensor& d_o, const Gradients& observed,
                             const Verdict& verdict, const Gradients* rerun);

@@ -47,11 +47,13 @@ Problem forward_of(Problem p) {
   return p;
 }
 
-// A backward problem's pass on fresh poisoned gradients, fed o and lse (null: not given).
-Gradients run_backward(const Implementation& impl, const Problem& p, const CaseInputs& in, const Tensor& d_o, const Tensor& o, const Tensor* lse) {
-  Gradients g = make_gradients(p);
+// A backward problem's pass on fresh poisoned gradients, fed o and lse (null: not given); d_sink
+// and d_bias asked for where it declares them and the problem has them.
+Gradients run_backward(const Implementation& impl, const Capabilities& caps, const Problem& p, const CaseInputs& in, const Tensor& d_o,
+                       const Tensor& o, const Tensor* lse) {
+  Gradients g = caps.parameter_gradients ? make_gradients(p, in.mask) : make_gradients(p);
   std::vector<std::byte> workspace(impl.workspace_bytes(p));
-  impl.run(RunArgs{p, in, RoleTensors::backward(in, d_o, g.dq, g.dk, g.dv, &o, lse), workspace});
+  impl.run(RunArgs{p, in, RoleTensors::backward(in, d_o, g, &o, lse), workspace});
   return g;
 }
 
@@ -168,7 +170,7 @@ void set_reference_facts(CaseContext& ctx, const BackwardYardstick& y) {
   ctx.rows_checked = ctx.rows_total;  // every gradient element: nothing is sampled
   ctx.gradient_baseline = y.baseline;
   ctx.gradient_term_rounding.clear();
-  for (Role role : gradient_roles) ctx.gradient_term_rounding.push_back(y.term_rounding(role, ctx.problem));
+  for (const TensorErrors& e : y.baseline) ctx.gradient_term_rounding.push_back(y.term_rounding(e.role, ctx.problem));
 }
 
 // The reference, the yardstick and their facts for one problem (judge/judge.hpp), on the
@@ -305,7 +307,7 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
   try {
     const Output fwd = run_once(impl, forward, in, caps.returns_lse);
     const Tensor* lse = caps.returns_lse ? &fwd.lse : nullptr;
-    const Gradients g = run_backward(impl, p, in, d_o, fwd.out, lse);
+    const Gradients g = run_backward(impl, caps, p, in, d_o, fwd.out, lse);
     record.seconds = seconds_since(start);
     const ReportedKeep reported = judge_reported_keep(prepared, fwd.keep, options);
     const std::optional<KeepJudgement>& keep = reported.keep;
@@ -317,6 +319,7 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     } else {
       GradientJudgement judged = judge_gradients(p, *yardstick, g, judging);
       record.gradients = std::move(judged.errors);
+      record.gradients_not_computed = std::move(judged.not_computed);
       record.verdict = std::move(judged.verdict);
       if (keep) add_keep_verdict(record.verdict, keep->verdict);
     }
@@ -331,7 +334,7 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     const bool computes = !impl.outputs_given();
     std::optional<Gradients> second;
     if (computes && (caps.deterministic || (!record.verdict.pass && options.diagnosis.enabled))) {
-      second = run_backward(impl, p, in, d_o, fwd.out, lse);
+      second = run_backward(impl, caps, p, in, d_o, fwd.out, lse);
       if (std::string where = first_gradient_difference(p, g, *second); !where.empty() && caps.deterministic) {
         record.verdict.pass = false;
         record.verdict.reasons.push_back("declared deterministic, but two runs of its backward on the same inputs differ at " + where);
@@ -343,7 +346,7 @@ void run_backward_record(Record& record, const Implementation& impl, const Capab
     if (computes && !record.verdict.pass && !record.gradients.empty()) {
       // Isolated: the same backward fed the reference's O and LSE (and the keep mask it drew).
       const Output exact = reference_forward(forward, *judged_in);
-      const Gradients again = run_backward(impl, p, in, d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
+      const Gradients again = run_backward(impl, caps, p, in, d_o, exact.out, lse != nullptr ? &exact.lse : nullptr);
       const bool passes = judge_gradients(p, *yardstick, again, judging).verdict.pass;
       record.isolation = passes ? "fed the reference's O and LSE (rounded to their dtypes) instead of its own forward's, its backward passes: "
                                   "the fault is in its forward's O or LSE"
@@ -480,12 +483,15 @@ CaseMemory case_memory(const Problem& p, const ReferenceOptions& reference, cons
   if (p.dropout.enabled()) m.outputs += 2.0 * 4.0 * rows * nk, m.yardstick += (4.0 + 1.0) * rows * nk;
   // Backward: dO; the backward reference's widened inputs, its gradients and each task's float128
   // dK and dV blocks; the naive backward's gradients and its materialised P and dP; each run's
-  // gradients (a failure reruns the backward) and the reference forward it is then fed.
+  // gradients (a failure reruns the backward) and the reference forward it is then fed. With a
+  // bias, dBias in the bias's shape: the reference's float128 sums, its values and term magnitudes,
+  // the naive backward's accumulator.
   if (p.operation == Operation::backward) {
-    const double gradients = e(Role::dq) * q + e(Role::dk) * k + e(Role::dv) * v;
+    const double bias = p.bias.enabled ? broadcast_elements(p, p.bias.broadcast) : 0.0;
+    const double gradients = e(Role::dq) * q + e(Role::dk) * k + e(Role::dv) * v + e(Role::bias) * bias + (p.sinks.enabled ? 4.0 * double(p.h_q) : 0.0);
     m.inputs += e(Role::d_o) * o;
-    m.reference += 8.0 * (q + k + v + o) + 8.0 * (q + k + v) + threads * 24.0 * nk * (dk + dv);
-    m.yardstick += gradients + acc * (2.0 * nq * nk + nq * (dk + dv) + 2.0 * nk * (dk + dv));
+    m.reference += 8.0 * (q + k + v + o) + 8.0 * (q + k + v) + threads * 24.0 * nk * (dk + dv) + (16.0 + 8.0 + 8.0) * bias;
+    m.yardstick += gradients + acc * (2.0 * nq * nk + nq * (dk + dv) + 2.0 * nk * (dk + dv) + bias);
     m.outputs += 2.0 * gradients;
   }
   // Asked only once the rest fits: the implementations' size_t arithmetic is meant for sizes that can run.

@@ -61,7 +61,8 @@ struct CaseContext {
   ScoreRounding score_rounding;          // the pass rule's floor on the yardsticks (ReferenceResult::score_rounding)
   ErrorMetrics baseline;                 // the naive algorithm's error (of the output: a forward case)
   // A backward case's: the naive backward's errors and each gradient's term rounding (the pass
-  // rule's floor on its yardstick, core/pass_rule.hpp's judge_gradient), in gradient_roles order.
+  // rule's floor on its yardstick, core/pass_rule.hpp's judge_gradient), in the same order: dq, dk,
+  // dv, then d_sink and d_bias where the problem has sinks and a bias.
   std::vector<TensorErrors> gradient_baseline;
   std::vector<double> gradient_term_rounding;
   double baseline_bound_ratio = 0;       // max |naive - reference| / a-priori bound (<= 1 is sound)
@@ -81,7 +82,10 @@ struct Record {
   std::string projected_from;
   std::string projection;  // what the projection changed, e.g. 'dtype f16 -> f32, h_kv 2 -> 8'
   ErrorMetrics metrics;                  // the output's (a forward case)
-  std::vector<TensorErrors> gradients;   // a backward case's: dq, dk, dv
+  std::vector<TensorErrors> gradients;   // a backward case's: dq, dk, dv (d_sink, d_bias where computed)
+  // A backward case's parameter gradients the problem has but the implementation does not declare
+  // (Capabilities::parameter_gradients): not asked for, not judged.
+  std::vector<Role> gradients_not_computed;
   Verdict verdict;
   // A failed backward case: what its rerun on the reference's O and LSE (rounded to their dtypes)
   // says: whether the forward or the backward is at fault; "" when not rerun (a pass, or outputs

@@ -2,7 +2,8 @@
 """The file route's external program for PyTorch: reads a cases directory written by
 `attnbench cases --out CASES`, runs torch.nn.functional.scaled_dot_product_attention on every case
 and writes OUTPUTS/out_NNNN.npy, which `attnbench check --cases CASES --outputs OUTPUTS` verifies;
-for a backward case (`attnbench cases --backward`) also its LSE and the gradients dq, dk and dv.
+for a backward case (`attnbench cases --backward`) also its LSE and the gradients dq, dk and dv
+(and d_sink, d_bias where the case has sinks or a bias).
 
     python3 sdpa_roundtrip.py CASES OUTPUTS [--device cpu|cuda] [--backend auto|torch|numpy]
     python3 sdpa_roundtrip.py --write-declaration FILE [--fully-masked zeros|nan]
@@ -38,7 +39,11 @@ What it follows from manifest.json (see core/case_files.hpp):
     multiplied by 0 (softmax over -inf only is NaN, and its gradient too), so it contributes
     nothing, as the manifest's "gradients" says. NumPy computes the textbook backward in float64
     (dV = P^T dO, dP = dO V^T, D = rowsum(P dP), dS = P (dP - D), dQ = scale dS K, dK = scale dS^T
-    Q, through the soft-cap's slope, dropout's mask and GQA's group sums).
+    Q, through the soft-cap's slope, dropout's mask and GQA's group sums). Where the manifest names
+    them (a case with sinks, a bias) also d_sink_NNNN.npy, the sinks' gradient [h_q] in f32
+    (autograd's through the sinks' column; NumPy's -sum over b and i of P_i,sink D_i), and
+    d_bias_NNNN.npy, the bias's in its shape and dtype (autograd's through the broadcast add; NumPy's
+    dS before the soft-cap's slope, summed over the dimensions the bias broadcasts over).
 
 --backend numpy computes the same in float64 with NumPy alone (rounded once to the case's dtype):
 the loading, masking, GQA and writing code of this script. The default, auto, uses PyTorch where
@@ -47,7 +52,8 @@ it can be imported and otherwise falls back to NumPy, saying so and why.
 --write-declaration FILE writes what this script implements as a capabilities declaration
 (impls/capability_declaration.hpp) for `attnbench cases --declare` and `attnbench check
 --declare`: every dtype (also per role), mask, GQA and d_k != d_v, the soft-cap, sinks and dropout
-(score_modifications), the forward and the backward (operations), fully masked rows as
+(score_modifications), the forward and the backward (operations) with the sinks' and the bias's
+gradients (parameter_gradients), fully masked rows as
 --fully-masked says (default zeros). --fully-masked also makes the script write that policy
 whatever the manifest asks, so a declaration that does not match what the kernel does fails its
 cases.
@@ -208,11 +214,21 @@ def attention_backward_numpy(arrays, scale, softcap=None, sinks=None, keep=None,
     dp = np.einsum("bhid,bhjd->bhij", d_o, v) * zr
     d = (P * dp).sum(axis=-1, keepdims=True)
     ds = P * (dp - d)
+    gradients = {}
+    if sinks is not None:  # dsigma_h = -sum over b and i of P_i,sink D_i; a row that sees no key adds nothing
+        sees = visible[..., 0]
+        sink = np.asarray(sinks, dtype=np.float64).reshape(1, h_q, 1)
+        p_sink = np.where(sees, np.exp(sink - np.where(sees, lse, 0.0)), 0.0)
+        gradients["d_sink"] = -(p_sink * d[..., 0]).sum(axis=(0, 2))
+    if arrays["bias"] is not None:  # dS (the bias is added after the soft-cap) summed where the bias broadcasts
+        broadcast = tuple(axis for axis in (0, 1) if arrays["bias"].shape[axis] == 1)
+        gradients["d_bias"] = ds.sum(axis=broadcast, keepdims=True)
     if softcap is not None:  # the soft-cap's slope, sech^2(x / c) = 1 - tanh^2(x / c)
         ds = ds * (1.0 - np.tanh(x / softcap) ** 2)
     dq = scale * np.einsum("bhij,bhjd->bhid", ds, k)
     dk = scale * np.einsum("bhij,bhid->bhjd", ds, q)
-    return out, lse, {"dq": dq, "dk": sum_over_groups(dk, h_kv), "dv": sum_over_groups(dv, h_kv)}
+    gradients.update({"dq": dq, "dk": sum_over_groups(dk, h_kv), "dv": sum_over_groups(dv, h_kv)})
+    return out, lse, gradients
 
 
 def apply_policy(out, arrays, policy):
@@ -299,8 +315,9 @@ def attention_backward_torch(arrays, scale, dtypes, device, softcap=None, sinks=
     scores = q @ k_rep.transpose(-2, -1) * scale
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
-    if arrays["bias"] is not None:
-        scores = scores + tensor(arrays["bias"])
+    bias = None if arrays["bias"] is None else tensor(arrays["bias"], True)
+    if bias is not None:  # broadcast over batches or heads: autograd sums its gradient over them
+        scores = scores + bias
     sees = torch.ones(scores.shape[:3] + (1,), dtype=torch.bool, device=device)
     if arrays["mask"] is not None:
         mask = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(arrays["mask"], scores.shape))).to(device)
@@ -308,8 +325,9 @@ def attention_backward_torch(arrays, scale, dtypes, device, softcap=None, sinks=
         # A row that sees no key is computed on its unmasked scores (a finite stand-in: softmax over
         # -inf alone is NaN, and so is its gradient) and multiplied by 0 below, so it adds nothing.
         scores = scores.masked_fill(~mask & sees, float("-inf"))
-    if sinks is not None:
-        column = tensor(np.asarray(sinks, dtype=np.float64)).reshape(1, h_q, 1, 1).expand(*scores.shape[:3], 1)
+    sink = None if sinks is None else tensor(np.asarray(sinks, dtype=np.float64), True)
+    if sink is not None:
+        column = sink.reshape(1, h_q, 1, 1).expand(*scores.shape[:3], 1)
         scores = torch.cat([scores, column], dim=-1)
     lse = torch.logsumexp(scores, dim=-1).masked_fill(~sees[..., 0], float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -324,7 +342,12 @@ def attention_backward_torch(arrays, scale, dtypes, device, softcap=None, sinks=
     def array(t):
         return t.detach().double().cpu().numpy()
 
-    return array(out), array(lse), {"dq": array(q.grad), "dk": array(k.grad), "dv": array(v.grad)}
+    gradients = {"dq": array(q.grad), "dk": array(k.grad), "dv": array(v.grad)}
+    if sink is not None:
+        gradients["d_sink"] = array(sink.grad)
+    if bias is not None:
+        gradients["d_bias"] = array(bias.grad)
+    return array(out), array(lse), gradients
 
 
 def declaration(fully_masked):
@@ -342,8 +365,10 @@ def declaration(fully_masked):
         "gqa": True,
         "different_dk_dv": True,
         "score_modifications": ["softcap", "sink", "dropout"],
-        # The backward (attnbench cases --backward): its own forward's out and lse, then dq, dk, dv.
+        # The backward (attnbench cases --backward): its own forward's out and lse, then dq, dk, dv,
+        # and the sinks' and the bias's gradients where a case has them.
         "operations": ["forward", "backward"],
+        "parameter_gradients": True,
         "fully_masked": fully_masked,
         "returns_lse": False,
     }
@@ -418,6 +443,11 @@ def main():
             written["lse"] = lse.astype(np.dtype(case["lse"]["npy_dtype"]))
             for role in GRADIENT_ROLES:
                 written[role] = encode_output(gradients[role], dtypes[role])
+            # Where the manifest names them (manifests before them do not): the sinks' in f32, the bias's in its dtype.
+            if case.get("d_sink") is not None:
+                written["d_sink"] = gradients["d_sink"].astype(np.float32)
+            if case.get("d_bias") is not None:
+                written["d_bias"] = encode_output(gradients["d_bias"], dtypes["bias"])
         elif backend == "torch":
             written["out"] = apply_policy(attention_torch(arrays, scale, dtypes, device, softcap, sinks, keep, p), arrays, policy)
         else:

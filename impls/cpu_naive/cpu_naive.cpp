@@ -106,7 +106,8 @@ void run_in(const RunArgs& a) {
 // The backward pass (cpu_naive.hpp), materialised: per query head the whole P, and dP turned into
 // dS in place, n_q x n_k each (and the scaled products, where the soft-cap's slope is taken, with
 // one). Workspace per kv group: Q and dO of one head, K and V, dK and dV accumulated over the
-// group's heads, the matrices, one row of dQ.
+// group's heads, the matrices, one row of dQ; with sinks each row's sink weight and dσ per query
+// head, with a bias dBias in the bias's shape (both summed over the whole pass, whichever are asked for).
 template <class Acc>
 void backward_in(const RunArgs& a) {
   const Problem& p = a.problem;
@@ -116,6 +117,8 @@ void backward_in(const RunArgs& a) {
   Tensor& dq_out = a.tensors.required_output(Role::dq);
   Tensor& dk_out = a.tensors.required_output(Role::dk);
   Tensor& dv_out = a.tensors.required_output(Role::dv);
+  Tensor* d_sink_out = a.tensors.output(Role::d_sink);
+  Tensor* d_bias_out = a.tensors.output(Role::d_bias);
   const auto nq = static_cast<std::size_t>(p.n_q), nk = static_cast<std::size_t>(p.n_k);
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (a.workspace.size() < naive_workspace_bytes(p)) throw std::runtime_error("cpu_naive: workspace too small");
@@ -130,6 +133,17 @@ void backward_in(const RunArgs& a) {
   Acc* ds = weights + nq * nk;      // dP, then dS
   Acc* dq_row = ds + nq * nk;
   Acc* products = dq_row + dk;  // the scaled products, with soft-capping only
+  Acc* sink_weights = products + (p.softcap ? nq * nk : 0);  // each row's P_i,sink, with sinks only
+  Acc* d_sink = sink_weights + (p.sinks.enabled ? nq : 0);   // per query head, with sinks only
+  Acc* d_bias = d_sink + (p.sinks.enabled ? std::size_t(p.h_q) : 0);  // the bias's shape, with a bias only
+  if (d_sink_out != nullptr && !p.sinks.enabled) throw std::logic_error("cpu_naive: d_sink asked for a problem without sinks");
+  if (d_bias_out != nullptr && !(p.bias.enabled && d_bias_out->numel() <= std::int64_t(broadcast_elements(p, p.bias.broadcast))))
+    throw std::logic_error("cpu_naive: d_bias asked for without a bias of the problem's extents");
+  if (d_sink_out != nullptr) std::fill(d_sink, d_sink + p.h_q, Acc(0));
+  if (d_bias_out != nullptr) std::fill(d_bias, d_bias + d_bias_out->numel(), Acc(0));
+  // A bias shared over batches (heads) has extent 1 there: its gradient sums over them.
+  const bool bias_per_batch = d_bias_out != nullptr && d_bias_out->shape()[0] != 1;
+  const bool bias_per_head = d_bias_out != nullptr && d_bias_out->shape()[1] != 1;
   const Acc scale = static_cast<Acc>(p.effective_scale());
   const Acc rescale = pipeline.dropout_rescale<Acc>();
   const std::int64_t group = p.h_q / p.h_kv;
@@ -164,13 +178,16 @@ void backward_in(const RunArgs& a) {
           }
           if (m == excluded) {
             std::fill(w, w + nk, Acc(0));
+            if (p.sinks.enabled) sink_weights[i] = Acc(0);
             continue;
           }
           const std::optional<double> sink = pipeline.sink(h);
           if (sink) m = std::max(m, static_cast<Acc>(*sink));
-          Acc sum = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
+          const Acc sink_exp = sink ? std::exp(static_cast<Acc>(*sink) - m) : Acc(0);
+          Acc sum = sink_exp;
           for (std::size_t j = 0; j < nk; ++j) sum += w[j] = std::exp(w[j] - m);
           for (std::size_t j = 0; j < nk; ++j) w[j] /= sum;
+          if (sink) sink_weights[i] = sink_exp / sum;
         }
         // dV += (P Z r)^T dO, summed over the rows in order.
         for (std::size_t i = 0; i < nq; ++i)
@@ -181,7 +198,8 @@ void backward_in(const RunArgs& a) {
             for (std::size_t c = 0; c < dv; ++c) dv_acc[j * dv + c] += kept_weight * d_o[i * dv + c];
           }
         // dP = Z r dO V^T; D_i = sum_j P_ij dP_ij; dS = P (dP - D) through the soft-cap's slope
-        // and the scale, in place; 0 wherever P is.
+        // and the scale, in place; 0 wherever P is. dσ_h -= P_i,sink D_i and dBias += dS (before
+        // the slope: the bias is added after the soft-cap), over b, h and i in order.
         for (std::size_t i = 0; i < nq; ++i) {
           const Acc* w = weights + i * nk;
           Acc* row = ds + i * nk;
@@ -193,10 +211,15 @@ void backward_in(const RunArgs& a) {
             row[j] *= rescale;
             d += w[j] * row[j];
           }
+          if (d_sink_out != nullptr) d_sink[h] -= sink_weights[i] * d;
+          Acc* bias_row = d_bias_out == nullptr ? nullptr
+                                                : d_bias + d_bias_out->offset(bias_per_batch ? b : 0, bias_per_head ? h : 0, std::int64_t(i), 0);
           for (std::size_t j = 0; j < nk; ++j)
             if (w[j] != Acc(0)) {
               const Acc slope = pipeline.modifies_product() ? pipeline.product_slope(products[i * nk + j]) : Acc(1);
-              row[j] = w[j] * (row[j] - d) * slope * scale;
+              const Acc ds_ij = w[j] * (row[j] - d);
+              if (bias_row != nullptr) bias_row[j] += ds_ij;
+              row[j] = ds_ij * slope * scale;
             }
         }
         // dQ = dS K, row by row; dK += dS^T Q, summed over the rows in order. Pairs of weight 0
@@ -219,6 +242,10 @@ void backward_in(const RunArgs& a) {
       for (std::size_t e = 0; e < nk * dk; ++e) dk_out.set(k_base * p.d_k + std::int64_t(e), static_cast<double>(dk_acc[e]));
       for (std::size_t e = 0; e < nk * dv; ++e) dv_out.set(k_base * p.d_v + std::int64_t(e), static_cast<double>(dv_acc[e]));
     }
+  if (d_sink_out != nullptr)
+    for (std::int64_t h = 0; h < p.h_q; ++h) d_sink_out->set(h, static_cast<double>(d_sink[h]));
+  if (d_bias_out != nullptr)
+    for (std::int64_t e = 0; e < d_bias_out->numel(); ++e) d_bias_out->set(e, static_cast<double>(d_bias[e]));
 }
 
 }  // namespace
@@ -229,7 +256,10 @@ std::size_t naive_workspace_bytes(const Problem& p) {
   const auto dk = static_cast<std::size_t>(p.d_k), dv = static_cast<std::size_t>(p.d_v);
   if (p.operation == Operation::backward) {
     const std::size_t matrices = p.softcap ? 3 : 2;  // P, dP/dS, and the scaled products with a soft-cap
-    return element * (nq * (dk + dv) + 2 * nk * (dk + dv) + matrices * nq * nk + dk);
+    // dσ's and dBias's accumulators, whether asked for or not: the yardstick always asks.
+    const std::size_t sinks = p.sinks.enabled ? nq + std::size_t(p.h_q) : 0;
+    const std::size_t bias = p.bias.enabled ? std::size_t(broadcast_elements(p, p.bias.broadcast)) : 0;
+    return element * (nq * (dk + dv) + 2 * nk * (dk + dv) + matrices * nq * nk + dk + sinks + bias);
   }
   return element * (nq * nk + nq * dk + nk * (dk + dv) + dv);
 }

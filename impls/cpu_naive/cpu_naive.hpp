@@ -8,9 +8,12 @@
 // scores as the forward does (not from a given LSE), dV += (P Z r)^T dO, dP = Z r dO V^T, D = sum_j
 // P dP (not <dO, O>: from the row itself), dS = P (dP - D) through the soft-cap's slope in dP's
 // place, then dQ = scale dS K and dK += scale dS^T Q; dK and dV summed over the rows of every query
-// head of a kv group in order, each gradient rounded once to its dtype. Its workspace (two or
-// three n_q x n_k matrices) is what a tiled backward pass is measured against.
-// Not declared yet (Capabilities::operations): verify does not judge backward passes yet.
+// head of a kv group in order, each gradient rounded once to its dtype. Where asked for
+// (RoleTensors::backward with d_sink, d_bias) the parameters' gradients too: dσ_h = -sum P_i,sink
+// D_i over the batches and rows of head h, and dBias = dS (before the soft-cap's slope) summed
+// into the bias's shape over the dimensions it broadcasts, both over b, h, i in order and rounded
+// once to their tensors' dtypes. Its workspace (two or three n_q x n_k matrices, and dBias's
+// accumulator with a bias) is what a tiled backward pass is measured against.
 #include "impls/implementation.hpp"
 
 namespace attn {

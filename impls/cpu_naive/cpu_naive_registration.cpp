@@ -15,6 +15,7 @@ class CpuNaive final : public Implementation {
     c.summary = "textbook softmax(QK^T * scale + mask) V with the score matrix materialised; f64, or f32 for f32/f16/bf16";
     // Its backward (cpu_naive.hpp) materialises P and dP of a head: the judge's yardstick of gradients.
     c.operations = {Operation::forward, Operation::backward};
+    c.parameter_gradients = true;  // dσ and dBias from the same materialised P and dS
     declare_every_dtype(c);  // each tensor is read and written in its own dtype
     declare_every_mask_and_shape(c);
     c.returns_lse = true;

@@ -46,11 +46,15 @@ FileOutputs::FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFile
   if (!std::filesystem::is_directory(dir_, ec)) throw InputError(fmt::format("{}: no such directory (the outputs)", dir_.string()));
   if (declared_) {
     has_lse_ = declared_->returns_lse;
+    has_parameter_gradients_ = declared_->parameter_gradients;
     return;
   }
   // A backward case's lse is not judged (only its gradients are), so it asks nothing of the others'.
-  for (const auto& c : cases_)
+  for (const auto& c : cases_) {
     if (c.problem.operation == Operation::forward && !c.lse.empty() && std::filesystem::exists(dir_ / c.lse, ec)) has_lse_ = true;
+    for (const std::string* file : {&c.d_sink, &c.d_bias})
+      if (!file->empty() && std::filesystem::exists(dir_ / *file, ec)) has_parameter_gradients_ = true;
+  }
 }
 
 std::string FileOutputs::name() const { return "files:" + dir_.string(); }
@@ -67,6 +71,7 @@ Capabilities FileOutputs::describe() const {
   declare_every_dtype(caps);
   declare_every_mask_and_shape(caps);
   caps.returns_lse = has_lse_;
+  caps.parameter_gradients = has_parameter_gradients_;
   caps.fully_masked = FullyMaskedPolicy::zeros;
   // Undeclared, the outputs answer the named cases exactly, soft-capped ones as named, backward
   // ones with their own forward's files beside the gradients.
@@ -124,10 +129,12 @@ void FileOutputs::run(const RunArgs& args) const {
   if (args.problem.operation == Operation::backward) {
     // The gradients the program's backward computed, fed its own forward's O and LSE: the ones
     // verify hands this call are what the forward call read from out and lse, so nothing differs.
-    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    for (Role role : {Role::dq, Role::dk, Role::dv, Role::d_sink, Role::d_bias}) {
+      Tensor* gradient = args.tensors.output(role);
+      if (gradient == nullptr) continue;  // d_sink, d_bias: asked for where the problem has them and they are computed
       const std::string& file = entry->gradient_file(role);
       if (file.empty()) throw InputError(fmt::format("case {}: the manifest names no {} file", entry->index, to_string(role)));
-      read_gradient_file(dir_ / file, args.problem, role, args.tensors.required_output(role));
+      read_gradient_file(dir_ / file, args.problem, role, *gradient);
     }
     return;
   }

@@ -3,7 +3,8 @@
 // verifies them through attn::verify exactly as `attnbench verify` verifies a kernel: run()
 // reads the case's out_NNNN.npy (and lse_NNNN.npy, keep_NNNN.npy) from the outputs directory
 // into the poisoned output tensors; for a backward case (op=backward) its forward call reads
-// those and its backward call dq_NNNN.npy, dk_NNNN.npy and dv_NNNN.npy into the gradients. A
+// those and its backward call dq_NNNN.npy, dk_NNNN.npy and dv_NNNN.npy into the gradients (and
+// d_sink_NNNN.npy, d_bias_NNNN.npy where the case has sinks or a bias and they are asked for). A
 // missing, malformed, truncated or mis-shaped file makes run() throw, naming the file and the
 // fault, which verify records as that case's failure. Its outputs are given (outputs_given()):
 // verify reads each once and never reruns it (no determinism run, no isolation on the reference's
@@ -39,8 +40,9 @@ FileRouteCheck plan_file_route_check(const CaseDirectory& directory, const std::
 class FileOutputs : public Implementation {
  public:
   // Without a declaration the LSE is checked when the outputs directory holds any forward case's
-  // lse file named in the manifest (a backward case's is not judged), and fully masked rows must
-  // be zeros. With one, it says both, and what is
+  // lse file named in the manifest (a backward case's is not judged), the parameters' gradients
+  // (d_sink, d_bias) when it holds any backward case's file of them, and fully masked rows must
+  // be zeros. With one, it says all three, and what is
   // outside it is not supported (verify skips it with the reason, or runs its projection).
   FileOutputs(std::filesystem::path outputs_dir, std::vector<CaseFileEntry> cases, std::optional<Capabilities> declared = std::nullopt);
 
@@ -58,6 +60,7 @@ class FileOutputs : public Implementation {
   std::vector<CaseFileEntry> cases_;
   std::optional<Capabilities> declared_;
   bool has_lse_ = false;
+  bool has_parameter_gradients_ = false;
   // Cases with equal problems read their own files in turn (verify runs cases in order): each
   // forward call serves the next case of its problem, and a backward call reads the files of the
   // case the last forward call served (last_forward_), a backward case's forward running first.

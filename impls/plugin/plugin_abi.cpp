@@ -367,8 +367,10 @@ static_assert(abi_roles[ATTNBENCH_ROLE_Q] == Role::q && abi_roles[ATTNBENCH_ROLE
               abi_roles[ATTNBENCH_ROLE_CU_SEQLENS_K] == Role::cu_seqlens_k && abi_roles[ATTNBENCH_ROLE_SEQLENS_K] == Role::seqlens_k &&
               abi_roles[ATTNBENCH_ROLE_BLOCK_TABLE] == Role::block_table && abi_roles[ATTNBENCH_ROLE_KEEP] == Role::keep,
               "every ATTNBENCH_ROLE_* constant maps onto its Role");
-// Every role but weights is in the ABI, once: the ABI's roles and the harness's are one vocabulary.
-static_assert(ATTNBENCH_ROLE_COUNT + 1 == role_count, "a role added on one side only (core/tensor_role.hpp or attnbench_plugin.h)");
+// Every role but weights, d_sink and d_bias is in the ABI, once: the ABI's roles and the harness's
+// are one vocabulary. The parameter gradients have no constant yet: a plugin never declares them
+// (to_capabilities leaves Capabilities::parameter_gradients false), so no call hands them over.
+static_assert(ATTNBENCH_ROLE_COUNT + 3 == role_count, "a role added on one side only (core/tensor_role.hpp or attnbench_plugin.h)");
 
 }  // namespace
 

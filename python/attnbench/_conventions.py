@@ -41,6 +41,12 @@ class Convention:
     # What it computes (Capabilities::operations): verify(backward=...) adds "backward", the
     # gradients coming from autograd through the function or from a backward callable (invoker).
     operations: tuple = ("forward",)
+    # Its backward also gives the gradients of the sinks and of the bias (d_sink [h_q], d_bias in the
+    # bias's shape) on the cases that have them (Capabilities::parameter_gradients): autograd
+    # (backward=True) differentiates through the ``sinks=`` tensor and the bias (the additive mask
+    # of torch_sdpa and described, native's ``bias=``); a backward callable returns them too. Off
+    # by default: a kernel that cannot differentiate its mask (PyTorch's CPU flash backend) says nothing.
+    parameter_gradients: bool = False
     dtypes: tuple = ALL_DTYPES
     role_dtypes: dict = field(default_factory=dict)
     masks: tuple = ALL_MASKS
@@ -76,6 +82,7 @@ class Convention:
         d = {
             "summary": self.summary or f"a Python callable ({self.name} convention)",
             "operations": list(self.operations),
+            "parameter_gradients": self.parameter_gradients,
             "dtypes": list(self.dtypes),
             "layouts": ["bhsd"],  # the harness's layout: the convention transposes for the function
             "masks": list(self.masks),
@@ -118,12 +125,16 @@ class Convention:
         declared). ``keep`` is [b, h_q, n_q, n_k] whatever the layout, True/1 kept and False/0
         dropped (bool, an integer or a float dtype); o is sum_j P_ij Z_ij / (1 - p) v_j.
 
-        A backward case's second call is invoke(problem, inputs, want_lse, fed) -> (dq, dk, dv),
-        BHSD host arrays, fed = {"d_o", "o", "lse"} (BHSD; lse None unless declared). ``backward``
-        says where the gradients come from: True, autograd through ``fn`` (torch or jax arrays),
-        recomputing its forward on q, k and v; or a callable ``backward(q, k, v, out, lse, d_o,
-        **the forward's keywords) -> (dq, dk, dv)`` in the function's layout, given the O and LSE
-        fed (its own forward's, or the reference's when verify reruns a failure)."""
+        A backward case's second call is invoke(problem, inputs, want_lse, fed) -> (dq, dk, dv,
+        d_sink, d_bias), BHSD host arrays, fed = {"d_o", "o", "lse", "parameters"} (BHSD; lse None
+        unless declared; parameters: which of "d_sink" and "d_bias" the harness asks for, where
+        the convention declares parameter_gradients and the case has sinks or a bias; None for one
+        not asked). ``backward`` says where the gradients come from: True, autograd through ``fn``
+        (torch or jax arrays), recomputing its forward on q, k and v (and the sinks and the bias
+        asked for); or a callable ``backward(q, k, v, out, lse, d_o, **the forward's keywords) ->
+        (dq, dk, dv)`` in the function's layout, given the O and LSE fed (its own forward's, or the
+        reference's when verify reruns a failure), which returns {"dq", "dk", "dv", "d_sink",
+        "d_bias"} (or the five in that order) where it declares parameter_gradients."""
         if arrays not in _arrays.FRAMEWORKS:
             raise ValueError(f"arrays must be one of {_arrays.FRAMEWORKS} (got {arrays!r})")
         self._body()  # an unknown call style is refused here, not at each case
@@ -140,7 +151,7 @@ class Convention:
                     raise ValueError("a backward case and no backward: verify(..., backward=True or a callable)")
                 gradients = _autograd(self, fn, args, want_lse, fed) if backward is True else \
                     _backward_call(self, fn, backward, args, want_lse, fed)
-                return tuple(_arrays.to_numpy_result(g, name) for g, name in zip(gradients, ("dq", "dk", "dv")))
+                return tuple(_arrays.to_numpy_result(g, name) for g, name in zip(gradients, GRADIENTS))
             o, lse, keep = _forward(self, fn, args, want_lse)
             o, lse = _arrays.to_numpy_result(o, "o"), _arrays.to_numpy_result(lse, "lse") if want_lse else None
             if keep is None:
@@ -165,12 +176,16 @@ class Convention:
         return self.layout if self.call == "described" else ("bshd" if self.call == "flash_attn" else "bhsd")
 
 
+GRADIENTS = ("dq", "dk", "dv", "d_sink", "d_bias")
+
+
 class _Args:
     """One case's inputs in the framework asked for."""
 
     def __init__(self, problem, inputs, framework, device):
         self.problem, self.inputs, self.framework, self.device = problem, inputs, framework, device
-        # q, k, v as autograd differentiates through them (leaves, or tracers), in place of the inputs'.
+        # q, k, v (and "sinks", "bias") as autograd differentiates through them (leaves, or tracers),
+        # in place of the inputs'.
         self.differentiated: dict = {}
 
     def tensor(self, role):
@@ -182,6 +197,8 @@ class _Args:
         """A mask part (bool, int64 or a bias in its dtype) in the framework."""
         if a is None:
             return None
+        if a is self.inputs["bias"] and "bias" in self.differentiated:
+            return self.differentiated["bias"]
         return _arrays.from_native(a, dtype or "", self.framework, self.device) if dtype == "bf16" else _plain(a, self.framework, self.device)
 
     def dtype(self, name):
@@ -276,31 +293,51 @@ def _fed(args, fed, role, layout):
     return _transpose12(x, args.framework) if layout == "bshd" else x
 
 
+def _parameters(args, fed):
+    """The sinks ([h_q] float32) and the bias (its shape and dtype) as the framework holds them, for
+    each parameter gradient the harness asks for: {"sinks": ..., "bias": ...}."""
+    wanted, i = fed.get("parameters") or (), args.inputs
+    values = {}
+    if "d_sink" in wanted:
+        values["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
+    if "d_bias" in wanted:
+        values["bias"] = args.array(i["bias"], args.problem.dtype_of("bias"))
+    return values
+
+
+def _with_parameters(grads: dict):
+    """(dq, dk, dv, d_sink, d_bias) from autograd's gradients by input name, None where not asked."""
+    return grads["q"], grads["k"], grads["v"], grads.get("sinks"), grads.get("bias")
+
+
 def _autograd(conv, fn, args, want_lse, fed):
-    """dQ, dK, dV (BHSD) by autograd through fn's forward, recomputed on q, k, v here (so the O and
-    LSE fed are not read): torch's autograd.grad, or jax.vjp."""
+    """dQ, dK, dV (BHSD), and dσ, dBias where asked, by autograd through fn's forward, recomputed
+    on q, k, v (the sinks, the bias) here (so the O and LSE fed are not read): torch's
+    autograd.grad, or jax.vjp."""
     d_o = _fed(args, fed, "d_o", "bhsd")
-    roles = ("q", "k", "v")
+    parameters = _parameters(args, fed)
+    names = ("q", "k", "v") + tuple(parameters)
     if args.framework == "torch":
         import torch
-        leaves = {r: args.tensor(r).detach().requires_grad_(True) for r in roles}
+        leaves = {r: args.tensor(r).detach().requires_grad_(True) for r in ("q", "k", "v")}
+        leaves.update({name: value.detach().requires_grad_(True) for name, value in parameters.items()})
         args.differentiated = leaves
         with torch.enable_grad():
             o = _forward(conv, fn, args, want_lse)[0]
             if not o.requires_grad:
                 raise ValueError("the forward's output does not require grad: autograd cannot differentiate it (give backward=callable)")
             # dO in o's dtype, as autograd requires (d_o's own differs only in a mixed-precision case).
-            grads = torch.autograd.grad(o, [leaves[r] for r in roles], grad_outputs=d_o.to(o.dtype), allow_unused=True)
+            grads = torch.autograd.grad(o, [leaves[r] for r in names], grad_outputs=d_o.to(o.dtype), allow_unused=True)
         # A gradient autograd leaves unused is zero: the output does not depend on that input.
-        return tuple(torch.zeros_like(leaves[r]) if g is None else g for r, g in zip(roles, grads))
+        return _with_parameters({r: torch.zeros_like(leaves[r]) if g is None else g for r, g in zip(names, grads)})
     import jax
 
-    def forward(q, k, v):
-        args.differentiated = {"q": q, "k": k, "v": v}
+    def forward(*values):
+        args.differentiated = dict(zip(names, values))
         return _forward(conv, fn, args, want_lse)[0]
 
-    o, vjp = jax.vjp(forward, *(args.tensor(r) for r in roles))
-    return vjp(d_o.astype(o.dtype))
+    o, vjp = jax.vjp(forward, *(args.tensor(r) for r in ("q", "k", "v")), *parameters.values())
+    return _with_parameters(dict(zip(names, vjp(d_o.astype(o.dtype)))))
 
 
 def _backward_call(conv, fn, backward, args, want_lse, fed):
@@ -311,11 +348,20 @@ def _backward_call(conv, fn, backward, args, want_lse, fed):
     kwargs.pop("return_attn_probs", None)
     lse = None if fed["lse"] is None else _plain(fed["lse"], args.framework, args.device)
     result = backward(*positional, _fed(args, fed, "o", layout), lse, _fed(args, fed, "d_o", layout), **kwargs)
+    wanted = fed.get("parameters") or ()
     if isinstance(result, dict):
-        result = tuple(result.get(name) for name in ("dq", "dk", "dv"))
-    if not isinstance(result, (tuple, list)) or len(result) != 3 or any(g is None for g in result):
-        raise ValueError(f"the backward returned {type(result).__name__}; expected (dq, dk, dv) or {{'dq': dq, 'dk': dk, 'dv': dv}}")
-    return tuple(_to_bhsd(g, layout, args.framework) for g in result)
+        result = tuple(result.get(name) for name in GRADIENTS)
+    elif isinstance(result, (tuple, list)) and len(result) == 3:
+        result = tuple(result) + (None, None)
+    if not isinstance(result, (tuple, list)) or len(result) != 5 or any(g is None for g in result[:3]):
+        raise ValueError(f"the backward returned {type(result).__name__}; expected (dq, dk, dv) or {{'dq': dq, 'dk': dk, 'dv': dv}}"
+                         f" (and d_sink, d_bias where the convention declares parameter_gradients)")
+    for name, g in zip(GRADIENTS[3:], result[3:]):
+        if name in wanted and g is None:
+            raise ValueError(f"the convention declares parameter_gradients and the backward returned no {name}")
+    # dσ [h_q] and dBias in the bias's shape have no layout of their own.
+    return tuple(_to_bhsd(g, layout, args.framework) for g in result[:3]) + (result[3] if "d_sink" in wanted else None,
+                                                                            result[4] if "d_bias" in wanted else None)
 
 
 def _additive(args, vis):
@@ -323,6 +369,13 @@ def _additive(args, vis):
     broadcastable to [b, h_q, n_q, n_k]."""
     p, i = args.problem, args.inputs
     dtype = p.dtype_of("bias") if i["bias"] is not None else p.dtype_of("q")
+    if "bias" in args.differentiated:
+        # The bias autograd differentiates, plus 0 or -inf where masked: the values below (adding
+        # either is exact), its gradient summed by autograd over the dimensions it broadcasts over.
+        bias = args.differentiated["bias"]
+        if vis is None:
+            return bias
+        return bias + _arrays.from_native(_round(np.where(vis, 0.0, -np.inf), dtype), dtype, args.framework, args.device)
     work = np.float64
     total = np.zeros((1, 1, p.n_q, p.n_k), work)
     if i["bias"] is not None:
@@ -351,7 +404,9 @@ def _pass_score_modifications(args, kwargs):
     sinks: only a convention that lists a modification is given its cases."""
     i = args.inputs
     kwargs.update(i["settings"])
-    if i["sinks"] is not None:
+    if "sinks" in args.differentiated:
+        kwargs["sinks"] = args.differentiated["sinks"]
+    elif i["sinks"] is not None:
         kwargs["sinks"] = _plain(np.asarray(i["sinks"], np.float32), args.framework, args.device)
 
 

@@ -33,9 +33,11 @@ def _given(q, k, v, mask, bias, valid_lens, out=None, **outputs):
     return _native._Given(host["q"], host["k"], host["v"], m, host["bias"], lens, bf16), host
 
 
-def _settings(scale, causal, window, align, o_dtype, score_settings=None):
+def _settings(scale, causal, window, align, o_dtype, score_settings=None, sinks=None):
     s = _native._Settings()
     s.score = dict(score_settings or {})
+    if sinks is not None:
+        s.sinks = [float(x) for x in np.asarray(_arrays.to_numpy_result(sinks, "sinks"), np.float64).reshape(-1)]
     s.scale = None if scale is None else float(scale)
     s.causal = "none" if causal in (None, False) else ("top_left" if causal is True else str(causal))
     if window is not None:
@@ -314,7 +316,8 @@ class Judgement(_Verdict):
 
 class BackwardJudgement(_Verdict):
     """judge_backward()'s verdict on one set of gradients: pass or fail per gradient (roles dq,
-    dk and dv, and keep with dropout), each one's error, tolerance and budget, the worst element
+    dk and dv, d_sink and d_bias where given, and keep with dropout), each one's error, tolerance
+    and budget, the worst element
     (``dk b=0 h=1 j=5 c=3``), the reasons naming the gradient, and the diagnosis against the known
     backward mistakes (dk_scale_missing, d_omitted, ...). ``gradients``: each one's metrics."""
 
@@ -329,7 +332,7 @@ class BackwardJudgement(_Verdict):
 
 
 def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
-          valid_lens=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS,
+          valid_lens=None, keep=None, sinks=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS,
           threads=0, name="judge", source="the arrays given to attnbench.judge", **score_settings) -> Judgement:
     """Your output against the reference under the pass rule, with the diagnosis of a failure.
 
@@ -338,7 +341,9 @@ def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align
     the host first).
 
     The score modifications' settings are keywords by their names, as reference()'s
-    (``softcap=30.0``, ``dropout_p=0.1``; an unknown keyword is an error naming them).
+    (``softcap=30.0``, ``dropout_p=0.1``; an unknown keyword is an error naming them). ``sinks``
+    [h_q]: each query head's attention-sink logit (rounded to float32), one more term of its rows'
+    softmax denominator.
 
     Dropout: ``dropout_p`` (0 < p < 1) with ``keep``, the keep mask [b, h_q, n_q, n_k] the output
     was computed with (True/1 kept, False/0 dropped): out must be sum_j P_ij Z_ij / (1 - p) v_j
@@ -353,11 +358,13 @@ def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align
     keep_host = None
     if keep is not None:
         keep_host = np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
-    settings = _settings(scale, causal, window, align, None, score_settings)
+    settings = _settings(scale, causal, window, align, None, score_settings, sinks)
     text = _native._judge(given, settings, out_host, lse_host, keep_host, k_factor, floor_ulps, threads, name, source)
     file_settings: dict = {}
     if scale is not None:
         file_settings["scale"] = float(scale)
+    if sinks is not None:
+        file_settings["sinks"] = list(settings.sinks)
     if causal not in (None, False):
         file_settings["causal"] = "top_left" if causal is True else causal
     file_settings.update({name: value for name, value in score_settings.items() if value is not None})
@@ -365,9 +372,9 @@ def judge(q, k, v, out, lse=None, *, scale=None, causal=None, window=None, align
     return Judgement(json.loads(text), kept, file_settings)
 
 
-def judge_backward(q, k, v, d_o, dq, dk, dv, *, scale=None, causal=None, window=None, align="top_left", mask=None, bias=None,
-                   valid_lens=None, keep=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0, name="judge_backward",
-                   source="the arrays given to attnbench.judge_backward", **score_settings) -> BackwardJudgement:
+def judge_backward(q, k, v, d_o, dq, dk, dv, *, d_sink=None, d_bias=None, scale=None, causal=None, window=None, align="top_left", mask=None,
+                   bias=None, valid_lens=None, keep=None, sinks=None, k_factor=PASS_RULE_K, floor_ulps=PASS_RULE_FLOOR_ULPS, threads=0,
+                   name="judge_backward", source="the arrays given to attnbench.judge_backward", **score_settings) -> BackwardJudgement:
     """Your gradients against the backward reference under the pass rule, each diagnosed.
 
     ``d_o`` [b, h_q, n_q, d_v] the upstream gradient; ``dq`` [b, h_q, n_q, d_k], ``dk`` [b, h_kv,
@@ -377,15 +384,20 @@ def judge_backward(q, k, v, d_o, dq, dk, dv, *, scale=None, causal=None, window=
     dk and dv is held to the pass rule against its 113-bit reference (verification/README.md, "The
     backward pass"): the verdict has one role per gradient, and a failure's reasons name it.
 
+    ``d_sink`` [h_q], the gradient of the sinks (``sinks=``, as judge()'s), and ``d_bias``, the bias's in its
+    shape (summed over the dimensions it broadcasts over), are judged the same way where given:
+    dσ_h = -sum over b and i of P_i,sink D_i, dBias = dS. Left out, the record names them not
+    computed (``gradients_not_computed``) where the case has sinks or a bias.
+
     Dropout: ``dropout_p`` with ``keep``, the keep mask [b, h_q, n_q, n_k] the forward drew (as
     judge()'s): the gradients are judged given that Z, and Z by its keep rate."""
-    given, host = _given(q, k, v, mask, bias, valid_lens, d_o=d_o, dq=dq, dk=dk, dv=dv)
+    given, host = _given(q, k, v, mask, bias, valid_lens, d_o=d_o, dq=dq, dk=dk, dv=dv, d_sink=d_sink, d_bias=d_bias)
     keep_host = None
     if keep is not None:
         keep_host = np.ascontiguousarray(np.asarray(_arrays.to_numpy_result(keep, "keep")), dtype=np.float32)
-    settings = _settings(scale, causal, window, align, None, score_settings)
-    text = _native._judge_backward(given, settings, host["d_o"], host["dq"], host["dk"], host["dv"], keep_host, k_factor, floor_ulps,
-                                   threads, name, source)
+    settings = _settings(scale, causal, window, align, None, score_settings, sinks)
+    text = _native._judge_backward(given, settings, host["d_o"], host["dq"], host["dk"], host["dv"], host["d_sink"], host["d_bias"], keep_host,
+                                   k_factor, floor_ulps, threads, name, source)
     return BackwardJudgement(json.loads(text))
 
 
@@ -431,7 +443,9 @@ def verify(fn, cases="default", convention="torch_sdpa", arrays="numpy", *, back
 
     ``backward``: each case verified as its backward pass (op=backward) instead, end to end as
     `attnbench verify --backward` does: ``fn``'s forward, then its gradients of dO (drawn from the
-    case's seed) judged one by one (records with roles dq, dk, dv). True takes them from autograd
+    case's seed) judged one by one (records with roles dq, dk, dv; and d_sink, d_bias on the cases
+    with sinks or a bias where the convention declares ``parameter_gradients=True``, else named in
+    ``gradients_not_computed``). True takes them from autograd
     through ``fn`` (torch: ``torch.autograd.grad(o, (q, k, v), d_o)``; jax: ``jax.vjp``), recomputing its forward; a
     callable ``backward(q, k, v, out, lse, d_o, **the forward's keywords) -> (dq, dk, dv)``, in
     the convention's layout, is given the forward's O and LSE (lse None unless the convention

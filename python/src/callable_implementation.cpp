@@ -193,13 +193,30 @@ void CallableImplementation::run_backward(const RunArgs& args) const {
     fed["d_o"] = to_numpy(*d_o);
     fed["o"] = to_numpy(*o);
     fed["lse"] = lse != nullptr ? nb::cast(to_numpy(*lse, {p.batch, p.h_q, p.n_q})) : nb::none();
+    // The parameter gradients asked for (declared, and the case has sinks or a bias).
+    Tensor* d_sink = args.tensors.output(Role::d_sink);
+    Tensor* d_bias = args.tensors.output(Role::d_bias);
+    nb::list parameters;
+    for (Role role : {Role::d_sink, Role::d_bias})
+      if (args.tensors.output(role) != nullptr) parameters.append(std::string(to_string(role)));
+    fed["parameters"] = parameters;
     nb::object result = (*invoke_)(p, inputs_dict(p, args.inputs), lse != nullptr, fed);
-    if (!nb::isinstance<nb::tuple>(result) || nb::len(result) != 3)
-      throw std::runtime_error(fmt::format("the backward returned {}; expected (dq, dk, dv)", nb::str(nb::handle(result.type())).c_str()));
+    if (!nb::isinstance<nb::tuple>(result) || (nb::len(result) != 3 && nb::len(result) != 5))
+      throw std::runtime_error(fmt::format("the backward returned {}; expected (dq, dk, dv) or (dq, dk, dv, d_sink, d_bias)",
+                                           nb::str(nb::handle(result.type())).c_str()));
     nb::tuple t = nb::borrow<nb::tuple>(result);
     copy_into(t[0], dq, "dq", {p.batch, p.h_q, p.n_q, p.d_k}, "[b, h_q, n_q, d_k]");
     copy_into(t[1], dk, "dk", {p.batch, p.h_kv, p.n_k, p.d_k}, "[b, h_kv, n_k, d_k]");
     copy_into(t[2], dv, "dv", {p.batch, p.h_kv, p.n_k, p.d_v}, "[b, h_kv, n_k, d_v]");
+    auto parameter = [&](std::size_t at, Tensor* target, const char* name, const std::vector<std::int64_t>& shape, const char* shape_text) {
+      if (target == nullptr) return;
+      if (t.size() != 5 || t[at].is_none())
+        throw std::runtime_error(fmt::format("{}: it declares parameter_gradients and the backward returned none", name));
+      copy_into(t[at], *target, name, shape, shape_text);
+    };
+    parameter(3, d_sink, "d_sink", {p.h_q}, "[h_q]");
+    if (d_bias != nullptr)
+      parameter(4, d_bias, "d_bias", {d_bias->shape().begin(), d_bias->shape().end()}, "the bias's [1|b, 1|h_q, n_q, n_k]");
   } catch (nb::python_error& e) {
     throw_as_failure(e);
   }

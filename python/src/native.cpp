@@ -60,6 +60,7 @@ struct Settings {
   // The score modifications' settings by name (softcap, dropout_p, dropout_seed, ...:
   // core/score_pipeline.hpp), as the keywords give them.
   nb::dict score;
+  std::vector<double> sinks;  // each query head's sink logit; empty: none
 };
 
 // The settings a dict names, each checked against its modification's table: an unknown name, or
@@ -142,6 +143,7 @@ GivenArrays given_arrays(const GivenIn& in, const Settings& s) {
   a.window = window_of(s);
   if (s.o_dtype) a.o_dtype = parse_dtype(*s.o_dtype);
   a.settings = score_settings_of_dict(s.score);
+  a.sinks = s.sinks;
   return a;
 }
 
@@ -239,13 +241,15 @@ Tensor borrow_gradient(const InArray& a, bool bf16_bits, const char* name, const
   return t;
 }
 
-// judge_of for a backward pass: the given dQ, dK and dV of the given dO against the backward
-// reference (judge/judge.hpp, judge_gradients) and diagnosed as verify diagnoses a backward case.
+// judge_of for a backward pass: the given dQ, dK and dV of the given dO (and dσ, dBias where
+// given) against the backward reference (judge/judge.hpp, judge_gradients) and diagnosed as verify
+// diagnoses a backward case.
 // Given outputs reach verify as a forward pass only (verification/given_outputs.hpp), so the one
 // record is made here and written by verify's own writer.
 std::string judge_backward_of(const GivenIn& in, const Settings& s, const InArray& d_o_in, const InArray& dq_in, const InArray& dk_in,
-                              const InArray& dv_in, const std::optional<InArray>& keep, double k, double floor_ulps, int threads,
-                              const std::string& name, const std::string& source) {
+                              const InArray& dv_in, const std::optional<InArray>& d_sink_in, const std::optional<InArray>& d_bias_in,
+                              const std::optional<InArray>& keep, double k, double floor_ulps, int threads, const std::string& name,
+                              const std::string& source) {
   auto [p, inputs] = given_case_of(given_arrays(in, s));
   p.operation = Operation::backward;
   // Each gradient and dO in its own dtype, as o in judge(): the problem's where they agree.
@@ -256,9 +260,23 @@ std::string judge_backward_of(const GivenIn& in, const Settings& s, const InArra
   }
   p.validate();
   const Tensor d_o = borrow_gradient(d_o_in, in.bf16_bits, "d_o", "[b, h_q, n_q, d_v]", {p.batch, p.h_q, p.n_q, p.d_v});
-  const Gradients given{borrow_gradient(dq_in, in.bf16_bits, "dq", "[b, h_q, n_q, d_k]", {p.batch, p.h_q, p.n_q, p.d_k}),
+  Gradients given{borrow_gradient(dq_in, in.bf16_bits, "dq", "[b, h_q, n_q, d_k]", {p.batch, p.h_q, p.n_q, p.d_k}),
                         borrow_gradient(dk_in, in.bf16_bits, "dk", "[b, h_kv, n_k, d_k]", {p.batch, p.h_kv, p.n_k, p.d_k}),
-                        borrow_gradient(dv_in, in.bf16_bits, "dv", "[b, h_kv, n_k, d_v]", {p.batch, p.h_kv, p.n_k, p.d_v})};
+                        borrow_gradient(dv_in, in.bf16_bits, "dv", "[b, h_kv, n_k, d_v]", {p.batch, p.h_kv, p.n_k, p.d_v}),
+                        Tensor{}, Tensor{}};
+  // The parameters' gradients, each judged in its own dtype: the sinks' [h_q], the bias's in its shape.
+  if (d_sink_in) {
+    if (!p.sinks.enabled) throw InputError("d_sink: given without sinks (give sinks= to judge their gradient)");
+    const DType dtype = dtype_of(*d_sink_in, in.bf16_bits, "d_sink");
+    if (shape_of(*d_sink_in) != std::vector<std::int64_t>{p.h_q})
+      throw InputError(fmt::format("d_sink: shape ({}) where [h_q] is ({})", fmt::join(shape_of(*d_sink_in), ", "), p.h_q));
+    given.d_sink = Tensor(dtype, {p.h_q, 1, 1, 1});
+    std::memcpy(given.d_sink.data(), d_sink_in->data(), given.d_sink.bytes());
+  }
+  if (d_bias_in) {
+    if (!inputs.mask.has_bias()) throw InputError("d_bias: given without a bias (give bias= to judge its gradient)");
+    given.d_bias = borrow_gradient(*d_bias_in, in.bf16_bits, "d_bias", "the bias's [1|b, 1|h_q, n_q, n_k]", inputs.mask.bias_tensor().shape());
+  }
   std::optional<Tensor> z;
   if (p.dropout.enabled() && !keep)
     throw InputError(fmt::format("keep: dropout_p={:g} needs the keep mask [b, h_q, n_q, n_k] the forward drew (keep=)", p.dropout.p));
@@ -299,11 +317,12 @@ std::string judge_backward_of(const GivenIn& in, const Settings& s, const InArra
       const BackwardYardstick yardstick = make_backward_yardstick(p, judged_in, d_o, threads);
       context->reference_seconds = yardstick.reference_seconds;
       context->gradient_baseline = yardstick.baseline;
-      for (Role role : gradient_roles) context->gradient_term_rounding.push_back(yardstick.term_rounding(role, p));
+      for (const TensorErrors& e : yardstick.baseline) context->gradient_term_rounding.push_back(yardstick.term_rounding(e.role, p));
       JudgeOptions judging;
       judging.rule = {k, floor_ulps};
       GradientJudgement judged = judge_gradients(p, yardstick, given, judging);
       record.gradients = std::move(judged.errors);
+      record.gradients_not_computed = std::move(judged.not_computed);
       record.verdict = std::move(judged.verdict);
       if (kept) add_keep_verdict(record.verdict, kept->verdict);
       if (!record.verdict.pass) record.diagnosis = diagnose_backward(p, judged_in, d_o, given, record.verdict, nullptr);
@@ -514,7 +533,8 @@ NB_MODULE(_native, m) {
       .def_rw("window", &Settings::window)
       .def_rw("align", &Settings::align)
       .def_rw("o_dtype", &Settings::o_dtype)
-      .def_rw("score", &Settings::score);
+      .def_rw("score", &Settings::score)
+      .def_rw("sinks", &Settings::sinks);
   nb::class_<GivenIn>(m, "_Given")
       .def(nb::init<InArray, InArray, InArray, std::optional<InArray>, std::optional<InArray>, std::optional<InArray>, bool>(), "q"_a, "k"_a, "v"_a,
            "mask"_a.none(), "bias"_a.none(), "valid_lens"_a.none(), "bf16_bits"_a);
@@ -537,8 +557,8 @@ NB_MODULE(_native, m) {
   m.def("_reference", &reference_of, "given"_a, "settings"_a, "threads"_a);
   m.def("_judge", &judge_of, "given"_a, "settings"_a, "out"_a, "lse"_a.none(), "keep"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a,
         "source"_a);
-  m.def("_judge_backward", &judge_backward_of, "given"_a, "settings"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a, "keep"_a.none(), "k"_a,
-        "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
+  m.def("_judge_backward", &judge_backward_of, "given"_a, "settings"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a, "d_sink"_a.none(), "d_bias"_a.none(),
+        "keep"_a.none(), "k"_a, "floor_ulps"_a, "threads"_a, "name"_a, "source"_a);
   m.def("_verify", &verify_callables, "kernels"_a, "cases"_a, "k"_a,
         "floor_ulps"_a, "threads"_a, "project"_a, "on_record"_a.none());
   m.def("_properties", &properties_of_callable, "invoke"_a, "name"_a, "declaration"_a, "limits"_a, "numbers"_a,

@@ -305,3 +305,120 @@ def test_judge_backward_with_dropout_takes_the_keep_mask_the_forward_drew():
     assert not attnbench.judge_backward(q, k, v, d_o, *grads, dropout_p=0.25, keep=~keep).passed
     with pytest.raises(ValueError, match="keep="):
         attnbench.judge_backward(q, k, v, d_o, *grads, dropout_p=0.25)
+
+
+# ---- the sinks' and the bias's gradients (d_sink, d_bias) ----
+
+def attention_with_sinks(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, sinks=None, detached=()):
+    """SDPA's signature in PyTorch operations, with gpt-oss's sinks (one more column of the scores
+    whose weight is then dropped). `detached` ("sinks", "bias") cuts one parameter out of the
+    graph: the same output, and autograd's gradient of it zero."""
+    import torch
+    group = q.shape[1] // k.shape[1]
+    kq, vq = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ kq.transpose(-1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            s = s.masked_fill(~attn_mask, -math.inf)
+        else:
+            s = s + (attn_mask.detach() if "bias" in detached else attn_mask).to(s.dtype)
+    # A row that sees no key gets no weight, and no NaN from softmax's gradient at all -inf.
+    sees = torch.isfinite(s).any(-1, keepdim=True)
+    s = s.masked_fill(~sees, 0.0)
+    if sinks is not None:
+        column = (sinks.detach() if "sinks" in detached else sinks).to(s.dtype).reshape(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        s = torch.cat([s, column], -1)
+    p = torch.softmax(s, -1)
+    if sinks is not None:
+        p = p[..., :-1]
+    return (p * sees) @ vq
+
+
+def parameter_cases():
+    """Sinks and every broadcast of a bias (per batch, per head, shared, both), f32 and f64."""
+    with_sinks = [p for p in attnbench.cases("default") if p.sinks is not None and p.softcap is None and p.dropout_p is None
+                  and p.dtype in ("f32", "f64") and p.n_q * p.n_k <= 4096][:4]
+    with_bias = [attnbench.Problem.parse(r) for r in (
+        "b=2 hq=3 hkv=1 nq=10 nk=12 dk=8 dv=8 dtype=f32 causal=none bias=1@b regime=diffuse seed=41",
+        "b=3 hq=2 hkv=2 nq=9 nk=9 dk=8 dv=8 dtype=f64 causal=bottom_right bias=0.5@h regime=peaked seed=42",
+        "b=2 hq=4 hkv=2 nq=8 nk=11 dk=16 dv=16 dtype=f32 causal=top_left pad=11,5 bias=1@shared sinks=0.5,-1,0,1 regime=diffuse seed=43",
+        "b=2 hq=2 hkv=1 nq=7 nk=7 dk=8 dv=8 dtype=f64 causal=none bias=2@bh regime=diffuse seed=44")]
+    assert len(with_sinks) == 4
+    return with_sinks + with_bias
+
+
+@torch_only
+def test_autograd_through_the_sinks_and_the_bias_judges_their_gradients_where_declared():
+    cases = parameter_cases()
+    convention = attnbench.torch_sdpa(dtypes=("f32", "f64"), score_modifications=("sink",), parameter_gradients=True)
+    result = attnbench.verify(attention_with_sinks, cases=cases, convention=convention, arrays="torch", backward=True, name="sinks_autograd")
+    assert result.passed and result.counts["skip"] == 0, result.summary()
+    for r in result.records:
+        has = [g for g, present in (("d_sink", " sink=" in r["repro"] or " sinks=" in r["repro"]), ("d_bias", " bias=" in r["repro"]))
+               if present]
+        assert has and set(r["roles"]) == {"dq", "dk", "dv", *has} and "gradients_not_computed" not in r, r["repro"]
+
+    # Undeclared, they are not asked for: the same records judge dq, dk and dv and name the rest.
+    plain = attnbench.verify(attention_with_sinks, cases=cases, convention=convention.with_(parameter_gradients=False), arrays="torch",
+                             backward=True, name="sinks_undeclared")
+    assert plain.passed, plain.summary()
+    for r in plain.records:
+        assert set(r["roles"]) == {"dq", "dk", "dv"} and r["gradients_not_computed"], r["repro"]
+
+    # A parameter cut out of the graph: its gradient is zero, and that role alone fails, named.
+    for cut, role in (("sinks", "d_sink"), ("bias", "d_bias")):
+        wrong = attnbench.verify(lambda *a, **kw: attention_with_sinks(*a, detached=(cut,), **kw), cases=cases, convention=convention,
+                                 arrays="torch", backward=True, name=f"{cut}_detached")
+        failed = [f for f in wrong.failures]
+        assert failed and len(failed) == sum(role in r["roles"] for r in result.records), wrong.summary()
+        for f in failed:
+            assert not f.roles[role].passed and all(v.passed for name, v in f.roles.items() if name != role), f
+            assert any(reason.startswith(f"{role} max abs error") for reason in f.reasons), f.reasons
+
+
+@torch_only
+def test_judge_backward_judges_the_sinks_and_the_bias_gradients_given():
+    import torch
+    p = attnbench.Problem.parse("b=2 hq=4 hkv=2 nq=9 nk=13 dk=16 dv=8 dtype=f32 causal=none regime=peaked seed=12")
+    i = attnbench.make_inputs(p, arrays="torch")
+    q, k, v = (i[r].clone().requires_grad_(True) for r in ("q", "k", "v"))
+    g = torch.Generator().manual_seed(4)
+    bias = torch.randn(2, 1, 9, 13, generator=g).requires_grad_(True)  # per batch, shared over heads
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0]).requires_grad_(True)
+    out = attention_with_sinks(q, k, v, attn_mask=bias, sinks=sinks, enable_gqa=True)
+    d_o = torch.randn(out.shape, generator=g)
+    out.backward(d_o)
+    grads = (q.grad, k.grad, v.grad)
+    settings = dict(bias=bias.detach(), sinks=sinks.detach())
+    # judge() takes the sinks the same way: the output passes with them and fails without.
+    assert attnbench.judge(q, k, v, out, **settings).passed
+    assert not attnbench.judge(q, k, v, out, bias=bias.detach()).passed
+    with pytest.raises(ValueError, match="sinks: 3 logits for h_q = 4"):
+        attnbench.judge(q, k, v, out, bias=bias.detach(), sinks=sinks.detach()[:3])
+    verdict = attnbench.judge_backward(q, k, v, d_o, *grads, d_sink=sinks.grad, d_bias=bias.grad, **settings)
+    assert verdict.passed and set(verdict.roles) == {"dq", "dk", "dv", "d_sink", "d_bias"}, verdict
+    assert set(verdict.gradients) == {"dq", "dk", "dv", "d_sink", "d_bias"}
+
+    # Left out, they are named not computed; a flipped dσ fails d_sink alone, named.
+    assert attnbench.judge_backward(q, k, v, d_o, *grads, **settings).record["gradients_not_computed"] == ["d_sink", "d_bias"]
+    wrong = attnbench.judge_backward(q, k, v, d_o, *grads, d_sink=-sinks.grad, d_bias=bias.grad, **settings)
+    assert not wrong and not wrong.roles["d_sink"].passed and all(r.passed for n, r in wrong.roles.items() if n != "d_sink"), wrong
+    assert wrong.worst.startswith("d_sink h="), wrong.worst
+    # The bias summed over every head (its per-head gradient, not the broadcast one's) is another shape.
+    with pytest.raises(ValueError, match="d_bias: shape"):
+        attnbench.judge_backward(q, k, v, d_o, *grads, d_bias=bias.grad.expand(2, 4, 9, 13).contiguous(), **settings)
+    with pytest.raises(ValueError, match="d_sink: given without sinks"):
+        attnbench.judge_backward(q, k, v, d_o, *grads, d_sink=sinks.grad, bias=bias.detach())
+
+
+@pytest.mark.skipif(not have("jax"), reason="needs jax")
+def test_jax_vjp_through_the_additive_mask_judges_the_bias_gradient():
+    from test_real_kernels import jax_as_sdpa
+    cases = [p for p in parameter_cases() if p.sinks is None]  # jax.nn.dot_product_attention has no sinks
+    assert len(cases) == 3
+    convention = attnbench.torch_sdpa(dtypes=("f32",), different_dk_dv=False, fully_masked="any", name="jax_sdpa", parameter_gradients=True)
+    result = attnbench.verify(jax_as_sdpa, cases=cases, convention=convention, arrays="jax", backward=True, name="jax_bias_vjp")
+    assert result.passed and result.counts["skip"] == 0, result.summary()
+    assert all(set(r["roles"]) == {"dq", "dk", "dv", "d_bias"} for r in result.records), [r["roles"] for r in result.records]

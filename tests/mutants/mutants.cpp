@@ -332,6 +332,7 @@ class BackwardMutant final : public Implementation {
                 (mistake_ ? std::string(known_backward_mistake(*mistake_).description) : std::string("no mistake (the control)")) +
                 "; the control's forward; single-threaded, f64 or f32 for f32/f16/bf16";
     c.operations = {Operation::forward, Operation::backward};
+    c.parameter_gradients = true;
     return c;
   }
   Support supports(const Problem&) const override { return Support::yes(); }
@@ -341,13 +342,15 @@ class BackwardMutant final : public Implementation {
     const Tensor* d_o = args.tensors.input(Role::d_o);
     if (d_o == nullptr) throw std::logic_error("a backward pass without dO");
     // Computed into harness-owned copies, then written to the outputs element by element.
-    Gradients computed = make_gradients(args.problem);
+    Gradients computed = make_gradients(args.problem, args.inputs.mask);
+    for (Role role : parameter_gradient_roles)
+      if (args.tensors.output(role) == nullptr) computed.of(role) = Tensor{};
     const std::uint64_t run_number = runs_.fetch_add(1);
     if (args.problem.dtype == DType::f64)
       backward_as_written<double>(mistake_, args.problem, args.inputs, *d_o, computed, run_number);
     else
       backward_as_written<float>(mistake_, args.problem, args.inputs, *d_o, computed, run_number);
-    for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    for (Role role : computed.roles()) {
       Tensor& out = args.tensors.required_output(role);
       for (std::int64_t e = 0; e < out.numel(); ++e) out.set_bits(e, computed.of(role).bits(e));
     }

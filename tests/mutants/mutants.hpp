@@ -44,8 +44,8 @@ std::unique_ptr<Implementation> make_correct_control();        // "mutant_contro
 // The backward mutants: the control's forward, and a backward computed by backward_as_written
 // (verification/backward_mistakes.hpp) in the working precision with one backward mistake made,
 // each gradient rounded once to its dtype. Named "mutant_" + the mistake's name; with none, the
-// correct "mutant_backward_control". They declare the forward and the backward, deterministic, and
-// everything the forward mutants declare.
+// correct "mutant_backward_control". They declare the forward and the backward, deterministic,
+// the parameters' gradients (d_sink, d_bias) and everything the forward mutants declare.
 std::unique_ptr<Implementation> make_backward_mutant(std::optional<BackwardMistake> mistake);
 std::vector<std::unique_ptr<Implementation>> make_all_backward();  // one per known backward mistake, in catalogue order
 
