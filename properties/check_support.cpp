@@ -46,13 +46,13 @@ BackwardOutputs rerun_backward(const Implementation& impl, const Problem& p, con
   const Capabilities caps = impl.describe();
   if (Support s = covers(caps, p); !s.ok || !(s = impl.supports(p)).ok)
     throw DerivedProblemRefused(fmt::format("the check runs {}, which {} refuses: {}", p.repro(), impl.name(), s.reason));
-  BackwardOutputs o{Outputs{first.forward.out, first.forward.lse, {}, first.forward.keep, {}}, make_gradients(p), {}};
+  // dσ and dBias too where it declares them (and the problem has sinks or a bias): property 21
+  // judges every gradient it gives.
+  BackwardOutputs o{Outputs{first.forward.out, first.forward.lse, {}, first.forward.keep, {}},
+                    caps.parameter_gradients ? make_gradients(p, in.mask) : make_gradients(p), {}};
   try {
     std::vector<std::byte> workspace(impl.workspace_bytes(p));
-    impl.run(RunArgs{p, in,
-                     RoleTensors::backward(in, d_o, o.gradients.dq, o.gradients.dk, o.gradients.dv, &o.forward.out,
-                                           caps.returns_lse ? &o.forward.lse : nullptr),
-                     workspace});
+    impl.run(RunArgs{p, in, RoleTensors::backward(in, d_o, o.gradients, &o.forward.out, caps.returns_lse ? &o.forward.lse : nullptr), workspace});
   } catch (const std::exception& e) {
     o.error = fmt::format("{}{}", run_failed_prefix, e.what());
   }

@@ -155,7 +155,7 @@ std::vector<Property> build_suite() {
       {20, "dropout's output agrees with the reference given its reported keep mask, which keeps at the rate 1 - p; one seed gives one mask, "
            "another seed another",
        dropout, lists_dropout, dropout_keeps_at_its_rate_and_follows_its_seed, {}},
-      {21, "the gradients dQ, dK and dV agree with the high-precision reference under the pass rule", backward_any, a_backward,
+      {21, "the gradients dQ, dK and dV (and dσ, dBias where given) agree with the high-precision reference under the pass rule", backward_any, a_backward,
        gradients_agree_with_the_reference, {}},
       {22, "keys masked in every row get dK = dV = 0 exactly, and fully masked rows dQ = 0 exactly", backward_masked, a_masked_backward,
        masked_keys_and_rows_get_zero_gradients, {}},
