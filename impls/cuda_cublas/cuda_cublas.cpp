@@ -178,27 +178,6 @@ class CublasRun final : public DeviceRun {
   cudaStream_t stream_ = nullptr;  // of the last enqueue (null: the legacy default stream)
 };
 
-// The first element of each gradient left unwritten (poisoned) or not finite: throws naming the
-// counts, as require_written_and_finite does for O.
-void require_gradients_written_and_finite(const Gradients& g) {
-  for (Role role : {Role::dq, Role::dk, Role::dv}) {
-    const Tensor& t = g.of(role);
-    std::int64_t unwritten = 0, nonfinite = 0, first = -1;
-    for (std::int64_t e = 0; e < t.numel(); ++e) {
-      if (t.is_poisoned(e))
-        ++unwritten;
-      else if (!std::isfinite(t.get(e)))
-        ++nonfinite;
-      else
-        continue;
-      if (first < 0) first = e;
-    }
-    if (unwritten + nonfinite > 0)
-      throw std::runtime_error(fmt::format("cuda_cublas: {} {} elements never written, {} not finite (first at element {})", unwritten,
-                                           to_string(role), nonfinite, first));
-  }
-}
-
 // A backward pass prepared on the device: Q, K, V, dO, the forward's LSE and the mask uploaded,
 // every buffer allocated, dQ, dK and dV poisoned and guarded. The forward's O is not needed: D is
 // the row sum of P dP (softmax_backward_kernel says why).
@@ -312,7 +291,7 @@ class CublasBackwardRun final : public DeviceRun {
   void check_output() override {
     Gradients g = make_gradients(plan_.problem);
     download(g.dq, g.dk, g.dv);
-    require_gradients_written_and_finite(g);
+    cuda::require_gradients_written_and_finite(plan_.problem, g, "cuda_cublas");
   }
 
   // Beyond the inputs (Q, K, V, dO, the LSE) and the gradients.

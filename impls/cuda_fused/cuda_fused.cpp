@@ -232,22 +232,7 @@ class FusedBackwardRun final : public DeviceRun {
     const Problem& p = plan_.problem;
     Gradients g = make_gradients(p);
     download(g.dq, g.dk, g.dv);
-    for (Role role : {Role::dq, Role::dk, Role::dv}) {
-      const Tensor& t = g.of(role);
-      std::int64_t unwritten = 0, nonfinite = 0, first = -1;
-      for (std::int64_t e = 0; e < t.numel(); ++e) {
-        if (t.is_poisoned(e))
-          ++unwritten;
-        else if (!std::isfinite(t.get(e)))
-          ++nonfinite;
-        else
-          continue;
-        if (first < 0) first = e;
-      }
-      if (unwritten + nonfinite > 0)
-        throw std::runtime_error(fmt::format("cuda_fused: {} {} elements never written, {} not finite (first at {})", unwritten,
-                                             to_string(role), nonfinite, tensor_coordinates(p, role, first)));
-    }
+    cuda::require_gradients_written_and_finite(p, g, "cuda_fused");
   }
 
   std::size_t workspace_bytes() const override {

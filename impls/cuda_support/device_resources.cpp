@@ -133,17 +133,39 @@ void mark_written_by_library(void* ptr, std::size_t bytes, cudaStream_t stream) 
   nvtxMemCudaMarkInitialized(domain, stream, 0, &batch);
 }
 
-void require_written_and_finite(const Problem& p, const Tensor& out, const Tensor& lse, std::string_view implementation) {
-  std::int64_t unwritten = 0, nonfinite = 0, first = -1;
-  for (std::int64_t e = 0; e < out.numel(); ++e) {
-    if (out.is_poisoned(e))
-      ++unwritten;
-    else if (!std::isfinite(out.get(e)))
-      ++nonfinite;
+namespace {
+
+struct Census {
+  std::int64_t unwritten = 0, nonfinite = 0, first = -1;  // first: the first bad element's index
+};
+
+Census census(const Tensor& t) {
+  Census c;
+  for (std::int64_t e = 0; e < t.numel(); ++e) {
+    if (t.is_poisoned(e))
+      ++c.unwritten;
+    else if (!std::isfinite(t.get(e)))
+      ++c.nonfinite;
     else
       continue;
-    if (first < 0) first = e;
+    if (c.first < 0) c.first = e;
   }
+  return c;
+}
+
+}  // namespace
+
+void require_gradients_written_and_finite(const Problem& p, const Gradients& g, std::string_view implementation) {
+  for (Role role : {Role::dq, Role::dk, Role::dv}) {
+    const Census c = census(g.of(role));
+    if (c.unwritten + c.nonfinite > 0)
+      throw std::runtime_error(fmt::format("{}: {} {} elements never written, {} not finite (first at {})", implementation, c.unwritten,
+                                           to_string(role), c.nonfinite, tensor_coordinates(p, role, c.first)));
+  }
+}
+
+void require_written_and_finite(const Problem& p, const Tensor& out, const Tensor& lse, std::string_view implementation) {
+  const auto [unwritten, nonfinite, first] = census(out);
   std::int64_t bad_lse = 0;
   for (std::int64_t r = 0; r < lse.numel(); ++r) bad_lse += lse.is_poisoned(r) || std::isnan(lse.get(r)) || lse.get(r) == INFINITY;
   if (unwritten + nonfinite + bad_lse > 0)

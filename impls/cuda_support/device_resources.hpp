@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/inputs.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
@@ -113,5 +114,7 @@ void mark_written_by_library(void* ptr, std::size_t bytes, cudaStream_t stream);
 // was written and is not NaN or +inf (-inf is a fully masked row's): a kernel that skips work is
 // an error, not a fast result. `implementation` names it in the message.
 void require_written_and_finite(const Problem& problem, const Tensor& out, const Tensor& lse, std::string_view implementation);
+// The same for a backward pass: every element of dQ, dK and dV written and finite.
+void require_gradients_written_and_finite(const Problem& problem, const Gradients& gradients, std::string_view implementation);
 
 }  // namespace attn::cuda
