@@ -140,6 +140,12 @@ class WorkerPool {
 
 }  // namespace
 
+}  // namespace detail
+
+void wait_for_change(const std::atomic<std::uint32_t>& value, std::uint32_t old, bool spin_first) { detail::wait_while_equal(value, old, spin_first); }
+
+namespace detail {
+
 void run_on_workers(int workers, const std::function<void(int)>& task) {
   if (workers <= 1) {
     task(0);

@@ -7,11 +7,18 @@
 // virtual machine cost 50 to 250 us of it, enough to bend the fitted O(n^2) exponent.
 #include <algorithm>
 #include <cstdint>
+#include <atomic>
 #include <functional>
 
 namespace attn {
 
 int default_thread_count();
+
+// Returns once `value` differs from `old`. With spin_first it spins for up to ~200 us before it
+// sleeps (a futex): on this kind of virtual machine a sleeping thread takes tens of microseconds
+// to wake, a cost that work handed between threads every few microseconds cannot absorb. Spin
+// only with no more threads than cores, or the spinner holds the core a working thread needs.
+void wait_for_change(const std::atomic<std::uint32_t>& value, std::uint32_t old, bool spin_first);
 
 namespace detail {
 // Runs task(w) for every w in [0, workers), the caller running w = 0, and returns when all

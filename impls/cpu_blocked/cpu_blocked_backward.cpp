@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
-#include <condition_variable>
+#include <atomic>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -37,9 +37,10 @@ constexpr std::int64_t chunk_rows = 512;
 constexpr std::int64_t steps_per_head = 2;
 // Slots per head: the parallelism within a head, and the number of dQ partials it sums.
 constexpr std::int64_t max_slots = 32;
-// Sets of step rows per head: a step's rows are prepared, computed on and summed from while
-// the steps after it use the other sets, so threads run up to two steps ahead of a late one.
-constexpr std::int64_t row_sets = 3;
+// Sets of step rows per head where threads share a head: a step's rows are prepared, computed on
+// and summed from while the steps after it use the other sets, so threads run up to two steps
+// ahead of a late one. A thread with heads of its own works through their steps in order: one set.
+constexpr std::int64_t shared_row_sets = 3;
 constexpr int score_rows = 12;  // micro::scores rows (keys of S^T and dP^T)
 constexpr int value_rows = 6;   // micro::weighted_values rows (keys of dK, dV; queries of dQ)
 constexpr int value_vectors = 4;
@@ -59,7 +60,11 @@ struct Plan {
   std::int64_t key_tiles, slots;
   std::int64_t chunk, chunks, query_tiles;  // rows per step, steps per query head, query tiles per step
   std::int64_t kv_heads, group;
-  std::int64_t heads_per_step = 1;  // plan_for
+  // plan_for: kv heads per step, and whether each thread works through whole kv heads of its own
+  // (heads_per_step is then 1, and there is one head's buffers per thread).
+  std::int64_t heads_per_step = 1;
+  bool own_heads = false;
+  std::int64_t row_sets = shared_row_sets;
 
   std::int64_t threads;
 
@@ -121,7 +126,7 @@ struct StepRows {
 };
 
 // Per kv head of a step: dK and dV accumulated over the whole head (all its query heads and
-// rows), and the sets of step rows (step s uses set s % row_sets).
+// rows), and the sets of step rows (step s uses set s % plan.row_sets).
 template <class Acc>
 struct HeadBuffers {
   Acc *dk_acc, *dv_acc;
@@ -130,7 +135,7 @@ struct HeadBuffers {
     const auto keys = std::size_t(plan.key_tiles * key_tile);
     dk_acc = c.take<Acc>(keys * std::size_t(plan.dk_padded));
     dv_acc = c.take<Acc>(keys * std::size_t(plan.dv_padded));
-    for (std::int64_t set = 0; set < row_sets; ++set) rows.emplace_back(c, plan);
+    for (std::int64_t set = 0; set < plan.row_sets; ++set) rows.emplace_back(c, plan);
   }
 };
 
@@ -154,22 +159,46 @@ struct ThreadScratch {
 // kv heads worked on side by side: short sequences have few slots per head, and every thread
 // should have a slot to work on, as long as the heads' buffers stay within a few MiB.
 constexpr std::size_t side_by_side_bytes = std::size_t(8) << 20;
+// Where there are kv heads enough to share out evenly and their buffers fit in this, each thread
+// works through whole heads of its own instead: threads sharing a head hand its rows, dQ partials
+// and dK/dV accumulators from core to core, and on a virtual machine whose two cores sit on
+// different core complexes that cost a sixth of the pass at n = 512 (rows prepared and dQ summed
+// at half speed, the rest 10 % slower), in some runs and not others.
+constexpr std::size_t own_heads_bytes = std::size_t(16) << 20;
 template <class Acc>
 Plan<Acc> plan_for(const Problem& p, std::int64_t threads) {
   Plan<Acc> plan(p, threads);
-  Carver one_head;
-  const HeadBuffers<Acc> counted(one_head, plan);
-  const auto fitting = std::max<std::int64_t>(1, std::int64_t(side_by_side_bytes / one_head.used()));
+  const auto head_bytes = [&] {
+    Carver one_head;
+    const HeadBuffers<Acc> counted(one_head, plan);
+    return one_head.used();
+  };
+  // One thread works through the heads in order, with the least workspace of any plan (so
+  // that a run whose workspace was sized for more threads can always fall back to one).
+  const bool even = plan.kv_heads % threads == 0 || plan.kv_heads >= 4 * threads;
+  if (threads == 1 || (plan.kv_heads >= threads && even)) {
+    plan.row_sets = 1;
+    if (threads == 1 || std::size_t(threads) * head_bytes() <= own_heads_bytes) {
+      plan.own_heads = true;
+      return plan;
+    }
+    plan.row_sets = shared_row_sets;
+  }
+  const auto fitting = std::max<std::int64_t>(1, std::int64_t(side_by_side_bytes / head_bytes()));
   plan.heads_per_step = std::clamp<std::int64_t>(ceil_div(2 * threads, plan.slots), 1, std::min(plan.kv_heads, fitting));
   return plan;
 }
 
-// The workspace: the buffers of heads_per_step kv heads, then every thread's scratch, from a
-// 64-byte boundary on (one alignment's worth of slack).
+// The workspace: the buffers of heads_per_step kv heads (of one per thread with own_heads), then
+// every thread's scratch, from a 64-byte boundary on (one alignment's worth of slack).
+template <class Acc>
+std::int64_t head_buffer_count(const Plan<Acc>& plan) {
+  return plan.own_heads ? plan.threads : plan.heads_per_step;
+}
 template <class Acc>
 std::size_t workspace_bytes_of(const Plan<Acc>& plan) {
   Carver carver;
-  for (std::int64_t h = 0; h < plan.heads_per_step; ++h) const HeadBuffers<Acc> counted(carver, plan);
+  for (std::int64_t h = 0; h < head_buffer_count(plan); ++h) const HeadBuffers<Acc> counted(carver, plan);
   for (std::int64_t t = 0; t < plan.threads; ++t) const ThreadScratch<Acc> counted(carver, plan);
   return alignment + carver.used();
 }
@@ -242,7 +271,8 @@ void write_elements(Tensor& t, std::int64_t offset, std::int64_t count, const Ac
 struct Step {
   std::int64_t first_head, heads, head_in_group, chunk;
   bool first, last;
-  std::size_t set;  // its set of step rows
+  std::size_t set;      // its set of step rows
+  std::size_t buffers;  // its heads' buffers are heads_[buffers + head]
 };
 
 // The work of a pass and what orders it. Step s's items: prepare its rows (one per query tile
@@ -266,8 +296,8 @@ class Schedule {
     std::int64_t index;  // prepare, sum: head * query_tiles + tile; compute: head * slots + slot
   };
 
-  Schedule(std::vector<Step> steps, std::int64_t query_tiles, std::int64_t slots)
-      : steps_(std::move(steps)), query_tiles_(query_tiles), slots_(slots), state_(steps_.size()) {
+  Schedule(std::vector<Step> steps, std::int64_t query_tiles, std::int64_t slots, std::int64_t row_sets)
+      : steps_(std::move(steps)), query_tiles_(query_tiles), slots_(slots), row_sets_(std::size_t(row_sets)), state_(steps_.size()) {
     std::int64_t heads = 0;
     for (const Step& s : steps_) heads = std::max(heads, s.heads);
     next_step_of_chain_.assign(std::size_t(heads * slots), 0);
@@ -277,13 +307,13 @@ class Schedule {
   // The next item whose inputs are complete, lowest step first (which unblocks the most), or
   // none for now. Called under the caller's lock, as are done() and finished().
   std::optional<Item> next() {
-    const std::size_t last = std::min(steps_.size(), first_open_ + std::size_t(row_sets) + 1);
+    const std::size_t last = std::min(steps_.size(), first_open_ + row_sets_ + 1);
     for (std::size_t s = first_open_; s < last; ++s) {
       State& st = state_[s];
       const std::int64_t rows = steps_[s].heads * query_tiles_;
-      if (st.prepares_taken < rows && (s < std::size_t(row_sets) || computed(s - row_sets)))
+      if (st.prepares_taken < rows && (s < row_sets_ || computed(s - row_sets_)))
         return Item{Kind::prepare, s, st.prepares_taken++};
-      if (st.prepares_done == rows && (s < std::size_t(row_sets) || summed(s - row_sets)))
+      if (st.prepares_done == rows && (s < row_sets_ || summed(s - row_sets_)))
         for (std::size_t k = st.first_untaken; k < st.compute_order.size(); ++k) {
           const std::int64_t item = st.compute_order[k];
           if (st.taken[k] || next_step_of_chain_[std::size_t(item)] != s) continue;
@@ -332,6 +362,7 @@ class Schedule {
 
   std::vector<Step> steps_;
   std::int64_t query_tiles_, slots_;
+  std::size_t row_sets_;
   std::vector<State> state_;
   std::vector<std::size_t> next_step_of_chain_;  // per head * slots + slot: its next compute step
   std::size_t first_open_ = 0;                   // every step before it is summed
@@ -343,6 +374,11 @@ class Backward {
   using IntV = simd::Int<Acc>;
   using Index = simd::IntLane<Acc>;
   static constexpr std::int64_t L = simd::lanes<Acc>;
+  // Per vector of a query tile's rows (c / L), the keys [lo, hi) some row of it sees.
+  struct VectorKeys {
+    Index lo[query_tile / L], hi[query_tile / L];
+    bool sees(std::int64_t c, std::int64_t key) const { return key >= lo[c / L] && key < hi[c / L]; }
+  };
 
  public:
   Backward(const RunArgs& a, const Plan<Acc>& plan, std::byte* base)
@@ -362,41 +398,76 @@ class Backward {
     dk_in_place_ = holds<Acc>(*dk_) && plan.dk == plan.dk_padded;
     dv_in_place_ = holds<Acc>(*dv_) && plan.dv == plan.dv_padded;
     Carver carver(base);
-    for (std::int64_t h = 0; h < plan.heads_per_step; ++h) heads_.emplace_back(carver, plan);
+    for (std::int64_t h = 0; h < head_buffer_count(plan); ++h) heads_.emplace_back(carver, plan);
     for (std::int64_t t = 0; t < plan.threads; ++t) scratch_.emplace_back(carver, plan);
   }
 
   void run() {
+    const auto threads = static_cast<int>(plan_.threads);
+    if (plan_.own_heads) {
+      std::atomic<std::int64_t> next_head{0};
+      parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t t = first; t < last; ++t)
+          for (std::int64_t kv = next_head++; kv < plan_.kv_heads; kv = next_head++) {
+            Schedule schedule(steps_of(kv, 1, std::size_t(t)), plan_.query_tiles, plan_.slots, plan_.row_sets);
+            work_through(schedule, 1, scratch_[std::size_t(t)]);
+          }
+      }, threads);
+      return;
+    }
     std::vector<Step> steps;
     for (std::int64_t first = 0; first < plan_.kv_heads; first += plan_.heads_per_step)
-      for (std::int64_t k = 0; k < plan_.group; ++k)
-        for (std::int64_t c = 0; c < plan_.chunks; ++c)
-          steps.push_back({first, std::min(plan_.heads_per_step, plan_.kv_heads - first), k, c, k == 0 && c == 0,
-                           k == plan_.group - 1 && c == plan_.chunks - 1, steps.size() % std::size_t(row_sets)});
-    Schedule schedule(std::move(steps), plan_.query_tiles, plan_.slots);
-    std::mutex mutex;
-    std::condition_variable progress;
-    const auto threads = static_cast<int>(plan_.threads);
-    parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
-      for (std::int64_t t = first; t < last; ++t) {
-        std::unique_lock lock(mutex);
-        while (!schedule.finished()) {
-          const std::optional<Schedule::Item> item = schedule.next();
-          if (!item) {
-            progress.wait(lock);
-            continue;
-          }
-          lock.unlock();
-          run(*item, schedule.steps()[item->step], scratch_[std::size_t(t)]);
-          lock.lock();
-          schedule.done(*item, [&](const Step& s) { return slots_by_cost(s); });
-          progress.notify_all();
-        }
+      for (Step s : steps_of(first, std::min(plan_.heads_per_step, plan_.kv_heads - first), 0)) {
+        s.set = steps.size() % std::size_t(plan_.row_sets);
+        steps.push_back(s);
       }
+    Schedule schedule(std::move(steps), plan_.query_tiles, plan_.slots, plan_.row_sets);
+    parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t t = first; t < last; ++t) work_through(schedule, threads, scratch_[std::size_t(t)]);
     }, threads);
   }
 
  private:
+  // The steps of kv heads [first, first + heads), their buffers from heads_[buffers] on.
+  std::vector<Step> steps_of(std::int64_t first, std::int64_t heads, std::size_t buffers) const {
+    std::vector<Step> steps;
+    for (std::int64_t k = 0; k < plan_.group; ++k)
+      for (std::int64_t c = 0; c < plan_.chunks; ++c)
+        steps.push_back({first, heads, k, c, k == 0 && c == 0, k == plan_.group - 1 && c == plan_.chunks - 1,
+                         steps.size() % std::size_t(plan_.row_sets), buffers});
+    return steps;
+  }
+
+  // Runs the schedule's items on this thread until every one is done, `threads` threads (this
+  // one among them) doing the same.
+  void work_through(Schedule& schedule, int threads, ThreadScratch<Acc>& w) {
+    if (threads == 1) {
+      while (const std::optional<Schedule::Item> item = schedule.next()) {
+        run(*item, schedule.steps()[item->step], w);
+        schedule.done(*item, [&](const Step& s) { return slots_by_cost(s); });
+      }
+      if (!schedule.finished()) throw std::logic_error("cpu_blocked: backward schedule stalled");
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    while (!schedule.finished()) {
+      const std::optional<Schedule::Item> item = schedule.next();
+      if (!item) {
+        const std::uint32_t seen = progress_.load(std::memory_order_relaxed);
+        lock.unlock();
+        wait_for_change(progress_, seen, threads <= default_thread_count());
+        lock.lock();
+        continue;
+      }
+      lock.unlock();
+      run(*item, schedule.steps()[item->step], w);
+      lock.lock();
+      schedule.done(*item, [&](const Step& s) { return slots_by_cost(s); });
+      progress_.fetch_add(1, std::memory_order_release);
+      progress_.notify_all();
+    }
+  }
+
   void run(const Schedule::Item& item, const Step& s, ThreadScratch<Acc>& w) {
     switch (item.kind) {
       case Schedule::Kind::prepare: prepare(s, item.index / plan_.query_tiles, item.index % plan_.query_tiles, w); break;
@@ -412,7 +483,7 @@ class Backward {
   // n_q) and packed into panels, the LSE (+inf where the forward's is -inf, a fully masked row,
   // so that every weight of it is exp(-inf) = 0), D = <dO_i, O_i>, the key ranges.
   void prepare(const Step& s, std::int64_t head, std::int64_t tile, ThreadScratch<Acc>& w) {
-    StepRows<Acc>& buffers = heads_[std::size_t(head)].rows[s.set];
+    StepRows<Acc>& buffers = heads_[s.buffers + std::size_t(head)].rows[s.set];
     const std::int64_t kv = s.first_head + head, b = batch_of(kv), h = query_head(s, kv);
     const std::int64_t dk = plan_.dk, dv = plan_.dv, dkp = plan_.dk_padded, dvp = plan_.dv_padded;
     std::int64_t tile_lo = p_.n_k, tile_hi = 0;
@@ -466,7 +537,7 @@ class Backward {
   std::vector<std::int64_t> slots_by_cost(const Step& s) const {
     std::vector<std::pair<std::int64_t, std::int64_t>> order;  // (-cost, item)
     for (std::int64_t head = 0; head < s.heads; ++head) {
-      const StepRows<Acc>& rows = heads_[std::size_t(head)].rows[s.set];
+      const StepRows<Acc>& rows = heads_[s.buffers + std::size_t(head)].rows[s.set];
       for (std::int64_t slot = 0; slot < plan_.slots; ++slot) {
         std::int64_t cost = 0;
         for (std::int64_t kt = slot; kt < plan_.key_tiles; kt += plan_.slots)
@@ -484,7 +555,7 @@ class Backward {
   // The slot's key tiles (slot, slot + slots, ...) against every query tile of the step, into
   // the slot's dQ partial.
   void compute_slot(const Step& s, std::int64_t head, std::int64_t slot, ThreadScratch<Acc>& w) {
-    HeadBuffers<Acc>& accumulators = heads_[std::size_t(head)];
+    HeadBuffers<Acc>& accumulators = heads_[s.buffers + std::size_t(head)];
     const StepRows<Acc>& buffers = accumulators.rows[s.set];
     const std::int64_t kv = s.first_head + head, b = batch_of(kv), g = kv % p_.h_kv, h = query_head(s, kv);
     const std::int64_t dk = plan_.dk, dv = plan_.dv, dkp = plan_.dk_padded, dvp = plan_.dv_padded;
@@ -585,20 +656,41 @@ class Backward {
       }
       return std::pair{from, to};
     };
-    // S^T and dP^T for the panels (2 vectors of queries) that see a key of the block; the panels
-    // left out keep stale values, which weights() and score_gradients() select away as masked.
+    // S^T and dP^T for the vectors of queries that see a key of the block (of a panel's two
+    // vectors, a block on a causal diagonal often needs one); the vectors left out keep stale
+    // values, which weights() and score_gradients() select away as masked.
+    const auto products = [&]<int R>(const Acc* key_rows, std::int64_t stride, const Acc* panels, std::int64_t depth, Acc* out,
+                                     std::int64_t first, std::int64_t last) {
+      for (std::int64_t c = first / (2 * L) * (2 * L); c < last; c += 2 * L) {
+        const bool low = first < c + L, high = last > c + L;
+        if (low && high)
+          micro::scores<Acc, R>(key_rows, stride, panels + c * depth, depth, out + c, query_tile);
+        else if (low)
+          micro::scores<Acc, R, 1>(key_rows, stride, panels + c * depth, depth, out + c, query_tile);
+        else
+          micro::scores<Acc, R, 1>(key_rows, stride, panels + c * depth + L, depth, out + c + L, query_tile);
+      }
+    };
     micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
       const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
-      for (std::int64_t c = first / (2 * L) * (2 * L); c < last; c += 2 * L)
-        micro::scores<Acc, R>(k_rows + (k0 + r) * dkp, dkp, q_panels + c * dk, dk, pt + (k0 + r) * query_tile + c, query_tile);
+      products.template operator()<R>(k_rows + (k0 + r) * dkp, dkp, q_panels, dk, pt + (k0 + r) * query_tile, first, last);
     });
-    weights(b, h, i0, j0, k0, keys, c0, c1, lo, hi, buffers.lse + row0, w);
+    // Per vector of rows, the keys any of its rows sees: weights() and score_gradients() skip a
+    // vector its key is outside of (on a causal diagonal, about half the rectangle's vectors).
+    VectorKeys seen_by_vector;
+    for (std::int64_t c = c0; c < c1; c += L) {
+      Index& first = seen_by_vector.lo[c / L];
+      Index& last = seen_by_vector.hi[c / L];
+      first = std::numeric_limits<Index>::max(), last = std::numeric_limits<Index>::min();
+      for (std::int64_t l = c; l < c + L; ++l)
+        if (lo[l] < hi[l]) first = std::min(first, lo[l]), last = std::max(last, hi[l]);
+    }
+    weights(b, h, i0, j0, k0, keys, c0, c1, lo, hi, seen_by_vector, buffers.lse + row0, w);
     micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
       const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
-      for (std::int64_t c = first / (2 * L) * (2 * L); c < last; c += 2 * L)
-        micro::scores<Acc, R>(v_rows + (k0 + r) * dvp, dvp, do_panels + c * dv, dv, dpt + (k0 + r) * query_tile + c, query_tile);
+      products.template operator()<R>(v_rows + (k0 + r) * dvp, dvp, do_panels, dv, dpt + (k0 + r) * query_tile, first, last);
     });
-    score_gradients(b, h, i0, j0, k0, keys, c0, c1, buffers.d + row0, w);
+    score_gradients(b, h, i0, j0, k0, keys, c0, c1, seen_by_vector, buffers.d + row0, w);
 
     // dV += P^T dO and dK += dS^T Q, summed over the queries that see the keys, in order.
     const Acc* d_o = buffers.do_rows + row0 * dvp;
@@ -645,13 +737,17 @@ class Backward {
   // pair the mask hides (selected, not multiplied: the products of a masked key may be NaN).
   // With soft-capping, the slope at each scaled product is kept for dS.
   void weights(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t j0, std::int64_t k0, std::int64_t keys, std::int64_t c0,
-               std::int64_t c1, const Index* lo, const Index* hi, const Acc* lse, ThreadScratch<Acc>& w) const {
+               std::int64_t c1, const Index* lo, const Index* hi, const VectorKeys& seen, const Acc* lse, ThreadScratch<Acc>& w) const {
     const bool beyond_scale = pipeline_.beyond_scale(), softcap = pipeline_.modifies_product();
     for (std::int64_t j = k0; j < k0 + keys; ++j) {
       const std::int64_t key = j0 + j;
       const IntV key_lanes = IntV{} + static_cast<Index>(key);
       Acc* row = w.pt + j * query_tile;
       for (std::int64_t c = c0; c < c1; c += L) {
+        if (!seen.sees(c, key)) {
+          simd::store(row + c, V{});
+          continue;
+        }
         const IntV visible = (key_lanes >= simd::load_int<Acc>(lo + c)) & (key_lanes < simd::load_int<Acc>(hi + c));
         V s = simd::load(row + c);
         if (!beyond_scale) {
@@ -678,12 +774,16 @@ class Backward {
   // weights P Z r that dV takes), D, the soft-cap's slope and the scale; 0 wherever P is 0 (the
   // masked pairs and the weights that underflowed), whatever dP holds there.
   void score_gradients(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t j0, std::int64_t k0, std::int64_t keys, std::int64_t c0,
-                       std::int64_t c1, const Acc* d, ThreadScratch<Acc>& w) const {
+                       std::int64_t c1, const VectorKeys& seen, const Acc* d, ThreadScratch<Acc>& w) const {
     const bool dropout = pipeline_.has_dropout(), softcap = pipeline_.modifies_product();
     for (std::int64_t j = k0; j < k0 + keys; ++j)
       for (std::int64_t c = c0; c < c1; c += L) {
         Acc* const p_at = w.pt + j * query_tile + c;
         Acc* const dp_at = w.dpt + j * query_tile + c;
+        if (!seen.sees(c, j0 + j)) {  // P is 0 there
+          simd::store(dp_at, V{});
+          continue;
+        }
         const V p = simd::load(p_at);
         V dp = simd::load(dp_at);
         if (dropout) {
@@ -703,7 +803,7 @@ class Backward {
   // dQ of query tile `tile` of the step's rows for its `head`-th kv head: the partials of the
   // slots that wrote it, summed in slot order, rounded once.
   void sum_dq(const Step& s, std::int64_t head, std::int64_t tile, ThreadScratch<Acc>& w) {
-    const StepRows<Acc>& buffers = heads_[std::size_t(head)].rows[s.set];
+    const StepRows<Acc>& buffers = heads_[s.buffers + std::size_t(head)].rows[s.set];
     const std::int64_t kv = s.first_head + head, b = batch_of(kv), h = query_head(s, kv);
     const std::int64_t dkp = plan_.dk_padded;
     const Acc* partials[max_slots];
@@ -735,6 +835,11 @@ class Backward {
   bool k_in_place_, v_in_place_, dq_in_place_, dk_in_place_, dv_in_place_;
   std::vector<HeadBuffers<Acc>> heads_;
   std::vector<ThreadScratch<Acc>> scratch_;
+  // The shared schedule's lock, and the items done so far (changed under it): a thread with
+  // nothing to do waits for that count to change, spinning first, since items finish every few
+  // microseconds at short lengths.
+  std::mutex mutex_;
+  std::atomic<std::uint32_t> progress_{0};
 };
 
 template <class Acc>
