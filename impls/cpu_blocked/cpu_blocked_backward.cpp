@@ -41,6 +41,7 @@ constexpr std::int64_t max_slots = 32;
 // and summed from while the steps after it use the other sets, so threads run up to two steps
 // ahead of a late one. A thread with heads of its own works through their steps in order: one set.
 constexpr std::int64_t shared_row_sets = 3;
+constexpr std::int64_t prefetch_rows = 8;  // how far ahead prepare() fetches Q, dO and O rows
 constexpr int score_rows = 12;  // micro::scores rows (keys of S^T and dP^T)
 constexpr int value_rows = 6;   // micro::weighted_values rows (keys of dK, dV; queries of dQ)
 constexpr int value_vectors = 4;
@@ -499,6 +500,14 @@ class Backward {
         buffers.lo[r] = buffers.hi[r] = 0;
         continue;
       }
+      // The rows a few ahead, into cache while this one is worked on: the tensors are read once
+      // a pass, and waiting on each row's lines was half of preparing it at n = 512.
+      if (i + prefetch_rows < p_.n_q)
+        for (const Tensor* t : {&in_.q, d_o_, o_}) {
+          const std::size_t element = bytes_per_element(t->dtype());
+          const char* ahead = static_cast<const char*>(t->data()) + std::size_t(t->offset(b, h, i + prefetch_rows, 0)) * element;
+          for (std::size_t at = 0; at < std::size_t(t->shape()[3]) * element; at += 64) __builtin_prefetch(ahead + at);
+        }
       copy_as<Acc>(in_.q, in_.q.offset(b, h, i, 0), dk, q);
       std::fill(q + dk, q + dkp, Acc(0));
       copy_as<Acc>(*d_o_, d_o_->offset(b, h, i, 0), dv, d_o);
