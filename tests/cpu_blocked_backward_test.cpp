@@ -25,8 +25,9 @@
 
 namespace attn {
 namespace {
-
 using testing::allowed_relative_error;
+using testing::masked_gradients_are_zero;
+using testing::MaskedZeros;
 using testing::relative_error;
 
 const Implementation& blocked() {
@@ -123,23 +124,10 @@ TEST(CpuBlockedBackward, MaskedKeysAndRowsGetExactlyZeroAndMaskedNaNStaysOut) {
   const Tensor d_o = generate_d_o(p);
   const Forward f = forward(p, in);
   const Gradients g = backward(p, in, d_o, f);
-  for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t j = 0; j < p.n_k; ++j) {
-      bool seen = false;
-      for (std::int64_t i = 0; i < p.n_q; ++i) seen = seen || in.mask.visible(b, 0, i, j);
-      if (seen) continue;
-      for (std::int64_t t = 0; t < p.d_k; ++t) EXPECT_EQ(g.dk.get(g.dk.offset(b, 0, j, t)), 0.0) << b << " " << j;
-      for (std::int64_t c = 0; c < p.d_v; ++c) EXPECT_EQ(g.dv.get(g.dv.offset(b, 0, j, c)), 0.0) << b << " " << j;
-    }
-  std::int64_t fully_masked = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t h = 0; h < p.h_q; ++h)
-      for (std::int64_t i = 0; i < p.n_q; ++i)
-        if (in.mask.row_fully_masked(b, h, i)) {
-          ++fully_masked;
-          for (std::int64_t t = 0; t < p.d_k; ++t) EXPECT_EQ(g.dq.get(g.dq.offset(b, h, i, t)), 0.0);
-        }
-  EXPECT_GT(fully_masked, 0) << "the case has no fully masked row";
+  MaskedZeros zeros;
+  EXPECT_TRUE(masked_gradients_are_zero(p, in, g, zeros));
+  EXPECT_GT(zeros.fully_masked_rows, 0) << "the case has no fully masked row";
+  EXPECT_GT(zeros.unseen_keys, 0) << "the case has no key that every row masks";
 
   CaseInputs poisoned_keys = in;
   for (std::int64_t b = 0; b < p.batch; ++b)

@@ -20,10 +20,13 @@
 #include "impls/cuda_support/device_resources.hpp"
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/registry.hpp"
+#include "tests/gradient_accuracy.hpp"
 #include "verification/verify.hpp"
 
 namespace attn {
 namespace {
+using testing::masked_gradients_are_zero;
+using testing::MaskedZeros;
 
 class CudaCublas : public ::testing::Test {
  protected:
@@ -151,27 +154,10 @@ TEST_F(CudaCublas, BackwardMaskedRowsAndKeysGetExactlyZeroAndMaskedNonFiniteStay
     const ForwardOutputs f = forward_outputs(impl("cuda_cublas"), p, in);
     const Gradients g = gradients(impl("cuda_cublas"), p, in, d_o, f);
     EXPECT_EQ(poisoned(g.dq) + poisoned(g.dk) + poisoned(g.dv), 0) << "elements left unwritten";
-    std::int64_t unseen = 0, fully_masked = 0;
-    for (std::int64_t b = 0; b < p.batch; ++b)
-      for (std::int64_t j = 0; j < p.n_k; ++j) {
-        bool seen = false;
-        for (std::int64_t i = 0; i < p.n_q; ++i) seen = seen || in.mask.visible(b, 0, i, j);
-        if (seen) continue;
-        ++unseen;
-        for (std::int64_t g_kv = 0; g_kv < p.h_kv; ++g_kv) {
-          for (std::int64_t t = 0; t < p.d_k; ++t) EXPECT_EQ(g.dk.get(g.dk.offset(b, g_kv, j, t)), 0.0) << b << " " << j;
-          for (std::int64_t c = 0; c < p.d_v; ++c) EXPECT_EQ(g.dv.get(g.dv.offset(b, g_kv, j, c)), 0.0) << b << " " << j;
-        }
-      }
-    for (std::int64_t b = 0; b < p.batch; ++b)
-      for (std::int64_t h = 0; h < p.h_q; ++h)
-        for (std::int64_t i = 0; i < p.n_q; ++i)
-          if (in.mask.row_fully_masked(b, h, i)) {
-            ++fully_masked;
-            for (std::int64_t t = 0; t < p.d_k; ++t) EXPECT_EQ(g.dq.get(g.dq.offset(b, h, i, t)), 0.0);
-          }
-    EXPECT_GT(unseen, 0) << "the case has no key that every row masks";
-    EXPECT_GT(fully_masked, 0) << "the case has no fully masked row";
+    MaskedZeros zeros;
+    EXPECT_TRUE(masked_gradients_are_zero(p, in, g, zeros));
+    EXPECT_GT(zeros.unseen_keys, 0) << "the case has no key that every row masks";
+    EXPECT_GT(zeros.fully_masked_rows, 0) << "the case has no fully masked row";
 
     for (double poison : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
       CaseInputs poisoned_keys = generate_inputs(p);

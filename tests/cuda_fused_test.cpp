@@ -25,10 +25,13 @@
 #include "impls/cuda_support/cuda_support.hpp"
 #include "impls/cuda_support/device_resources.hpp"
 #include "impls/registry.hpp"
+#include "tests/gradient_accuracy.hpp"
 #include "verification/verify.hpp"
 
 namespace attn {
 namespace {
+using testing::masked_gradients_are_zero;
+using testing::MaskedZeros;
 
 class CudaFused : public ::testing::Test {
  protected:
@@ -229,10 +232,7 @@ TEST_F(CudaFused, PreparedRunChecksItsOutputAndItsWorkspaceIsIndependentOfN) {
 
 // --- The backward pass --------------------------------------------------------------------------
 
-Problem backward_of(Problem p) {
-  p.operation = Operation::backward;
-  return p;
-}
+Problem backward_of(const Problem& p) { return p.with_operation(Operation::backward); }
 
 // The forward's O and LSE, then the backward fed them, as verify runs it end to end.
 struct ForwardOutputs {
@@ -305,28 +305,10 @@ TEST_F(CudaFused, BackwardFullyMaskedRowsAndUnseenKeysGetExactlyZero) {
       const Gradients g = run_backward(*impl_, p, in, d_o, run_forward(*impl_, p, in));
       for (const Tensor* t : {&g.dq, &g.dk, &g.dv})
         for (std::int64_t e = 0; e < t->numel(); ++e) ASSERT_FALSE(t->is_poisoned(e)) << "element " << e << " left unwritten";
-      std::int64_t rows = 0, keys = 0;
-      for (std::int64_t b = 0; b < p.batch; ++b) {
-        for (std::int64_t h = 0; h < p.h_q; ++h)
-          for (std::int64_t i = 0; i < p.n_q; ++i) {
-            if (!in.mask.row_fully_masked(b, h, i)) continue;
-            ++rows;
-            for (std::int64_t c = 0; c < p.d_k; ++c) ASSERT_EQ(g.dq.get(g.dq.offset(b, h, i, c)), 0.0) << "dQ of fully masked row " << i;
-          }
-        for (std::int64_t j = 0; j < p.n_k; ++j) {
-          bool seen = false;
-          for (std::int64_t i = 0; i < p.n_q; ++i) seen = seen || in.mask.visible(b, 0, i, j);
-          if (seen) continue;
-          ++keys;
-          for (std::int64_t kv = 0; kv < p.h_kv; ++kv)
-            for (std::int64_t c = 0; c < d; ++c) {
-              ASSERT_EQ(g.dk.get(g.dk.offset(b, kv, j, c)), 0.0) << "dK of unseen key " << j;
-              ASSERT_EQ(g.dv.get(g.dv.offset(b, kv, j, c)), 0.0) << "dV of unseen key " << j;
-            }
-        }
-      }
-      EXPECT_GT(rows, 0);
-      EXPECT_GT(keys, 0);
+      MaskedZeros zeros;
+      ASSERT_TRUE(masked_gradients_are_zero(p, in, g, zeros));
+      EXPECT_GT(zeros.fully_masked_rows, 0);
+      EXPECT_GT(zeros.unseen_keys, 0);
     }
 }
 
