@@ -31,11 +31,8 @@ using cuda::Stream;
 std::size_t bytes_of(std::int64_t elements, int element_bytes) { return std::size_t(elements) * std::size_t(element_bytes); }
 
 // Host tensors are copied to and from the device as their own storage: dtype and size must match.
-void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) {
-  if (t.dtype() != dtype || t.numel() != elements)
-    throw std::invalid_argument(fmt::format("cuda_cublas: {} is {} with {} elements; the problem needs {} with {}", name,
-                                            to_string(t.dtype()), t.numel(), to_string(dtype), elements));
-}
+// A host tensor handed to a run, checked: the problem's dtype and element count.
+void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) { cuda::require_tensor(t, dtype, elements, "cuda_cublas", name); }
 
 // One cublasGemmStridedBatchedEx from the plan's arguments (alpha and beta as the compute type
 // wants them: double for CUBLAS_COMPUTE_64F, float otherwise).
@@ -144,16 +141,9 @@ class CublasRun final : public DeviceRun {
 
   // Synchronises, checks the guards and copies O (and the LSE, when wanted) into host tensors.
   void download(Tensor& out, Tensor* lse) {
-    const Problem& p = plan_.problem;
     cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    out_.check_guards("O");
-    lse_.check_guards("the LSE");
-    check_tensor(out, p.dtype, plan_.o_elements, "the output");
-    out_.download(out.data());
-    if (lse) {
-      check_tensor(*lse, plan_.score_bytes == 8 ? DType::f64 : DType::f32, plan_.lse_elements, "the LSE");
-      lse_.download(lse->data());
-    }
+    out_.download_into(out, plan_.problem.dtype, "cuda_cublas", "O");
+    if (lse) lse_.download_into(*lse, plan_.score_bytes == 8 ? DType::f64 : DType::f32, "cuda_cublas", "the LSE");
   }
 
   void check_output() override {
@@ -275,17 +265,10 @@ class CublasBackwardRun final : public DeviceRun {
 
   // Synchronises, checks the guards and copies the gradients into host tensors.
   void download(Tensor& dq, Tensor& dk, Tensor& dv) {
-    const Problem& p = plan_.problem;
     cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    dq_.check_guards("dQ");
-    dk_.check_guards("dK");
-    dv_.check_guards("dV");
-    check_tensor(dq, p.dtype, plan_.q_elements, "dQ");
-    check_tensor(dk, p.dtype, plan_.k_elements, "dK");
-    check_tensor(dv, p.dtype, plan_.v_elements, "dV");
-    dq_.download(dq.data());
-    dk_.download(dk.data());
-    dv_.download(dv.data());
+    dq_.download_into(dq, plan_.problem.dtype, "cuda_cublas", "dQ");
+    dk_.download_into(dk, plan_.problem.dtype, "cuda_cublas", "dK");
+    dv_.download_into(dv, plan_.problem.dtype, "cuda_cublas", "dV");
   }
 
   void check_output() override {

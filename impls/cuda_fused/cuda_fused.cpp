@@ -27,11 +27,8 @@ using cuda::Stream;
 
 constexpr std::size_t guard_bytes = 256;
 
-void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) {
-  if (t.dtype() != dtype || t.numel() != elements)
-    throw std::invalid_argument(fmt::format("cuda_fused: {} is {} with {} elements; the problem needs {} with {}", name,
-                                            to_string(t.dtype()), t.numel(), to_string(dtype), elements));
-}
+// A host tensor handed to a run, checked: the problem's dtype and element count.
+void check_tensor(const Tensor& t, DType dtype, std::int64_t elements, const char* name) { cuda::require_tensor(t, dtype, elements, "cuda_fused", name); }
 
 DeviceBuffer zeroed(std::size_t bytes) {
   DeviceBuffer buffer(bytes);
@@ -131,16 +128,9 @@ class FusedRun final : public DeviceRun {
   void synchronize() const { cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   void download(Tensor& out, Tensor* lse) {
-    const Problem& p = plan_.problem;
     cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    out_.check_guards("O");
-    lse_.check_guards("the LSE");
-    check_tensor(out, p.dtype, p.rows() * p.d_v, "the output");
-    out_.download(out.data());
-    if (lse) {
-      check_tensor(*lse, DType::f32, p.rows(), "the LSE");
-      lse_.download(lse->data());
-    }
+    out_.download_into(out, plan_.problem.dtype, "cuda_fused", "O");
+    if (lse) lse_.download_into(*lse, DType::f32, "cuda_fused", "the LSE");
   }
 
   void check_output() override {
@@ -215,17 +205,10 @@ class FusedBackwardRun final : public DeviceRun {
   }
 
   void download(Tensor& dq, Tensor& dk, Tensor& dv) {
-    const Problem& p = plan_.problem;
     cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    dq_.check_guards("dQ");
-    dk_.check_guards("dK");
-    dv_.check_guards("dV");
-    check_tensor(dq, p.dtype, p.rows() * p.d_k, "dQ");
-    check_tensor(dk, p.dtype, p.batch * p.h_kv * p.n_k * p.d_k, "dK");
-    check_tensor(dv, p.dtype, p.batch * p.h_kv * p.n_k * p.d_v, "dV");
-    dq_.download(dq.data());
-    dk_.download(dk.data());
-    dv_.download(dv.data());
+    dq_.download_into(dq, plan_.problem.dtype, "cuda_fused", "dQ");
+    dk_.download_into(dk, plan_.problem.dtype, "cuda_fused", "dK");
+    dv_.download_into(dv, plan_.problem.dtype, "cuda_fused", "dV");
   }
 
   void check_output() override {

@@ -80,6 +80,18 @@ void GuardedBuffer::download(void* host) const {
   if (payload_ > 0) check(cudaMemcpy(host, data(), payload_, cudaMemcpyDeviceToHost), "cudaMemcpy (device to host)");
 }
 
+void require_tensor(const Tensor& t, DType dtype, std::int64_t elements, std::string_view implementation, const char* name) {
+  if (t.dtype() != dtype || t.numel() != elements)
+    throw std::invalid_argument(fmt::format("{}: {} is {} with {} elements; the problem needs {} with {}", implementation, name, to_string(t.dtype()),
+                                            t.numel(), to_string(dtype), elements));
+}
+
+void GuardedBuffer::download_into(Tensor& to, DType dtype, std::string_view implementation, const char* name) const {
+  check_guards(name);
+  require_tensor(to, dtype, std::int64_t(payload_ / bytes_per_element(dtype)), implementation, name);
+  download(to.data());
+}
+
 void GuardedBuffer::check_guards(const char* name) const {
   if (guard_ == 0) return;
   std::vector<unsigned char> before(guard_), after(guard_);

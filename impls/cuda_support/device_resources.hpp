@@ -20,6 +20,10 @@ namespace attn::cuda {
 // Throws CudaError "CALL failed: CUBLAS_STATUS_NAME: description" unless status is success.
 void check_cublas(cublasStatus_t status, const char* call);
 
+// Throws std::invalid_argument "IMPLEMENTATION: NAME is DTYPE with N elements; the problem needs
+// DTYPE with M" unless t holds `dtype` with `elements` elements: a host tensor handed to a run.
+void require_tensor(const Tensor& t, DType dtype, std::int64_t elements, std::string_view implementation, const char* name);
+
 // cudaMalloc'd memory, freed on destruction. Zero bytes: no allocation, data() null.
 class DeviceBuffer {
  public:
@@ -58,6 +62,9 @@ class GuardedBuffer {
   // Synchronous. Throws "wrote past the end of NAME (N guard bytes changed after)" or
   // "wrote before the start of NAME (N guard bytes changed before)".
   void check_guards(const char* name) const;
+  // What a run hands back: check_guards(name), then the payload into `to`, which must hold `dtype`
+  // and the payload's number of elements (require_tensor). Call after the kernels are done.
+  void download_into(Tensor& to, DType dtype, std::string_view implementation, const char* name) const;
 
  private:
   std::size_t payload_, guard_;
