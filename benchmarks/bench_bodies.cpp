@@ -66,7 +66,7 @@ struct PassCall {
   PassCall(const Implementation& impl, Pass pass, Fixture& f, std::span<std::byte> workspace, int threads, bool returns_lse)
       : impl(impl),
         pass(pass),
-        forward(as_forward(f.problem)),
+        forward(f.problem.with_operation(Operation::forward)),
         forward_args{forward, f.inputs, RoleTensors::forward(f.inputs, f.out, returns_lse && pass != Pass::forward ? &f.lse : nullptr), workspace,
                      threads},
         backward_args{f.problem, f.inputs,
@@ -74,10 +74,6 @@ struct PassCall {
                                             : RoleTensors::backward(f.inputs, f.d_o, f.gradients.dq, f.gradients.dk, f.gradients.dv, &f.out,
                                                                     returns_lse ? &f.lse : nullptr),
                       workspace, threads} {}
-  static Problem as_forward(Problem p) {
-    p.operation = Operation::forward;
-    return p;
-  }
   void operator()() const {
     if (pass != Pass::backward) impl.run(forward_args);
     if (pass != Pass::forward) impl.run(backward_args);

@@ -255,6 +255,12 @@ struct Problem : ProblemShape, ProblemVariant, ProblemNumerics, ProblemData {
   const ProblemNumerics& numerics() const { return *this; }
   ProblemData& data() { return *this; }
   const ProblemData& data() const { return *this; }
+  // The same case as another operation: a backward problem's forward pass, or the reverse.
+  Problem with_operation(Operation other) const {
+    Problem p = *this;
+    p.operation = other;
+    return p;
+  }
 
   double effective_scale() const;
   bool has_mask() const;

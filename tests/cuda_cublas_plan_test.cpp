@@ -140,10 +140,7 @@ TEST_P(PlanShapes, FoldedGemmPairsEveryQueryHeadWithItsKvHead) {
   EXPECT_EQ(std::int64_t(rows_seen.size()), p.rows());
 }
 
-Problem backward_of(Problem p) {
-  p.operation = Operation::backward;
-  return p;
-}
+Problem backward_of(const Problem& p) { return p.with_operation(Operation::backward); }
 
 // Column-major C = op(A) op(B): (row, column) of the stored A (or B) that feeds C's product term
 // (m_index, k_index) (or (k_index, n_index)), as an element offset from the batch entry's start.

@@ -42,11 +42,6 @@ Output run_once(const Implementation& impl, const Problem& p, const CaseInputs& 
   return o;
 }
 
-Problem forward_of(Problem p) {
-  p.operation = Operation::forward;
-  return p;
-}
-
 // A backward problem's pass on fresh poisoned gradients, fed o and lse (null: not given); d_sink
 // and d_bias asked for where it declares them and the problem has them.
 Gradients run_backward(const Implementation& impl, const Capabilities& caps, const Problem& p, const CaseInputs& in, const Tensor& d_o,
@@ -287,7 +282,7 @@ Output reference_forward(const Problem& forward, const CaseInputs& in) {
 void run_backward_record(Record& record, const Implementation& impl, const Capabilities& caps, Prepared& prepared, const VerifyOptions& options) {
   const CaseInputs& in = prepared.inputs();
   const Problem& p = prepared.context->problem;
-  const Problem forward = forward_of(p);
+  const Problem forward = p.with_operation(Operation::forward);
   const JudgeOptions judging{options.rule, caps.fully_masked, caps.judged_precision()};
   const auto start = std::chrono::steady_clock::now();
   // A kernel that promises nothing for a row that sees no key (FullyMaskedPolicy::any: the mean of
