@@ -63,23 +63,40 @@ template <> struct ElementOf<DType::bf16> {
   static __device__ __forceinline__ type from_float(float x) { return __float2bfloat16_rn(x); }
 };
 
-// The tensor-core kernel's shapes for one (dtype, head dimension).
+// What the forward and backward tensor-core kernels share for one (dtype, head dimension): four
+// warps, rows of HeadDim elements padded in shared memory, moved in 16-byte chunks, multiplied in
+// k16 steps over d.
 template <DType D, int HeadDim>
-struct MmaTraits {
+struct TensorCoreShape {
   using Elem = ElementOf<D>;
   using E = typename Elem::type;
   static constexpr DType kDType = D;
   static constexpr int kHeadDim = HeadDim;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowStride = HeadDim + smem_row_pad;  // shared-memory rows, elements
+  static constexpr int kChunks = HeadDim / 8;                // 16-byte chunks per row
+  static constexpr int kKSteps = HeadDim / 16;               // k16 steps over d
+  static_assert(D == DType::f16 || D == DType::bf16, "the tensor-core kernels are f16/bf16");
+  static_assert(sizeof(E) == 2, "f16/bf16 elements are 2 bytes");
+};
+
+// The tensor-core kernel's shapes for one (dtype, head dimension).
+template <DType D, int HeadDim>
+struct MmaTraits : TensorCoreShape<D, HeadDim> {
+  using Shape = TensorCoreShape<D, HeadDim>;
+  using typename Shape::E;
+  using typename Shape::Elem;
+  using Shape::kChunks;
+  using Shape::kKSteps;
+  using Shape::kRowStride;
+  using Shape::kThreads;
+  using Shape::kWarps;
   static constexpr int kMTiles = mma_m_tiles_per_warp(HeadDim);  // 16-row mma tiles per warp
   static constexpr int kWarpRows = 16 * kMTiles;
   static constexpr int kBlockM = kWarps * kWarpRows;
   static constexpr int kBlockN = mma_block_n(HeadDim);
-  static constexpr int kRowStride = HeadDim + smem_row_pad;  // sQ, sK, sV rows, elements
   static constexpr int kPStride = kBlockN + smem_row_pad;    // sP rows, elements
-  static constexpr int kChunks = HeadDim / 8;                // 16-byte chunks per row
-  static constexpr int kKSteps = HeadDim / 16;               // k16 steps of S = Q K^T
   static constexpr int kSTiles = kBlockN / 8;                // n8 tiles of S
   static constexpr int kPSteps = kBlockN / 16;               // k16 steps of O = P V
   static constexpr int kOTiles = HeadDim / 8;                // n8 tiles of O
@@ -95,8 +112,6 @@ struct MmaTraits {
   static constexpr int kReduceOffset = kBadOffset + kThreads;
   static constexpr int kSmemBytes = kReduceOffset + 2 * kWarps * 8;
 
-  static_assert(D == DType::f16 || D == DType::bf16, "the tensor-core path is f16/bf16");
-  static_assert(sizeof(E) == 2, "f16/bf16 elements are 2 bytes");
   static_assert(is_supported_head_dim(HeadDim), "head dimension not in {32, 64, 96, 128, 256}");
   static_assert(HeadDim % 16 == 0, "mma k-steps and ldmatrix x4 pairs of n8 tiles need d % 16 == 0");
   static_assert(kBlockN % 16 == 0 && kSTiles % 2 == 0 && kOTiles % 2 == 0, "ldmatrix x4 loads two n8 tiles at once");
@@ -121,16 +136,15 @@ struct MmaTraits {
 // kDqBlockM, kDqBlockN keys per step. The same fragment layouts as the forward's (above), with
 // keys in the A role for S^T = K Q^T and dP^T = V dO^T (K and V rows as Q's, Q and dO rows as K's).
 template <DType D, int HeadDim>
-struct BackwardTraits {
-  using Elem = ElementOf<D>;
-  using E = typename Elem::type;
-  static constexpr DType kDType = D;
-  static constexpr int kHeadDim = HeadDim;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowStride = HeadDim + smem_row_pad;
-  static constexpr int kChunks = HeadDim / 8;   // 16-byte chunks per row
-  static constexpr int kKSteps = HeadDim / 16;  // k16 steps over d (S and dP)
+struct BackwardTraits : TensorCoreShape<D, HeadDim> {
+  using Shape = TensorCoreShape<D, HeadDim>;
+  using typename Shape::E;
+  using typename Shape::Elem;
+  using Shape::kChunks;
+  using Shape::kKSteps;
+  using Shape::kRowStride;
+  using Shape::kThreads;
+  using Shape::kWarps;
   static constexpr int kDTiles = HeadDim / 8;   // n8 tiles over d (dK, dV, dQ)
   static constexpr int kDkDvBlockM = backward_dk_dv_tile_shape(HeadDim).block_m;
   static constexpr int kDkDvBlockN = backward_dk_dv_tile_shape(HeadDim).block_n;
@@ -155,8 +169,6 @@ struct BackwardTraits {
   static constexpr int kDqReduceOffset = kDqVOffset + 2 * kDqStageBytes;
   static constexpr int kDqSmemBytes = kDqReduceOffset + 2 * kWarps * 8;
 
-  static_assert(D == DType::f16 || D == DType::bf16, "the backward kernels are tensor-core ones");
-  static_assert(sizeof(E) == 2, "f16/bf16 elements are 2 bytes");
   static_assert(HeadDim == 64 || HeadDim == 128, "backward kernels exist for d = 64 and 128");
   static_assert(kDkDvBlockN == kWarps * 16 && kDqBlockM == kWarps * 16, "one 16-row mma tile per warp");
   static_assert(kDkDvBlockM % 16 == 0 && kDqBlockN % 16 == 0 && kDTiles % 2 == 0, "ldmatrix x4 loads two n8 tiles at once");
