@@ -157,31 +157,30 @@ Judgement judge_case(const Problem& p, const CaseInputs& in, const Tensor& out, 
   return j;
 }
 
-std::span<const double> BackwardYardstick::expected(Role gradient) const {
+namespace {
+// A per-gradient record's member for `gradient`: the reference's values or its term magnitudes,
+// which name their members after the gradients.
+template <class PerGradient>
+const auto& of_gradient(const PerGradient& record, Role gradient) {
   switch (gradient) {
-    case Role::dq: return reference.dq;
-    case Role::dk: return reference.dk;
-    case Role::dv: return reference.dv;
-    case Role::d_sink: return reference.d_sink;
-    case Role::d_bias: return reference.d_bias;
+    case Role::dq: return record.dq;
+    case Role::dk: return record.dk;
+    case Role::dv: return record.dv;
+    case Role::d_sink: return record.d_sink;
+    case Role::d_bias: return record.d_bias;
     default: throw std::logic_error(fmt::format("{} is not a gradient", to_string(gradient)));
   }
 }
+}  // namespace
+
+std::span<const double> BackwardYardstick::expected(Role gradient) const { return of_gradient(reference, gradient); }
 
 double BackwardYardstick::term_rounding(Role gradient, const Problem& p) const {
-  const BackwardReference::TermMagnitudes& m = reference.term_magnitude;
   // Stored in a dtype: half its spacing relative to the value.
   const auto stored = [](DType dtype) { return std::ldexp(1.0, -significand_bits(dtype)); };
   const double relative = accumulation_unit_roundoff(working_dtype(p.numerics())) + stored(p.dtype_of(Role::lse)) * reference.lse_max_abs +
                           stored(p.dtype_of(Role::o));
-  switch (gradient) {
-    case Role::dq: return relative * m.dq;
-    case Role::dk: return relative * m.dk;
-    case Role::dv: return relative * m.dv;
-    case Role::d_sink: return relative * m.d_sink;
-    case Role::d_bias: return relative * m.d_bias;
-    default: throw std::logic_error(fmt::format("{} is not a gradient", to_string(gradient)));
-  }
+  return relative * of_gradient(reference.term_magnitude, gradient);
 }
 
 const TensorErrors& BackwardYardstick::baseline_of(Role gradient) const {
