@@ -84,14 +84,10 @@ struct TensorCoreShape {
 // The tensor-core kernel's shapes for one (dtype, head dimension).
 template <DType D, int HeadDim>
 struct MmaTraits : TensorCoreShape<D, HeadDim> {
+  // What the traits' own constants use (a dependent base's names need naming); the kernels
+  // reach the rest through the base.
   using Shape = TensorCoreShape<D, HeadDim>;
-  using typename Shape::E;
-  using typename Shape::Elem;
-  using Shape::kChunks;
-  using Shape::kKSteps;
-  using Shape::kRowStride;
-  using Shape::kThreads;
-  using Shape::kWarps;
+  using Shape::kChunks, Shape::kRowStride, Shape::kThreads, Shape::kWarps;
   static constexpr int kMTiles = mma_m_tiles_per_warp(HeadDim);  // 16-row mma tiles per warp
   static constexpr int kWarpRows = 16 * kMTiles;
   static constexpr int kBlockM = kWarps * kWarpRows;
@@ -137,14 +133,10 @@ struct MmaTraits : TensorCoreShape<D, HeadDim> {
 // keys in the A role for S^T = K Q^T and dP^T = V dO^T (K and V rows as Q's, Q and dO rows as K's).
 template <DType D, int HeadDim>
 struct BackwardTraits : TensorCoreShape<D, HeadDim> {
+  // What the traits' own constants use (a dependent base's names need naming); the kernels
+  // reach the rest through the base.
   using Shape = TensorCoreShape<D, HeadDim>;
-  using typename Shape::E;
-  using typename Shape::Elem;
-  using Shape::kChunks;
-  using Shape::kKSteps;
-  using Shape::kRowStride;
-  using Shape::kThreads;
-  using Shape::kWarps;
+  using Shape::kChunks, Shape::kRowStride, Shape::kThreads, Shape::kWarps;
   static constexpr int kDTiles = HeadDim / 8;   // n8 tiles over d (dK, dV, dQ)
   static constexpr int kDkDvBlockM = backward_dk_dv_tile_shape(HeadDim).block_m;
   static constexpr int kDkDvBlockN = backward_dk_dv_tile_shape(HeadDim).block_n;
