@@ -107,7 +107,7 @@ std::string format_ulps(std::uint64_t ulps) {
 }
 
 // One line per implementation that skipped cases, its reasons most frequent first (at most
-// three; verify.json has each case's).
+// three; the results JSON, whatever --json named it, has each case's).
 void print_skips(std::ostream& os, const VerifyRun& run) {
   std::vector<std::string> order;
   std::map<std::string, std::map<std::string, int>> reasons;
@@ -124,7 +124,7 @@ void print_skips(std::ostream& os, const VerifyRun& run) {
     std::vector<std::string> shown;
     for (std::size_t n = 0; n < by_count.size() && n < 3; ++n)
       shown.push_back(by_count.size() == 1 ? by_count[n].second : fmt::format("{} ({})", by_count[n].second, by_count[n].first));
-    if (by_count.size() > 3) shown.push_back(fmt::format("{} other reasons (verify.json)", by_count.size() - 3));
+    if (by_count.size() > 3) shown.push_back(fmt::format("{} other reasons (each case's is in the results JSON)", by_count.size() - 3));
     const std::string which = total == int(run.named_cases) ? "every case" : fmt::format("{} of {} cases", total, run.named_cases);
     fmt::print(os, "skipped {} for {}: {}\n", which, implementation, fmt::join(shown, "; "));
   }
