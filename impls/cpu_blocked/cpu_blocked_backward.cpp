@@ -65,7 +65,7 @@ struct Plan {
   // (heads_per_step is then 1, and there is one head's buffers per thread).
   std::int64_t heads_per_step = 1;
   bool own_heads = false;
-  std::int64_t row_sets = shared_row_sets;
+  std::int64_t row_sets() const { return own_heads ? 1 : shared_row_sets; }
 
   std::int64_t threads;
 
@@ -127,7 +127,7 @@ struct StepRows {
 };
 
 // Per kv head of a step: dK and dV accumulated over the whole head (all its query heads and
-// rows), and the sets of step rows (step s uses set s % plan.row_sets).
+// rows), and the sets of step rows (step s uses set s % plan.row_sets()).
 template <class Acc>
 struct HeadBuffers {
   Acc *dk_acc, *dv_acc;
@@ -136,7 +136,7 @@ struct HeadBuffers {
     const auto keys = std::size_t(plan.key_tiles * key_tile);
     dk_acc = c.take<Acc>(keys * std::size_t(plan.dk_padded));
     dv_acc = c.take<Acc>(keys * std::size_t(plan.dv_padded));
-    for (std::int64_t set = 0; set < plan.row_sets; ++set) rows.emplace_back(c, plan);
+    for (std::int64_t set = 0; set < plan.row_sets(); ++set) rows.emplace_back(c, plan);
   }
 };
 
@@ -178,12 +178,9 @@ Plan<Acc> plan_for(const Problem& p, std::int64_t threads) {
   // that a run whose workspace was sized for more threads can always fall back to one).
   const bool even = plan.kv_heads % threads == 0 || plan.kv_heads >= 4 * threads;
   if (threads == 1 || (plan.kv_heads >= threads && even)) {
-    plan.row_sets = 1;
-    if (threads == 1 || std::size_t(threads) * head_bytes() <= own_heads_bytes) {
-      plan.own_heads = true;
-      return plan;
-    }
-    plan.row_sets = shared_row_sets;
+    plan.own_heads = true;
+    if (threads == 1 || std::size_t(threads) * head_bytes() <= own_heads_bytes) return plan;
+    plan.own_heads = false;
   }
   const auto fitting = std::max<std::int64_t>(1, std::int64_t(side_by_side_bytes / head_bytes()));
   plan.heads_per_step = std::clamp<std::int64_t>(ceil_div(2 * threads, plan.slots), 1, std::min(plan.kv_heads, fitting));
@@ -410,7 +407,7 @@ class Backward {
       parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
         for (std::int64_t t = first; t < last; ++t)
           for (std::int64_t kv = next_head++; kv < plan_.kv_heads; kv = next_head++) {
-            Schedule schedule(steps_of(kv, 1, std::size_t(t)), plan_.query_tiles, plan_.slots, plan_.row_sets);
+            Schedule schedule(steps_of(kv, 1, std::size_t(t)), plan_.query_tiles, plan_.slots, plan_.row_sets());
             work_through(schedule, 1, scratch_[std::size_t(t)]);
           }
       }, threads);
@@ -419,10 +416,10 @@ class Backward {
     std::vector<Step> steps;
     for (std::int64_t first = 0; first < plan_.kv_heads; first += plan_.heads_per_step)
       for (Step s : steps_of(first, std::min(plan_.heads_per_step, plan_.kv_heads - first), 0)) {
-        s.set = steps.size() % std::size_t(plan_.row_sets);
+        s.set = steps.size() % std::size_t(plan_.row_sets());
         steps.push_back(s);
       }
-    Schedule schedule(std::move(steps), plan_.query_tiles, plan_.slots, plan_.row_sets);
+    Schedule schedule(std::move(steps), plan_.query_tiles, plan_.slots, plan_.row_sets());
     parallel_for_ranges(threads, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t t = first; t < last; ++t) work_through(schedule, threads, scratch_[std::size_t(t)]);
     }, threads);
@@ -435,7 +432,7 @@ class Backward {
     for (std::int64_t k = 0; k < plan_.group; ++k)
       for (std::int64_t c = 0; c < plan_.chunks; ++c)
         steps.push_back({first, heads, k, c, k == 0 && c == 0, k == plan_.group - 1 && c == plan_.chunks - 1,
-                         steps.size() % std::size_t(plan_.row_sets), buffers});
+                         steps.size() % std::size_t(plan_.row_sets()), buffers});
     return steps;
   }
 
