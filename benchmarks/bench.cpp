@@ -120,7 +120,7 @@ int run_bench(const BenchOptions& o, const std::vector<BenchObserver*>& observer
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   std::optional<PeersPlan> peers_plan;
   if (o.peers_command) peers_plan = plan_peers(o, threads, list.families);
-  initialise_benchmark_library(o.benchmark_flags);
+  initialise_benchmark_library(o.benchmark_flags, o.smoke);
 
   // Only GPU implementations were asked for, and there is no device: nothing runs, no JSON is
   // written. A smoke run (CI on a machine without a GPU) passes; a real run fails, saying why.

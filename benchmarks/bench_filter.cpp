@@ -10,8 +10,17 @@
 
 namespace attn::bench {
 
-void initialise_benchmark_library(const std::vector<std::string>& benchmark_flags) {
+void initialise_benchmark_library(const std::vector<std::string>& benchmark_flags, bool smoke) {
   std::vector<std::string> args{"attnbench bench"};
+  // A machine shared with others slows down for seconds at a time. Sizes timed one after the
+  // other then carry the slowdown into a run of neighbouring sizes of one family, and the
+  // fitted exponent bends with it; repetitions interleaved at random spread it over every size
+  // and family, and each size's median leaves a slow repetition out. Before the user's flags,
+  // which Google Benchmark reads in order: a later one wins.
+  if (!smoke)
+    for (std::string flag : {fmt::format("--benchmark_repetitions={}", timed_repetitions), std::string("--benchmark_enable_random_interleaving=true"),
+                                   fmt::format("--benchmark_min_time={}", repetition_seconds)})
+      args.push_back(std::move(flag));
   for (const auto& flag : benchmark_flags) {
     if (flag.rfind("--benchmark_", 0) != 0)
       throw InputError(fmt::format("unknown option '{}' (Google Benchmark flags start with --benchmark_ and take '=VALUE')", flag));

@@ -136,9 +136,11 @@ void CollectingReporter::ReportRuns(const std::vector<Run>& runs) {
   for (const Run& run : runs) runs_.push_back(to_bench_run(run));
   for (BenchObserver* observer : observers_) observer->before_console_line();
   inner_->ReportRuns(runs);
-  // A family's O(n^2) fit arrives as a report of its own (BigO and RMS rows): not a benchmark.
-  const bool complexity = std::all_of(runs.begin(), runs.end(), [](const Run& r) { return r.report_big_o || r.report_rms; });
-  if (on_runs_ && !runs.empty()) on_runs_(*this, complexity ? std::string() : runs.front().benchmark_name());
+  // A size's repetitions arrive in one report, their mean, median, stddev and cv in a second,
+  // and a family's O(n^2) fit (BigO and RMS rows) in one of its own: only the first is a
+  // benchmark finished.
+  const bool aggregates = std::all_of(runs.begin(), runs.end(), [](const Run& r) { return r.run_type == Run::RT_Aggregate; });
+  if (on_runs_ && !runs.empty()) on_runs_(*this, aggregates ? std::string() : runs.front().benchmark_name());
 }
 
 void CollectingReporter::Finalize() {

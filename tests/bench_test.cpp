@@ -60,6 +60,7 @@ class FakeImplementation final : public Implementation {
   }
   std::size_t workspace_bytes(const Problem& p) const override { return static_cast<std::size_t>(p.n_q * 4); }
   void run(const RunArgs& a) const override {
+    sizes_run.push_back(a.problem.n_q);
     if (a.workspace.size() < workspace_bytes(a.problem)) throw std::runtime_error("workspace too small");
     std::memset(a.workspace.data(), 1, a.workspace.size());
     Tensor& out = a.tensors.required_output(Role::o);
@@ -73,6 +74,9 @@ class FakeImplementation final : public Implementation {
         return;
     }
   }
+
+  // The n of every call, in order (warm-ups and Google Benchmark's probes included).
+  mutable std::vector<std::int64_t> sizes_run;
 
  private:
   std::string name_;
@@ -596,6 +600,46 @@ TEST(RunBench, ObserversSeeEveryBenchmarkAsItFinishes) {
   EXPECT_EQ(recorder.names.front().rfind("good/f32/", 0), 0u) << recorder.names.front();
   for (std::size_t i = 1; i < recorder.runs_so_far.size(); ++i) EXPECT_GT(recorder.runs_so_far[i], recorder.runs_so_far[i - 1]);
   EXPECT_GE(recorder.runs_at_end, recorder.runs_so_far.back());
+}
+
+TEST(RunBench, EachSizeIsThreeRepetitionsInRandomOrderAmongTheOthersAndFinishesOnce) {
+  struct Recorder final : BenchObserver {
+    std::size_t announced = 0;
+    std::vector<std::string> names;
+    void started(std::size_t benchmarks) override { announced = benchmarks; }
+    void benchmark_finished(const std::string& name, const BenchDocument&) override { names.push_back(name); }
+  } recorder;
+  FakeImplementation good("good", {DType::f32});
+  auto o = smoke_options({&good}, "");
+  o.smoke = false;
+  o.json_path.clear();
+  o.masks = {"none"};
+  o.heads = 1;
+  o.min_n = 16;
+  o.max_n = 256;
+  o.fit_min_n = 16;
+  // Only the time per repetition is the test's: the repetitions and their order are the defaults.
+  o.benchmark_flags = {"--benchmark_filter=.", "--benchmark_min_time=0.001"};
+  BenchDocument seen;
+  struct Keeper final : BenchObserver {
+    BenchDocument* into;
+    explicit Keeper(BenchDocument* into) : into(into) {}
+    void benchmarks_finished(const BenchDocument& runs) override { *into = runs; }
+  } keeper(&seen);
+  ASSERT_EQ(run_bench(o, {&recorder, &keeper}), 0);
+  // Five sizes, each reported finished once (not again with its aggregates).
+  EXPECT_EQ(recorder.announced, 5u);
+  EXPECT_EQ(recorder.names.size(), 5u);
+  std::map<std::int64_t, std::set<std::int64_t>> repetitions;
+  for (const BenchRun& r : seen.runs)
+    if (r.is_iteration()) repetitions[r.n].insert(r.repetition_index);
+  ASSERT_EQ(repetitions.size(), 5u);
+  for (const auto& [n, indices] : repetitions) EXPECT_EQ(indices, (std::set<std::int64_t>{0, 1, 2})) << "n = " << n;
+  // Interleaved: the calls do not take the sizes one after the other, which changes size four
+  // times (fifteen repetitions shuffled fall into five blocks once in 15! / (3!^5 5!) = 1.4e6).
+  std::size_t changes = 0;
+  for (std::size_t i = 1; i < good.sizes_run.size(); ++i) changes += good.sizes_run[i] != good.sizes_run[i - 1];
+  EXPECT_GT(changes, 4u) << "the sizes ran one after the other";
 }
 
 TEST(RunBench, OnlyGpuImplementationsWithoutADeviceRunNothingSmokePassesARealRunFails) {
