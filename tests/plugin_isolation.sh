@@ -62,8 +62,11 @@ validate example_bench "$example" 0 --property-cases 0 --bench --bench-max-n 128
 python3 - "$work/example_bench/bench.json" <<'PY' || fail "example_bench: bench.json lacks the plugin's manual-time runs"
 import json, sys
 runs = [b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("run_type") == "iteration"]
-ok = len(runs) == 2 and all(b["name"].startswith("c_cpu_reference/f32/d64/") and b["name"].endswith("/n:128/manual_time")
-                            and not b.get("error_occurred") and b["real_time"] > 0 for b in runs)
+# Two families (none, causal) at n = 128, each as the bench's three repetitions.
+reps = sorted((b["name"], b["repetition_index"]) for b in runs)
+ok = len({name for name, _ in reps}) == 2 and reps == sorted((name, i) for name in {name for name, _ in reps} for i in range(3)) \
+    and all(b["name"].startswith("c_cpu_reference/f32/d64/") and b["name"].endswith("/n:128/manual_time")
+            and not b.get("error_occurred") and b["real_time"] > 0 for b in runs)
 if not ok: print(json.dumps(runs, indent=1)[:3000])
 sys.exit(0 if ok else 1)
 PY
