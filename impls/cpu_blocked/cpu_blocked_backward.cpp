@@ -98,14 +98,15 @@ class Carver {
 // slot wrote (a slot zeroes a tile's rows when it first adds to them, and dQ sums the tiles that
 // were written: under a causal mask most slots see few of a step's query tiles, and zeroing and
 // summing every partial row was 7 % of the pass); Q and dO widened (zeros past n_q and past the
-// head dims) and transposed into panels; LSE, D and the key ranges per row; per query tile the
-// keys its rows see at most and whether its Q and dO are finite.
+// head dims) and transposed into panels; LSE, D and the key ranges per row and per vector of rows;
+// per query tile the keys its rows see at most and whether its Q and dO are finite.
 template <class Acc>
 struct StepRows {
   using Index = simd::IntLane<Acc>;
   Acc *partials, *q_rows, *do_rows, *q_panels, *do_panels, *lse, *d;
   std::uint8_t* written;  // [slot][query tile]
   Index *lo, *hi;
+  Index *vector_lo, *vector_hi;  // per vector of rows (row / lanes): the keys some row of it sees lie in [lo, hi)
   std::int64_t *tile_lo, *tile_hi;  // the keys a query tile's rows see lie in [tile_lo, tile_hi)
   std::uint8_t* tile_finite;
   StepRows(Carver& c, const Plan<Acc>& plan) {
@@ -120,6 +121,8 @@ struct StepRows {
     d = c.take<Acc>(rows);
     lo = c.take<Index>(rows);
     hi = c.take<Index>(rows);
+    vector_lo = c.take<Index>(rows / std::size_t(simd::lanes<Acc>));
+    vector_hi = c.take<Index>(rows / std::size_t(simd::lanes<Acc>));
     tile_lo = c.take<std::int64_t>(tiles);
     tile_hi = c.take<std::int64_t>(tiles);
     tile_finite = c.take<std::uint8_t>(tiles);
@@ -372,9 +375,9 @@ class Backward {
   using IntV = simd::Int<Acc>;
   using Index = simd::IntLane<Acc>;
   static constexpr std::int64_t L = simd::lanes<Acc>;
-  // Per vector of a query tile's rows (c / L), the keys [lo, hi) some row of it sees.
+  // A query tile's vectors of rows (row c in vector c / L): the keys [lo, hi) some row of each sees.
   struct VectorKeys {
-    Index lo[query_tile / L], hi[query_tile / L];
+    const Index *lo, *hi;
     bool sees(std::int64_t c, std::int64_t key) const { return key >= lo[c / L] && key < hi[c / L]; }
   };
 
@@ -532,6 +535,13 @@ class Backward {
     buffers.tile_lo[tile] = tile_lo;
     buffers.tile_hi[tile] = tile_hi;
     const std::int64_t row0 = tile * query_tile;
+    for (std::int64_t c = row0; c < row0 + query_tile; c += L) {
+      Index first = std::numeric_limits<Index>::max(), last = std::numeric_limits<Index>::min();
+      for (std::int64_t l = c; l < c + L; ++l)
+        if (buffers.lo[l] < buffers.hi[l]) first = std::min(first, buffers.lo[l]), last = std::max(last, buffers.hi[l]);
+      buffers.vector_lo[c / L] = first;
+      buffers.vector_hi[c / L] = last;
+    }
     buffers.tile_finite[tile] = simd::all_finite(buffers.q_rows + row0 * dkp, dkp, query_tile, dkp) &&
                                 simd::all_finite(buffers.do_rows + row0 * dvp, dvp, query_tile, dvp);
     pack_panels(buffers.q_rows + row0 * dkp, dkp, query_tile, dk, buffers.q_panels + row0 * dk);
@@ -593,9 +603,10 @@ class Backward {
           std::fill(w.v_rows + j * dvp + dv, w.v_rows + (j + 1) * dvp, Acc(0));
         }
         const bool keys_finite = simd::all_finite(k_rows, dkp, tile_keys, dkp);
-        // V's rows into cache while S is computed: dP, which reads them first, took half as long
-        // again on a causal diagonal (where a key tile's first pair of a step is) as elsewhere.
-        for (std::int64_t j = 0; j < tile_keys; ++j)
+        // V's rows into cache while S is computed (a copy is there already): dP, which reads them
+        // first, took half as long again on a causal diagonal (where a key tile's first pair of a
+        // step is) as elsewhere.
+        for (std::int64_t j = 0; j < tile_keys && v_in_place_; ++j)
           for (std::int64_t c = 0; c < dvp; c += 64 / std::int64_t(sizeof(Acc))) __builtin_prefetch(v_rows + j * dvp + c);
         for (std::int64_t qt = 0; qt < plan_.query_tiles; ++qt)
           if (buffers.tile_lo[qt] < j0 + tile_keys && buffers.tile_hi[qt] > j0)
@@ -699,16 +710,10 @@ class Backward {
       const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
       products.template operator()<R>(k_rows + (k0 + r) * dkp, dkp, q_panels, dk, pt + (k0 + r) * query_tile, first, last);
     });
-    // Per vector of rows, the keys any of its rows sees: weights() and score_gradients() skip a
-    // vector its key is outside of (on a causal diagonal, about half the rectangle's vectors).
-    VectorKeys seen_by_vector;
-    for (std::int64_t c = c0; c < c1; c += L) {
-      Index& first = seen_by_vector.lo[c / L];
-      Index& last = seen_by_vector.hi[c / L];
-      first = std::numeric_limits<Index>::max(), last = std::numeric_limits<Index>::min();
-      for (std::int64_t l = c; l < c + L; ++l)
-        if (lo[l] < hi[l]) first = std::min(first, lo[l]), last = std::max(last, hi[l]);
-    }
+    // Per vector of rows, the keys any of its rows sees (prepared with the rows): weights() and
+    // score_gradients() skip a vector its key is outside of (on a causal diagonal, about half the
+    // rectangle's vectors).
+    const VectorKeys seen_by_vector{buffers.vector_lo + row0 / L, buffers.vector_hi + row0 / L};
     weights(b, h, i0, j0, k0, keys, c0, c1, lo, hi, seen_by_vector, buffers.lse + row0, w);
     micro::over_row_blocks<score_rows>(keys, [&]<int R>(std::int64_t r) {
       const auto [first, last] = rows_seeing(k0 + r, k0 + r + R);
