@@ -19,7 +19,7 @@ void initialise_benchmark_library(const std::vector<std::string>& benchmark_flag
   // which Google Benchmark reads in order: a later one wins.
   if (!smoke)
     for (std::string flag : {fmt::format("--benchmark_repetitions={}", timed_repetitions), std::string("--benchmark_enable_random_interleaving=true"),
-                                   fmt::format("--benchmark_min_time={}", repetition_seconds)})
+                             fmt::format("--benchmark_min_time={}", repetition_seconds)})
       args.push_back(std::move(flag));
   for (const auto& flag : benchmark_flags) {
     if (flag.rfind("--benchmark_", 0) != 0)

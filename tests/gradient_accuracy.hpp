@@ -35,8 +35,8 @@ inline double allowed_relative_error(const Problem& p) {
 }
 
 // The gradients a mask forces to exactly 0, and how many of each kind the case has (a test
-// insists on some): dQ of every fully masked row, and dK and dV (of every kv head) of every key
-// that no row of its batch sees.
+// insists on some): dQ of every fully masked row, and dK and dV of every key that no row of the
+// kv head's query heads sees.
 struct MaskedZeros {
   std::int64_t fully_masked_rows = 0, unseen_keys = 0;
 };
@@ -53,19 +53,20 @@ inline ::testing::AssertionResult masked_gradients_are_zero(const Problem& p, co
         for (std::int64_t e = 0; e < p.d_k; ++e)
           if (const double v = g.dq.get(g.dq.offset(b, h, i, e)); v != 0) return nonzero("dQ of a fully masked row", b, h, i, e, v);
       }
+  const std::int64_t group = p.h_q / p.h_kv;
   for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t j = 0; j < p.n_k; ++j) {
-      bool seen = false;
-      for (std::int64_t i = 0; i < p.n_q && !seen; ++i) seen = in.mask.visible(b, 0, i, j);
-      if (seen) continue;
-      ++counted.unseen_keys;
-      for (std::int64_t kv = 0; kv < p.h_kv; ++kv) {
+    for (std::int64_t kv = 0; kv < p.h_kv; ++kv)
+      for (std::int64_t j = 0; j < p.n_k; ++j) {
+        bool seen = false;
+        for (std::int64_t h = kv * group; h < (kv + 1) * group && !seen; ++h)
+          for (std::int64_t i = 0; i < p.n_q && !seen; ++i) seen = in.mask.visible(b, h, i, j);
+        if (seen) continue;
+        ++counted.unseen_keys;
         for (std::int64_t e = 0; e < p.d_k; ++e)
           if (const double v = g.dk.get(g.dk.offset(b, kv, j, e)); v != 0) return nonzero("dK of a key no row sees", b, kv, j, e, v);
         for (std::int64_t e = 0; e < p.d_v; ++e)
           if (const double v = g.dv.get(g.dv.offset(b, kv, j, e)); v != 0) return nonzero("dV of a key no row sees", b, kv, j, e, v);
       }
-    }
   return ::testing::AssertionSuccess();
 }
 
